@@ -1,0 +1,132 @@
+"""Settings for Avatars, read from the environment with working defaults (SPEC §2)."""
+
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+from avatars.env import env_bool, env_int, env_list, env_str
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+DEV_SECRET_KEY = "dev-only-secret-key-do-not-use-in-production"
+SECRET_KEY = env_str("DJANGO_SECRET_KEY", DEV_SECRET_KEY)
+DEBUG = env_bool("DJANGO_DEBUG", True)
+if not DEBUG and SECRET_KEY == DEV_SECRET_KEY:
+    raise ImproperlyConfigured(
+        "DJANGO_SECRET_KEY must be set to a real secret when DJANGO_DEBUG is off."
+    )
+ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
+
+AVATARS_DATA_DIR = Path(env_str("AVATARS_DATA_DIR", str(BASE_DIR / "data"))).resolve()
+# The SQLite file lives here, so the directory must exist before the first connection.
+AVATARS_DATA_DIR.mkdir(parents=True, exist_ok=True)
+AVATARS_WORKERS = env_int("AVATARS_WORKERS", 4, minimum=1)
+EMBER_URL = env_str("EMBER_URL", "http://127.0.0.1:8765").rstrip("/")
+EMBER_TOKEN = env_str("EMBER_TOKEN", "dev-token")
+
+# Uploads and Ember results are decoded in full before they are stored; these
+# caps keep one request from exhausting memory.
+AVATARS_MAX_IMAGE_BYTES = env_int("AVATARS_MAX_IMAGE_BYTES", 25 * 1024 * 1024, minimum=1)
+AVATARS_MAX_IMAGE_PIXELS = env_int("AVATARS_MAX_IMAGE_PIXELS", 40_000_000, minimum=1)
+
+# The provider catalogue: key -> label and default model (API.md).
+AVATARS_PROVIDERS: dict[str, dict[str, str]] = {
+    "openai": {"label": "GPT Image", "model": "gpt-image-1"},
+    "flux": {"label": "FLUX", "model": "flux-dev"},
+    "google": {"label": "Imagen", "model": "imagen-4"},
+}
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "studio",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "avatars.urls"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+WSGI_APPLICATION = "avatars.wsgi.application"
+ASGI_APPLICATION = "avatars.asgi.application"
+
+# SQLite: WAL so the web process reads while the worker writes; synchronous=FULL
+# because a committed state must survive power loss (the next step may be a paid
+# request); IMMEDIATE transactions take the write lock up front, so two writers
+# wait on the busy timeout instead of failing with "database is locked".
+SQLITE_OPTIONS = {
+    "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;",
+    "transaction_mode": "IMMEDIATE",
+    "timeout": 30,  # seconds
+}
+
+_database_url = env_str("DATABASE_URL", "")
+if _database_url:
+    DATABASES = {"default": dj_database_url.parse(_database_url, conn_max_age=0)}
+else:
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": str(AVATARS_DATA_DIR / "db.sqlite3"),
+            "OPTIONS": SQLITE_OPTIONS,
+            # Tests run on a real file (WAL, fsync) so "committed" means what it says.
+            "TEST": {"NAME": str(AVATARS_DATA_DIR / "test.sqlite3")},
+        }
+    }
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    DATABASES["default"].setdefault("OPTIONS", {}).update(SQLITE_OPTIONS)
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+
+LANGUAGE_CODE = "en-gb"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = AVATARS_DATA_DIR / "static"
+
+LOGIN_URL = "/accounts/login/"
+LOGIN_REDIRECT_URL = "/"
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "loggers": {
+        "studio": {"handlers": ["console"], "level": env_str("AVATARS_LOG_LEVEL", "INFO")},
+        "httpx": {"level": "WARNING"},
+    },
+}

@@ -1,0 +1,269 @@
+"""The Ember client: the only module that speaks HTTP to Ember (EMBER.md).
+
+Every failure is a typed `EmberError` that says whether the request may have
+reached Ember (`may_have_arrived`), because that decides whether a paid submit
+may be sent again. Answers that make no sense are errors too, never crashes.
+"""
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from email.utils import parsedate_to_datetime
+from typing import Any
+
+import httpx
+from django.conf import settings
+from django.utils import timezone
+
+SUBMIT_PATH = "/api/v1/api-generators/jobs"
+JOB_STATUSES = ("queued", "running", "succeeded", "failed")
+
+# seconds; a read bound, not a verdict on the job: a slow answer to a submit is
+# "unknown", never "refused".
+TIMEOUT = httpx.Timeout(connect=5.0, read=30.0, write=30.0, pool=5.0)
+FETCH_TIMEOUT = httpx.Timeout(connect=5.0, read=120.0, write=30.0, pool=5.0)
+DEFAULT_RETRY_AFTER = 30.0  # seconds, when a 429/503 names no Retry-After
+
+
+class EmberError(Exception):
+    """Ember did not give the answer we needed. `message` is for people."""
+
+    may_have_arrived = False
+
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status
+
+
+class EmberUnavailable(EmberError):
+    """Nothing reached Ember (connection refused, DNS, connect timeout): safe to retry."""
+
+
+class EmberBusy(EmberError):
+    """Ember said 429 or 503: not accepted, come back after `retry_after` seconds."""
+
+    def __init__(self, message: str, *, status: int, retry_after: float) -> None:
+        super().__init__(message, status=status)
+        self.retry_after = retry_after
+
+
+class EmberAuthError(EmberError):
+    """Ember refused our credentials (401/403): not accepted."""
+
+
+class EmberRejected(EmberError):
+    """Ember refused the request (another 4xx): it will not change its mind."""
+
+
+class EmberNotFound(EmberError):
+    """Ember does not know the job or image (404)."""
+
+
+class EmberUnknownOutcome(EmberError):
+    """The request was sent but no usable answer came back: it may have been applied."""
+
+    may_have_arrived = True
+
+
+class EmberBadAnswer(EmberError):
+    """Ember answered, but the answer makes no sense (or the bytes fail their hash)."""
+
+    may_have_arrived = True
+
+
+@dataclass(frozen=True)
+class Job:
+    id: str
+    status: str
+    result: dict[str, Any] | None
+    error: str
+
+
+@dataclass(frozen=True)
+class Submitted:
+    job_id: str
+    replayed: bool
+
+
+class EmberClient:
+    """An async client for one Ember base URL and token."""
+
+    def __init__(
+        self,
+        *,
+        base_url: str | None = None,
+        token: str | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.base_url = (base_url or settings.EMBER_URL).rstrip("/")
+        self._http = httpx.AsyncClient(
+            base_url=self.base_url,
+            headers={"Authorization": f"Bearer {token or settings.EMBER_TOKEN}"},
+            timeout=TIMEOUT,
+            transport=transport,
+        )
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def submit(self, payload: Mapping[str, Any], *, idempotency_key: str = "") -> Submitted:
+        """POST a job to the asynchronous door and return Ember's job id."""
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
+        response = await self._send("POST", SUBMIT_PATH, json=payload, headers=headers)
+        if response.status_code != 202:
+            raise _refusal(response, unknown_outcome=True)
+        body = _json_object(response)
+        job_id = body.get("id")
+        if not isinstance(job_id, str) or not job_id:
+            raise EmberBadAnswer("Ember accepted the job but its answer has no job id.")
+        replayed = response.headers.get("Idempotent-Replayed", "").lower() == "true"
+        return Submitted(job_id=job_id, replayed=replayed)
+
+    async def poll(self, job_id: str) -> Job:
+        """Return the job's status. 404 → EmberNotFound; anything else odd → another EmberError."""
+        response = await self._send("GET", f"{SUBMIT_PATH}/{job_id}")
+        if response.status_code != 200:
+            raise _refusal(response, unknown_outcome=False)
+        body = _json_object(response)
+        status = body.get("status")
+        if status not in JOB_STATUSES:
+            raise EmberBadAnswer(f"Ember answered an unknown job status: {status!r}.")
+        result = body.get("result")
+        if status == "succeeded":
+            check_result(result)
+        error = ""
+        if status == "failed":
+            error = _error_message(body.get("error")) or "Ember reported the job failed."
+        return Job(
+            id=job_id,
+            status=status,
+            result=result if isinstance(result, dict) else None,
+            error=error,
+        )
+
+    async def fetch(self, image_id: str, *, sha256: str | None = None) -> tuple[bytes, str]:
+        """Return an image's original bytes and content type, checked against `sha256`."""
+        response = await self._send("GET", f"/api/v1/images/{image_id}/file", timeout=FETCH_TIMEOUT)
+        if response.status_code != 200:
+            raise _refusal(response, unknown_outcome=False)
+        data = response.content
+        if sha256 and hashlib.sha256(data).hexdigest() != sha256:
+            raise EmberBadAnswer("The image Ember sent does not match its sha256.")
+        return data, response.headers.get("Content-Type", "")
+
+    async def release(self, image_id: str) -> bool:
+        """Tell Ember our copy is durable. True only on 200; never raises.
+
+        False means *unconfirmed*, not "still protected": a PATCH that Ember
+        applied before the connection dropped looks exactly like a failure.
+        """
+        try:
+            response = await self._http.patch(
+                f"/api/v1/explorations/{image_id}/protection",
+                json={"protected": False, "durable_copy": True},
+            )
+        except Exception:
+            return False
+        return response.status_code == 200
+
+    async def history(self, task_id: str) -> list[dict[str, Any]]:
+        """Return Ember's history rows for one of our tasks (possibly none)."""
+        response = await self._send(
+            "GET", "/api/v1/history", params={"source_app": "cwkAvatars", "task_id": task_id}
+        )
+        if response.status_code != 200:
+            raise _refusal(response, unknown_outcome=False)
+        items = _json_object(response).get("items")
+        if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+            raise EmberBadAnswer("Ember's history answer has no list of items.")
+        return items
+
+    async def _send(self, method: str, url: str, **kwargs: Any) -> httpx.Response:
+        try:
+            return await self._http.request(method, url, **kwargs)
+        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
+            # The request never left: nothing can have been accepted.
+            raise EmberUnavailable(f"Ember could not be reached ({type(exc).__name__}).") from exc
+        except httpx.TransportError as exc:
+            # Sent (perhaps in part) and then lost: Ember may have acted on it.
+            raise EmberUnknownOutcome(
+                f"The connection to Ember failed after sending ({type(exc).__name__})."
+            ) from exc
+
+
+def check_result(result: object) -> None:
+    """Raise EmberBadAnswer unless `result` has the shape of a succeeded job's result."""
+    if not isinstance(result, dict):
+        raise EmberBadAnswer("Ember said the job succeeded but sent no result.")
+    image = result.get("image")
+    if not isinstance(image, dict) or not isinstance(image.get("id"), str) or not image["id"]:
+        raise EmberBadAnswer("Ember's result names no image id.")
+    sha = image.get("sha256")
+    if sha is not None and not isinstance(sha, str):
+        raise EmberBadAnswer("Ember's result has a sha256 that is not a string.")
+    history = result.get("history")
+    if history is not None and not (
+        isinstance(history, dict) and isinstance(history.get("id"), str)
+    ):
+        raise EmberBadAnswer("Ember's result has a history entry without an id.")
+
+
+def _json_object(response: httpx.Response) -> dict[str, Any]:
+    try:
+        body = response.json()
+    except ValueError:
+        raise EmberBadAnswer(
+            f"Ember answered {response.status_code} with a body that is not JSON."
+        ) from None
+    if not isinstance(body, dict):
+        raise EmberBadAnswer(
+            f"Ember answered {response.status_code} with JSON that is not an object."
+        )
+    return body
+
+
+def _error_message(error: object) -> str:
+    if isinstance(error, dict) and isinstance(error.get("message"), str):
+        return error["message"]
+    return ""
+
+
+def _ember_says(response: httpx.Response) -> str:
+    try:
+        message = _error_message(response.json().get("error"))
+    except (ValueError, AttributeError):
+        message = ""
+    return message or f"Ember answered HTTP {response.status_code}."
+
+
+def _refusal(response: httpx.Response, *, unknown_outcome: bool) -> EmberError:
+    """Map a non-success status to the error that says what it proves (EMBER.md)."""
+    status = response.status_code
+    message = _ember_says(response)
+    if status in (429, 503):
+        return EmberBusy(message, status=status, retry_after=_retry_after(response))
+    if status in (401, 403):
+        return EmberAuthError(message, status=status)
+    if status == 404:
+        return EmberNotFound(message, status=status)
+    if 400 <= status < 500:
+        return EmberRejected(message, status=status)
+    if unknown_outcome:
+        # 500/502/504 (or any other surprise) to a submit: it may have been accepted.
+        return EmberUnknownOutcome(message, status=status)
+    return EmberError(message, status=status)
+
+
+def _retry_after(response: httpx.Response) -> float:
+    raw = response.headers.get("Retry-After", "").strip()
+    if not raw:
+        return DEFAULT_RETRY_AFTER
+    try:
+        return max(0.0, float(raw))
+    except ValueError:
+        pass
+    try:
+        return max(0.0, (parsedate_to_datetime(raw) - timezone.now()).total_seconds())
+    except (TypeError, ValueError):
+        return DEFAULT_RETRY_AFTER

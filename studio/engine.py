@@ -1,0 +1,334 @@
+"""Services that touch several models, the store or Ember: generate, cancel, reconcile, publish.
+
+Views, admin actions and commands call these; they never change task state themselves.
+"""
+
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from asgiref.sync import async_to_sync
+from django.conf import settings
+from django.contrib.auth.models import User
+from django.db import transaction
+from django.utils import timezone
+
+from studio.ember.client import EmberClient, EmberError, check_result
+from studio.models import (
+    CANCELLABLE,
+    RECONCILABLE,
+    Asset,
+    AvatarSet,
+    Batch,
+    Kind,
+    Origin,
+    Subject,
+    Task,
+    TaskState,
+)
+from studio.store import Conflict, move, update
+
+FRAMES = ("image", "headshot", "full-body", "clip")
+MAX_CANDIDATES = 8
+MAX_TASKS = 200
+MAX_PROMPT = 4000
+PUBLISH_REFUSED = "Ember history must be recovered before publishing generated images."
+TOO_LATE = "This task has already been sent to Ember; the work is kept."
+
+
+class InvalidRequest(ValueError):
+    """A request that cannot be planned; the message says why, for people."""
+
+
+class TooLate(Exception):
+    """The task already reached Ember (or finished): it cannot be cancelled."""
+
+
+class PublishRefused(Exception):
+    def __init__(self) -> None:
+        super().__init__(PUBLISH_REFUSED)
+
+
+@dataclass
+class BatchCancel:
+    cancelled: list[Task] = field(default_factory=list)
+    kept: list[Task] = field(default_factory=list)
+
+
+# --- generate ---------------------------------------------------------------
+
+
+def generate(*, request: dict[str, Any], user: User | None = None) -> Batch:
+    """Validate `request` and write the batch with all its tasks queued, in one transaction.
+
+    Nothing is sent to Ember here: the worker picks the tasks up.
+    """
+    plan = _validate(request)
+    now = timezone.now()
+    with transaction.atomic():
+        batch = Batch.objects.create(title=plan["title"], request=plan["request"], created_by=user)
+        Task.objects.bulk_create(
+            Task(
+                batch=batch,
+                kind=Kind.CLIP if frame == "clip" else Kind.IMAGE,
+                state=TaskState.QUEUED,
+                phase="Waiting for the worker",
+                provider=provider["provider"],
+                provider_label=provider["label"],
+                model=provider["model"],
+                frame=frame,
+                ordinal=ordinal,
+                prompt=plan["prompt"],
+                subjects=plan["subjects"],
+                references=plan["references"],
+                # A clip's key is chosen once, here: every re-send of this
+                # intent carries it, so Ember never charges for it twice.
+                idempotency_key=uuid.uuid4().hex if frame == "clip" else "",
+                next_attempt_at=now,
+            )
+            for provider in plan["providers"]
+            for frame in plan["frames"]
+            for ordinal in range(1, provider["candidates"] + 1)
+        )
+    return batch
+
+
+def _validate(request: object) -> dict[str, Any]:
+    if not isinstance(request, dict):
+        raise InvalidRequest("The request must be a JSON object.")
+    prompt = request.get("prompt")
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise InvalidRequest("The prompt must not be empty.")
+    prompt = prompt.strip()
+    if len(prompt) > MAX_PROMPT:
+        raise InvalidRequest(f"The prompt is too long (at most {MAX_PROMPT} characters).")
+    title = request.get("title") or prompt[:80]
+    if not isinstance(title, str):
+        raise InvalidRequest("The title must be text.")
+    subjects = _subjects(request.get("subjects"))
+    references = _references(request.get("references"), subjects)
+    providers = _providers(request.get("providers"))
+    frames = _frames(request.get("frames", ["image"]))
+    total = sum(p["candidates"] for p in providers) * len(frames)
+    if total > MAX_TASKS:
+        raise InvalidRequest(f"This batch would make {total} tasks; the limit is {MAX_TASKS}.")
+    subject_ids = [s.pk for s in subjects]
+    return {
+        "title": title.strip()[:200],
+        "prompt": prompt,
+        "subjects": subject_ids,
+        "references": references,
+        "providers": providers,
+        "frames": frames,
+        "request": {
+            "title": title.strip()[:200],
+            "prompt": prompt,
+            "subjects": subject_ids,
+            "references": [r["asset"] for r in references],
+            "providers": [
+                {"provider": p["provider"], "model": p["model"], "candidates": p["candidates"]}
+                for p in providers
+            ],
+            "frames": frames,
+        },
+    }
+
+
+def _ids(value: object, what: str) -> list[int]:
+    if not isinstance(value, list):
+        raise InvalidRequest(f"{what} must be a list of ids.")
+    ids = []
+    for item in value:
+        try:
+            ids.append(int(item))
+        except (TypeError, ValueError):
+            raise InvalidRequest(f"{what} must be a list of ids; {item!r} is not one.") from None
+    return list(dict.fromkeys(ids))
+
+
+def _subjects(value: object) -> list[Subject]:
+    ids = _ids(value if value is not None else [], "Subjects")
+    if not ids:
+        raise InvalidRequest("Choose at least one subject.")
+    found = {s.pk: s for s in Subject.objects.filter(pk__in=ids)}
+    missing = [i for i in ids if i not in found]
+    if missing:
+        raise InvalidRequest(f"Unknown subject: {missing[0]}.")
+    return [found[i] for i in ids]
+
+
+def _references(value: object, subjects: list[Subject]) -> list[dict[str, Any]]:
+    uploaded = Asset.objects.filter(origin=Origin.UPLOADED)
+    if value is None:
+        assets = list(uploaded.filter(subjects__in=subjects).distinct().order_by("pk"))
+    else:
+        ids = _ids(value, "References")
+        found = {a.pk: a for a in uploaded.filter(pk__in=ids)}
+        missing = [i for i in ids if i not in found]
+        if missing:
+            raise InvalidRequest(f"Unknown reference photo: {missing[0]}.")
+        assets = [found[i] for i in ids]
+    # Frozen now: the worker re-hashes each file and refuses one that changed.
+    return [
+        {"asset": a.pk, "sha256": a.sha256, "name": a.file_name, "mime": a.mime} for a in assets
+    ]
+
+
+def _providers(value: object) -> list[dict[str, Any]]:
+    catalogue = settings.AVATARS_PROVIDERS
+    if not isinstance(value, list) or not value:
+        raise InvalidRequest("Choose at least one provider.")
+    providers: list[dict[str, Any]] = []
+    for entry in value:
+        if not isinstance(entry, dict):
+            raise InvalidRequest("Each provider must be an object with a provider name.")
+        name = entry.get("provider")
+        if name not in catalogue:
+            raise InvalidRequest(f"Unknown provider: {name!r}.")
+        candidates = entry.get("candidates", 1)
+        if isinstance(candidates, bool) or not isinstance(candidates, int):
+            raise InvalidRequest("Candidates must be a whole number.")
+        if not 1 <= candidates <= MAX_CANDIDATES:
+            raise InvalidRequest(f"Candidates must be between 1 and {MAX_CANDIDATES}.")
+        model = entry.get("model") or catalogue[name].get("model") or ""
+        if not isinstance(model, str):
+            raise InvalidRequest("A provider's model must be text.")
+        if any(p["provider"] == name and p["model"] == model for p in providers):
+            raise InvalidRequest(f"Provider {name!r} is listed twice.")
+        providers.append(
+            {
+                "provider": name,
+                "label": catalogue[name]["label"],
+                "model": model,
+                "candidates": candidates,
+            }
+        )
+    return providers
+
+
+def _frames(value: object) -> list[str]:
+    if not isinstance(value, list) or not value:
+        raise InvalidRequest("Choose at least one frame.")
+    for frame in value:
+        if frame not in FRAMES:
+            raise InvalidRequest(f"Unknown frame: {frame!r}. Frames are {', '.join(FRAMES)}.")
+    return list(dict.fromkeys(value))
+
+
+# --- cancel -----------------------------------------------------------------
+
+
+def cancel_task(*, task: Task) -> Task:
+    """Cancel a task that has sent nothing to Ember, or raise TooLate.
+
+    The write is versioned: if the worker moves the task at the same moment,
+    exactly one side wins, and a lost race is re-read and judged again.
+    """
+    while True:
+        if task.state not in CANCELLABLE:
+            raise TooLate(TOO_LATE)
+        try:
+            return move(
+                task,
+                TaskState.CANCELLED,
+                expected=task.version,
+                phase="Cancelled",
+                error="Cancelled before anything was sent to Ember.",
+            )
+        except Conflict:
+            task.refresh_from_db()
+
+
+def cancel_batch(*, batch: Batch) -> BatchCancel:
+    """Cancel what can be cancelled in `batch` and report what was kept."""
+    report = BatchCancel()
+    for task in batch.tasks.order_by("created_at", "ordinal"):
+        if task.state in (TaskState.CANCELLED,):
+            continue
+        try:
+            report.cancelled.append(cancel_task(task=task))
+        except TooLate:
+            report.kept.append(task)
+    return report
+
+
+# --- reconcile --------------------------------------------------------------
+
+
+def reconcile(*, task: Task, client: EmberClient | None = None) -> Task:
+    """Record what Ember's history says about a RECONCILABLE task and hand it back to the worker.
+
+    Reconciliation never copies (the worker owns every copy) and never resubmits.
+    """
+    return async_to_sync(areconcile)(task=task, client=client)
+
+
+async def areconcile(*, task: Task, client: EmberClient | None = None) -> Task:
+    from asgiref.sync import sync_to_async
+
+    await sync_to_async(task.refresh_from_db)()
+    if task.state not in RECONCILABLE:
+        return task
+    if task.state == TaskState.COPY_FAILED and task.result:
+        return await sync_to_async(_back_to_copying)(task, task.result, task.ember_job_id)
+    own_client = client is None
+    client = client or EmberClient()
+    try:
+        rows = await client.history(str(task.pk))
+    except EmberError as exc:
+        return await sync_to_async(update)(
+            task, expected=task.version, phase=f"Ember's history could not be read: {exc.message}"
+        )
+    finally:
+        if own_client:
+            await client.aclose()
+    row = _pick_row(task, rows)
+    if row is None:
+        return await sync_to_async(update)(
+            task,
+            expected=task.version,
+            phase="Ember's history has no row for this task yet",
+        )
+    return await sync_to_async(_back_to_copying)(task, row["result"], str(row.get("job_id") or ""))
+
+
+def _pick_row(task: Task, rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    usable = []
+    for row in rows:
+        try:
+            check_result(row.get("result"))
+        except EmberError:
+            continue
+        usable.append(row)
+    if not usable:
+        return None
+    for row in usable:
+        if task.ember_job_id and row.get("job_id") == task.ember_job_id:
+            return row
+    return usable[0]
+
+
+def _back_to_copying(task: Task, result: dict[str, Any], job_id: str) -> Task:
+    with transaction.atomic():
+        if job_id and not task.ember_job_id:
+            task.attempts.filter(ember_job_id="").update(ember_job_id=job_id)
+        return move(
+            task,
+            TaskState.COPYING,
+            expected=task.version,
+            result=result,
+            ember_job_id=job_id or task.ember_job_id,
+            phase="Copying the original from Ember",
+            error="",
+        )
+
+
+# --- publish ----------------------------------------------------------------
+
+
+def publish(*, avatar_set: AvatarSet) -> AvatarSet:
+    """Publish a set, refusing while any chosen generated image lacks its Ember history."""
+    missing = avatar_set.assets.filter(origin=Origin.GENERATED, ember_history_id="").exists()
+    if missing:
+        raise PublishRefused()
+    return update(avatar_set, published_at=timezone.now())

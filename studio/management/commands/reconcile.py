@@ -1,0 +1,30 @@
+"""`manage.py reconcile`: ask Ember's history about tasks that need a person's care (SPEC §8)."""
+
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from studio.engine import reconcile
+from studio.models import Task
+
+
+class Command(BaseCommand):
+    help = "Reconcile uncertain, history_missing and copy_failed tasks with Ember's history."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("task_ids", nargs="*", help="task ids to reconcile")
+        parser.add_argument("--all", action="store_true", help="every reconcilable task")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        ids = options["task_ids"]
+        if bool(ids) == bool(options["all"]):
+            raise CommandError("Name task ids or pass --all (not both).")
+        tasks = Task.objects.reconcilable() if options["all"] else Task.objects.filter(pk__in=ids)
+        found = list(tasks)
+        if not options["all"] and len(found) != len(set(ids)):
+            known = {str(t.pk) for t in found}
+            raise CommandError(f"Unknown task: {next(i for i in ids if i not in known)}")
+        for task in found:
+            before = task.state
+            task = reconcile(task=task)
+            self.stdout.write(f"{task.pk} {before} -> {task.state}: {task.phase}")

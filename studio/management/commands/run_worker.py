@@ -1,0 +1,42 @@
+"""`manage.py run_worker`: drive Avatars' tasks through Ember (SPEC §6)."""
+
+import asyncio
+import signal
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from studio.worker import AlreadyRunning, Worker
+
+
+class Command(BaseCommand):
+    help = "Run the worker that turns queued tasks into Ember jobs and copies their results."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--workers", type=int, default=None, help="tasks driven at once")
+        parser.add_argument(
+            "--once", action="store_true", help="drive what is due to a resting point, then exit"
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        workers = options["workers"]
+        if workers is not None and workers < 1:
+            raise CommandError("--workers must be at least 1")
+        worker = Worker(workers=workers)
+        try:
+            worker.lock()
+        except AlreadyRunning as exc:
+            raise CommandError(str(exc)) from None
+        try:
+            asyncio.run(self._run(worker, once=options["once"]))
+        finally:
+            worker.unlock()
+
+    async def _run(self, worker: Worker, *, once: bool) -> None:
+        loop = asyncio.get_running_loop()
+        # A signal only asks the loop to stop; a second one forces it.
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, worker.request_stop)
+        self.stdout.write(f"Avatars worker running ({worker.workers} at once)")
+        self.stdout.flush()
+        await worker.run(once=once)

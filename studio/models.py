@@ -1,0 +1,241 @@
+"""The data model of SPEC §3: subjects, originals, batches of intents, tasks, attempts, sets.
+
+Every model carries `version`, bumped on every write through `studio.store.update`,
+so that a writer can say "only if nobody moved this row since I read it".
+"""
+
+import uuid
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+
+class TaskState(models.TextChoices):
+    QUEUED = "queued"
+    PREPARING = "preparing"
+    SUBMITTING = "submitting"
+    RUNNING = "running"
+    COPYING = "copying"
+    DONE = "done"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    UNCERTAIN = "uncertain"
+    HISTORY_MISSING = "history_missing"
+    COPY_FAILED = "copy_failed"
+
+
+# What the worker picks up.
+ACTIVE = (TaskState.QUEUED, TaskState.RUNNING, TaskState.COPYING)
+# What the worker must never resubmit on its own: a person or reconcile decides.
+RECONCILABLE = (TaskState.UNCERTAIN, TaskState.HISTORY_MISSING, TaskState.COPY_FAILED)
+# Where a task rests for good unless a person repairs it.
+FINAL = (TaskState.DONE, TaskState.FAILED, TaskState.CANCELLED)
+# Nothing has been sent to Ember for this intent in these states (SPEC §9).
+CANCELLABLE = (TaskState.QUEUED, TaskState.PREPARING)
+
+
+class Kind(models.TextChoices):
+    IMAGE = "image"
+    CLIP = "clip"
+
+
+class Origin(models.TextChoices):
+    UPLOADED = "uploaded"
+    GENERATED = "generated"
+
+
+class Versioned(models.Model):
+    version = models.PositiveIntegerField(default=1)
+
+    class Meta:
+        abstract = True
+
+
+class Subject(Versioned):
+    name = models.CharField(max_length=120)
+    slug = models.SlugField(max_length=140, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Batch(Versioned):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    title = models.CharField(max_length=200)
+    request = models.JSONField()
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        verbose_name_plural = "batches"
+
+    def __str__(self) -> str:
+        return self.title
+
+
+class TaskQuerySet(models.QuerySet["Task"]):
+    def active(self) -> "TaskQuerySet":
+        return self.filter(state__in=ACTIVE)
+
+    def reconcilable(self) -> "TaskQuerySet":
+        return self.filter(state__in=RECONCILABLE)
+
+    def due(self, now: object) -> "TaskQuerySet":
+        """Return the active tasks whose next attempt is due, oldest first.
+
+        `next_attempt_at` is set exactly while a task is ACTIVE (a check
+        constraint holds that), so `next_attempt_at <= now` alone selects them and
+        lets SQLite use the partial index `task_due_idx`: its condition
+        `next_attempt_at IS NOT NULL` is implied by the comparison, whereas a
+        condition listing the states would not match Django's bound `IN (?, ?, ?)`.
+        """
+        return self.filter(next_attempt_at__lte=now).order_by("next_attempt_at")
+
+
+class Task(Versioned):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    batch = models.ForeignKey(Batch, on_delete=models.CASCADE, related_name="tasks")
+    kind = models.CharField(max_length=10, choices=Kind.choices, default=Kind.IMAGE)
+    state = models.CharField(max_length=20, choices=TaskState.choices, default=TaskState.QUEUED)
+    phase = models.CharField(max_length=200, blank=True, default="Waiting for the worker")
+    error = models.TextField(blank=True, default="")
+    provider = models.CharField(max_length=60)
+    provider_label = models.CharField(max_length=120)
+    model = models.CharField(max_length=120, blank=True, default="")
+    frame = models.CharField(max_length=40)
+    ordinal = models.PositiveSmallIntegerField()
+    prompt = models.TextField()
+    subjects = models.JSONField(default=list)  # subject ids
+    references = models.JSONField(default=list)  # frozen: asset id, sha256, file name, mime
+    idempotency_key = models.CharField(max_length=64, blank=True, default="")
+    ember_job_id = models.CharField(max_length=120, blank=True, default="")
+    result = models.JSONField(null=True, blank=True)  # Ember's final answer, saved before the copy
+    protection_released = models.BooleanField(null=True, blank=True)
+    asset = models.OneToOneField(
+        "Asset", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    submitted_at = models.DateTimeField(null=True, blank=True)
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = TaskQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["batch", "provider", "frame", "ordinal"]
+        indexes = [
+            # Serves the pump's `Task.objects.due(now)`: covers only ACTIVE rows,
+            # so the query does not grow with the history of finished tasks.
+            models.Index(
+                fields=["next_attempt_at"],
+                name="task_due_idx",
+                condition=Q(next_attempt_at__isnull=False),
+            ),
+            models.Index(fields=["state"], name="task_state_idx"),
+        ]
+        constraints = [
+            models.CheckConstraint(
+                name="task_due_iff_active",
+                condition=(Q(state__in=ACTIVE) & Q(next_attempt_at__isnull=False))
+                | (~Q(state__in=ACTIVE) & Q(next_attempt_at__isnull=True)),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.provider} {self.frame} #{self.ordinal} ({self.state})"
+
+
+class Asset(Versioned):
+    sha256 = models.CharField(max_length=64, unique=True)
+    file_name = models.CharField(max_length=255)
+    mime = models.CharField(max_length=60)
+    width = models.PositiveIntegerField()
+    height = models.PositiveIntegerField()
+    size = models.PositiveBigIntegerField()
+    label = models.CharField(max_length=200, blank=True, default="")
+    origin = models.CharField(max_length=12, choices=Origin.choices)
+    subjects = models.ManyToManyField(Subject, blank=True, related_name="assets")
+    references = models.JSONField(default=list, blank=True)  # asset ids
+    task = models.OneToOneField(
+        Task, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    batch = models.ForeignKey(
+        Batch, null=True, blank=True, on_delete=models.PROTECT, related_name="assets"
+    )
+    workflow = models.CharField(max_length=60, blank=True, default="")
+    ember_image_id = models.CharField(max_length=120, blank=True, default="")
+    ember_history_id = models.CharField(max_length=120, blank=True, default="")
+    provider = models.CharField(max_length=60, blank=True, default="")
+    model = models.CharField(max_length=120, blank=True, default="")
+    prompt = models.TextField(blank=True, default="")
+    upstream = models.JSONField(null=True, blank=True)  # Ember's answer
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return self.label or self.file_name
+
+
+class Attempt(Versioned):
+    class Outcome(models.TextChoices):
+        ACCEPTED = "accepted"  # 202: Ember has the job
+        UNKNOWN = "unknown"  # the request may or may not have reached Ember
+
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="attempts")
+    number = models.PositiveSmallIntegerField()
+    ember_job_id = models.CharField(max_length=120, blank=True, default="")
+    submitted_at = models.DateTimeField()
+    answered_at = models.DateTimeField(null=True, blank=True)
+    outcome = models.CharField(max_length=12, choices=Outcome.choices)
+    error = models.TextField(blank=True, default="")
+
+    class Meta:
+        ordering = ["task", "number"]
+        constraints = [
+            models.UniqueConstraint(fields=["task", "number"], name="attempt_number_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"attempt {self.number} of {self.task_id}"
+
+
+class AvatarSet(Versioned):
+    name = models.CharField(max_length=120)
+    assets: "models.ManyToManyField[Asset, SetItem]" = models.ManyToManyField(
+        Asset, through="SetItem", related_name="sets"
+    )
+    published_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class SetItem(models.Model):
+    """One chosen asset at its place in a set."""
+
+    avatar_set = models.ForeignKey(AvatarSet, on_delete=models.CASCADE, related_name="items")
+    asset = models.ForeignKey(Asset, on_delete=models.PROTECT, related_name="+")
+    position = models.PositiveIntegerField()
+
+    class Meta:
+        ordering = ["avatar_set", "position"]
+        constraints = [
+            models.UniqueConstraint(fields=["avatar_set", "asset"], name="set_item_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.avatar_set_id}[{self.position}] = asset {self.asset_id}"

@@ -1,0 +1,181 @@
+"""The originals store (SPEC §7): write once, named by SHA-256, durable before acknowledged.
+
+An original is proved to be an image by decoding it in full (not `verify()`,
+which passes truncated files), hashed, written to a temporary file opened for
+exclusive creation, flushed and fsynced, renamed into place atomically, and the
+directory is fsynced so the rename itself survives power loss. Any OSError
+(fsync included) propagates: nothing may be acknowledged after it.
+"""
+
+import hashlib
+import io
+import os
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+from django.conf import settings
+from PIL import Image, ImageSequence, UnidentifiedImageError
+
+# Pillow format -> (mime, extension). Anything else is refused.
+FORMATS = {
+    "PNG": ("image/png", ".png"),
+    "JPEG": ("image/jpeg", ".jpg"),
+    "WEBP": ("image/webp", ".webp"),
+    "GIF": ("image/gif", ".gif"),
+}
+EXTENSIONS = {ext for _mime, ext in FORMATS.values()}
+TEMP_SUFFIX = ".tmp"
+CHECKSUM_FAILED = "Stored original failed its checksum."
+
+
+class NotAnImage(ValueError):
+    """The bytes are not an image we accept: the message says why, for people."""
+
+
+class ChecksumFailed(Exception):
+    """A stored original no longer hashes to its name."""
+
+    def __init__(self) -> None:
+        super().__init__(CHECKSUM_FAILED)
+
+
+@dataclass(frozen=True)
+class ImageInfo:
+    mime: str
+    extension: str
+    width: int
+    height: int
+    frames: int
+
+
+@dataclass(frozen=True)
+class Original:
+    sha256: str
+    path: Path
+    info: ImageInfo
+    size: int
+
+
+def originals_dir() -> Path:
+    return Path(settings.AVATARS_DATA_DIR) / "originals"
+
+
+def path_for(sha256: str, extension: str) -> Path:
+    """Return where the original with this hash lives; refuse anything but a hex digest."""
+    if len(sha256) != 64 or any(c not in "0123456789abcdef" for c in sha256):
+        raise ValueError("not a sha256 hex digest")
+    if extension not in EXTENSIONS:
+        raise ValueError(f"not an original's extension: {extension!r}")
+    return originals_dir() / f"{sha256}{extension}"
+
+
+def extension_for(mime: str) -> str:
+    for known_mime, ext in FORMATS.values():
+        if known_mime == mime:
+            return ext
+    raise ValueError(f"not an original's mime type: {mime!r}")
+
+
+def inspect(data: bytes) -> ImageInfo:
+    """Decode every frame of `data` and describe it, or raise NotAnImage saying why."""
+    if not data:
+        raise NotAnImage("The file is empty.")
+    if len(data) > settings.AVATARS_MAX_IMAGE_BYTES:
+        limit = settings.AVATARS_MAX_IMAGE_BYTES // (1024 * 1024)
+        raise NotAnImage(f"The file is too large (the limit is {limit} MB).")
+    try:
+        with warnings.catch_warnings():
+            # A decompression bomb is an error here, not a warning to log and go on.
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            with Image.open(io.BytesIO(data), formats=list(FORMATS)) as img:
+                fmt = img.format or ""
+                width, height = img.size
+                if width * height > settings.AVATARS_MAX_IMAGE_PIXELS:
+                    raise NotAnImage(f"The image has too many pixels ({width} x {height}).")
+                frames = 0
+                for frame in ImageSequence.Iterator(img):
+                    frame.load()
+                    frames += 1
+    except NotAnImage:
+        raise
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning):
+        raise NotAnImage("The image has too many pixels.") from None
+    except UnidentifiedImageError:
+        raise NotAnImage("The file is not a PNG, JPEG, WebP or GIF image.") from None
+    except (OSError, SyntaxError, ValueError, EOFError) as exc:
+        raise NotAnImage(f"The image could not be decoded ({exc}).") from None
+    mime, extension = FORMATS[fmt]
+    return ImageInfo(mime=mime, extension=extension, width=width, height=height, frames=frames)
+
+
+def sha256_of(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def save(data: bytes) -> Original:
+    """Store `data` as an original (once) and return where it lives.
+
+    Raises NotAnImage for bytes that are not an accepted image, ChecksumFailed
+    when a file already stored under this hash does not match it, and OSError
+    (fsync included) when the disk does not confirm the write.
+    """
+    info = inspect(data)
+    digest = sha256_of(data)
+    target = path_for(digest, info.extension)
+    if target.exists():
+        if file_sha256(target) != digest:
+            raise ChecksumFailed()
+        return Original(sha256=digest, path=target, info=info, size=len(data))
+    directory = target.parent
+    directory.mkdir(parents=True, exist_ok=True)
+    temp = directory / f".{digest}.{os.urandom(6).hex()}{TEMP_SUFFIX}"
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(temp, target)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
+    fsync_dir(directory)
+    return Original(sha256=digest, path=target, info=info, size=len(data))
+
+
+def fsync_dir(directory: Path) -> None:
+    """Make a rename in `directory` durable."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1024 * 1024), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def read(sha256: str, mime: str) -> bytes:
+    """Return a stored original's bytes, checked against their hash."""
+    data = path_for(sha256, extension_for(mime)).read_bytes()
+    if sha256_of(data) != sha256:
+        raise ChecksumFailed()
+    return data
+
+
+def remove_stale_temp_files() -> int:
+    """Delete temporary files left by a write that died; return how many."""
+    directory = originals_dir()
+    if not directory.is_dir():
+        return 0
+    removed = 0
+    for temp in directory.glob(f".*{TEMP_SUFFIX}"):
+        temp.unlink(missing_ok=True)
+        removed += 1
+    return removed

@@ -1,0 +1,76 @@
+"""Versioned writes: every row change bumps `version`; a writer may insist on the one it read.
+
+A state change is one conditional UPDATE (`WHERE pk = … AND version = …`). Zero
+rows means another writer moved the row first: a normal outcome that the caller
+handles, never a silent overwrite. `select_for_update` does nothing on SQLite; a
+compare-and-swap on `version` works on every database.
+"""
+
+import logging
+from datetime import datetime
+from typing import Any, TypeVar
+
+from django.db.models import F
+from django.utils import timezone
+
+from studio.models import ACTIVE, Task, TaskState, Versioned
+
+log = logging.getLogger("studio.tasks")
+
+V = TypeVar("V", bound=Versioned)
+
+
+class Conflict(Exception):
+    """The row moved since it was read: someone else's write won."""
+
+
+def update(obj: V, *, expected: int | None = None, **fields: Any) -> V:
+    """Write `fields` to `obj`'s row and bump its version; refresh `obj` to match.
+
+    With `expected`, the write happens only if the row's version is still
+    `expected`; otherwise `Conflict` is raised and nothing is written.
+    """
+    model = type(obj)
+    if any(f.name == "updated_at" for f in model._meta.concrete_fields):
+        fields.setdefault("updated_at", timezone.now())
+    rows = model._default_manager.filter(pk=obj.pk)
+    if expected is not None:
+        rows = rows.filter(version=expected)
+    changed = rows.update(version=F("version") + 1, **fields)
+    if changed == 0:
+        if expected is not None:
+            raise Conflict(f"{model.__name__} {obj.pk} moved past version {expected}")
+        raise model.DoesNotExist(f"{model.__name__} {obj.pk} no longer exists")
+    for name, value in fields.items():
+        setattr(obj, name, value)
+    if expected is not None:
+        obj.version = expected + 1
+    else:
+        obj.refresh_from_db(fields=["version"])
+    return obj
+
+
+def move(
+    task: Task,
+    state: TaskState,
+    *,
+    expected: int | None = None,
+    due: datetime | None = None,
+    **fields: Any,
+) -> Task:
+    """Move `task` to `state` (a versioned write) and log the change as one line.
+
+    `next_attempt_at` is kept set exactly while the task is ACTIVE: `due` when
+    given, else now. That invariant is what lets the pump's partial index cover
+    only the active tasks.
+    """
+    before = task.state
+    if state in ACTIVE:
+        fields["next_attempt_at"] = due or timezone.now()
+    else:
+        fields["next_attempt_at"] = None
+    update(task, expected=expected, state=state, **fields)
+    log.info(
+        "task=%s from=%s to=%s phase=%r", task.pk, before, state, fields.get("phase", task.phase)
+    )
+    return task

@@ -1,0 +1,557 @@
+"""The worker (SPEC §6): one owner per database, recovery, the pump, one coroutine per task.
+
+Each task advances one durable state at a time: the state naming a step is
+committed before that step is acted on, so a process killed at any line leaves
+a row that says how far it got. Database calls run through `sync_to_async`
+(one thread, one connection); Ember calls are async; file work runs in threads.
+"""
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any, ParamSpec, TypeVar
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.db import close_old_connections, connection, transaction
+from django.db.models import F, QuerySet
+from django.utils import timezone
+from filelock import FileLock
+from filelock import Timeout as LockHeld
+
+from studio import originals
+from studio.ember.client import (
+    EmberAuthError,
+    EmberBusy,
+    EmberClient,
+    EmberError,
+    EmberNotFound,
+    EmberRejected,
+    EmberUnavailable,
+    Submitted,
+)
+from studio.models import ACTIVE, Asset, Attempt, Kind, Origin, Task, TaskState
+from studio.store import Conflict, move, update
+
+log = logging.getLogger("studio.worker")
+
+LOCK_REFUSED = "Another Avatars worker already owns this database"
+POLL_INTERVAL = 3.0  # seconds between polls of one running job
+POLL_BOUND = 1800.0  # seconds after submit; a transport bound, not a verdict on the job
+TICK = 1.0  # seconds between pump passes
+UNREACHABLE_BACKOFF = 10.0  # seconds before re-sending after nothing reached Ember
+AUTH_BACKOFF = 300.0  # seconds; wrong credentials will not fix themselves quickly
+RESEND_BACKOFF = 2.0  # seconds before a clip is re-sent under its key
+CRASH_BACKOFF = 60.0  # seconds before a task whose step raised is tried again
+FETCH_TRIES = 3
+FETCH_RETRY_DELAY = 1.0  # seconds, doubled after each failed try
+STOP_GRACE = 30.0  # seconds in-flight steps get to record Ember's answer on shutdown
+
+REFERENCE_CHANGED = "A frozen reference failed its checksum."
+MAY_HAVE_REACHED = (
+    "The previous submit may have reached Ember. Check history before submitting again."
+)
+RECONCILE_PHASE = "Reconcile before retry"
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def db(fn: Callable[P, R]) -> Callable[P, Awaitable[R]]:
+    """Run an ORM function on the worker's one database thread."""
+    return sync_to_async(fn, thread_sensitive=True)
+
+
+class AlreadyRunning(RuntimeError):
+    def __init__(self) -> None:
+        super().__init__(LOCK_REFUSED)
+
+
+class Worker:
+    """Drives ACTIVE tasks to a resting point; see `run`."""
+
+    def __init__(
+        self,
+        *,
+        client: EmberClient | None = None,
+        workers: int | None = None,
+        poll_interval: float = POLL_INTERVAL,
+        poll_bound: float = POLL_BOUND,
+        tick: float = TICK,
+        fetch_retry_delay: float = FETCH_RETRY_DELAY,
+        stop_grace: float = STOP_GRACE,
+    ) -> None:
+        self._own_client = client is None
+        self.client = client or EmberClient()
+        self.workers = workers or settings.AVATARS_WORKERS
+        self.poll_interval = poll_interval
+        self.poll_bound = poll_bound
+        self.tick = tick
+        self.fetch_retry_delay = fetch_retry_delay
+        self.stop_grace = stop_grace
+        self.in_hand: dict[str, asyncio.Task[None]] = {}
+        self.stopping = False
+        self._stop_event: asyncio.Event | None = None
+        self._lock: FileLock | None = None
+
+    # --- ownership ------------------------------------------------------------
+
+    def lock(self) -> None:
+        """Take the exclusive, non-blocking lock on `worker.lock`, or raise AlreadyRunning.
+
+        The lock belongs to the open file (flock): if this process dies, the
+        kernel frees it. No PID file, nothing to clean. Soft locks are refused:
+        a marker file would survive a crash and lock the next owner out.
+        """
+        data_dir = Path(settings.AVATARS_DATA_DIR)
+        data_dir.mkdir(parents=True, exist_ok=True)
+        lock = FileLock(data_dir / "worker.lock", blocking=False, fallback_to_soft=False)
+        try:
+            lock.acquire()
+        except LockHeld:
+            raise AlreadyRunning() from None
+        self._lock = lock
+
+    def unlock(self) -> None:
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+
+    # --- waking up after a death -------------------------------------------------
+
+    def recover(self) -> dict[str, int]:
+        """Apply the wake-up table to tasks a dead worker left mid-step; return counts."""
+        counts = {"temp_files": originals.remove_stale_temp_files()}
+        now = timezone.now()
+        # Nothing left the building from `preparing`; a clip's key makes a restart free.
+        counts["preparing"] = Task.objects.filter(state=TaskState.PREPARING).update(
+            state=TaskState.QUEUED,
+            phase="Waiting for the worker",
+            next_attempt_at=now,
+            version=F("version") + 1,
+        )
+        for task in Task.objects.filter(state=TaskState.SUBMITTING):
+            if task.kind == Kind.CLIP:
+                move(task, TaskState.QUEUED, phase="Re-sending under the same key")
+            else:
+                with transaction.atomic():
+                    _record_unknown_attempt(task, MAY_HAVE_REACHED)
+                    move(task, TaskState.UNCERTAIN, phase=RECONCILE_PHASE, error=MAY_HAVE_REACHED)
+            counts["submitting"] = counts.get("submitting", 0) + 1
+        # `running` resumes polling its job id; `copying` runs finish() again.
+        return counts
+
+    # --- the pump --------------------------------------------------------------
+
+    async def run(self, *, once: bool = False) -> None:
+        """Recover, then pump until stopped (or, with `once`, until nothing is due or in hand)."""
+        self._stop_event = asyncio.Event()
+        counts = await db(self.recover)()
+        log.info("worker started workers=%s recovered=%s", self.workers, counts)
+        try:
+            while not self.stopping:
+                started = await self.pump()
+                if once and not self.in_hand and started == 0:
+                    break
+                await self._sleep(self.tick)
+        finally:
+            await self._drain()
+            if self._own_client:
+                await self.client.aclose()
+            log.info("worker stopped")
+
+    async def pump(self) -> int:
+        """Reap finished coroutines and start due tasks up to the limit; return how many started."""
+        self._reap()
+        room = self.workers - len(self.in_hand)
+        if room <= 0 or self.stopping:
+            return 0
+        ids = await db(self._due)(room)
+        for task_id in ids:
+            self.in_hand[task_id] = asyncio.create_task(self.drive(task_id), name=task_id)
+        return len(ids)
+
+    def _due(self, limit: int) -> list[str]:
+        if not connection.in_atomic_block:  # (a test's transaction is not stale)
+            # A long-lived worker drops connections that broke or aged out.
+            close_old_connections()
+        return [str(pk) for pk in self._due_query(timezone.now())[:limit]]
+
+    def _due_query(self, now: datetime) -> "QuerySet[Task, Any]":
+        """The pump's query: due ACTIVE tasks not already in hand (served by `task_due_idx`)."""
+        rows = Task.objects.due(now).exclude(pk__in=list(self.in_hand))
+        return rows.values_list("pk", flat=True)
+
+    def _reap(self) -> None:
+        for task_id, job in list(self.in_hand.items()):
+            if job.done():
+                del self.in_hand[task_id]
+                if not job.cancelled() and job.exception() is not None:
+                    log.error("task=%s coroutine failed", task_id, exc_info=job.exception())
+
+    def request_stop(self) -> None:
+        """Ask the loop to stop (first signal); a second call cancels in-flight work."""
+        if self.stopping:
+            for job in self.in_hand.values():
+                job.cancel()
+            return
+        self.stopping = True
+        if self._stop_event is not None:
+            self._stop_event.set()
+
+    async def _drain(self) -> None:
+        """Let in-flight steps record their outcome (bounded), then cancel what remains.
+
+        Cancelling our coroutines never cancels Ember's jobs: the next start
+        resumes polling them by id.
+        """
+        jobs = list(self.in_hand.values())
+        if jobs:
+            _done, pending = await asyncio.wait(jobs, timeout=self.stop_grace)
+            for job in pending:
+                job.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+        self._reap()
+
+    async def _sleep(self, seconds: float) -> None:
+        """Sleep, waking early when a stop is requested."""
+        if self._stop_event is None:
+            await asyncio.sleep(seconds)
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stop_event.wait(), timeout=seconds)
+
+    # --- one task ----------------------------------------------------------------
+
+    async def drive(self, task_id: str) -> None:
+        """Advance one task through its states until it rests, waits or the worker stops."""
+        task = await db(Task.objects.get)(pk=task_id)
+        try:
+            while not self.stopping and task.state in ACTIVE:
+                if task.state == TaskState.QUEUED:
+                    if not await self.submit(task):
+                        return
+                elif task.state == TaskState.RUNNING:
+                    if not await self.follow(task):
+                        return
+                else:
+                    await self.finish(task)
+        except Conflict:
+            log.info("task=%s moved under us; leaving it to the other writer", task_id)
+        except Exception as exc:
+            # One task's surprise never stops the pump; it waits before being tried again.
+            log.exception("task=%s step failed", task_id)
+            await db(_postpone)(task_id, f"The worker hit an error: {exc}")
+
+    async def submit(self, task: Task) -> bool:
+        """queued → preparing → submitting → POST → the row EMBER.md's table names.
+
+        Returns True when the task went on to `running`.
+        """
+        await db(move)(
+            task, TaskState.PREPARING, expected=task.version, phase="Checking reference photos"
+        )
+        references = await self.load_references(task)
+        if references is None:
+            await db(move)(task, TaskState.FAILED, phase="Failed", error=REFERENCE_CHANGED)
+            return False
+        number = await db(task.attempts.count)() + 1
+        payload = build_payload(task, references, attempt=number)
+        await db(move)(
+            task,
+            TaskState.SUBMITTING,
+            expected=task.version,
+            submitted_at=timezone.now(),
+            phase="Sending to Ember",
+        )
+        try:
+            submitted = await self.client.submit(payload, idempotency_key=task.idempotency_key)
+        except EmberError as exc:
+            # Shielded: Ember's answer is recorded even if we are being cancelled.
+            await asyncio.shield(db(_record_refusal)(task, exc, number))
+            return False
+        await asyncio.shield(db(_record_accepted)(task, submitted, number))
+        return True
+
+    async def load_references(self, task: Task) -> list[dict[str, Any]] | None:
+        """Read and re-hash each frozen reference; None when one is missing or changed."""
+        return await asyncio.to_thread(_read_references, task.references)
+
+    async def follow(self, task: Task) -> bool:
+        """Poll a running job until it ends; returns True when it went on to `copying`."""
+        assert task.submitted_at is not None
+        deadline = task.submitted_at + timedelta(seconds=self.poll_bound)
+        while not self.stopping:
+            if timezone.now() > deadline:
+                await db(move)(
+                    task,
+                    TaskState.UNCERTAIN,
+                    phase="Ember did not finish in time; reconcile before retry",
+                    error=f"Ember's job {task.ember_job_id} did not finish within "
+                    f"{self.poll_bound:.0f} seconds. Nothing was resubmitted.",
+                )
+                return False
+            try:
+                job = await self.client.poll(task.ember_job_id)
+            except EmberNotFound:
+                await db(move)(
+                    task,
+                    TaskState.UNCERTAIN,
+                    phase=RECONCILE_PHASE,
+                    error=f"Ember does not know job {task.ember_job_id}. Nothing was resubmitted.",
+                )
+                return False
+            except EmberError as exc:
+                # Transient: keep polling within the bound.
+                log.warning("task=%s poll failed: %s", task.pk, exc.message)
+            else:
+                if job.status == "succeeded":
+                    await db(move)(
+                        task,
+                        TaskState.COPYING,
+                        result=job.result,
+                        phase="Copying the original from Ember",
+                    )
+                    return True
+                if job.status == "failed":
+                    await db(move)(
+                        task,
+                        TaskState.FAILED,
+                        phase="Ember could not generate this",
+                        error=job.error,
+                    )
+                    return False
+            await self._sleep(self.poll_interval)
+        return False
+
+    async def finish(self, task: Task) -> None:
+        """Copy first, release last (SPEC §6): the original and its row, then the PATCH."""
+        result = task.result or {}
+        image = result.get("image") or {}
+        history = result.get("history") or {}
+        asset = await db(Asset.objects.filter(task=task).first)()
+        if asset is None:
+            try:
+                original = await self._copy(image)
+            except (EmberError, originals.NotAnImage, originals.ChecksumFailed, OSError) as exc:
+                await db(move)(
+                    task,
+                    TaskState.COPY_FAILED,
+                    phase="The copy from Ember failed; reconcile to retry",
+                    error=getattr(exc, "message", None) or str(exc),
+                )
+                return
+            asset = await db(record_asset)(task, original)
+        elif history.get("id") and not asset.ember_history_id:
+            # The bytes are already safe: only the history id is new.
+            await db(update)(asset, ember_history_id=history["id"])
+        released = task.protection_released
+        if released is not True:
+            released = await self.client.release(image["id"])
+        if asset.ember_history_id:
+            await db(move)(
+                task, TaskState.DONE, phase="Complete", error="", protection_released=released
+            )
+        else:
+            await db(move)(
+                task,
+                TaskState.HISTORY_MISSING,
+                phase="Original saved; history needs repair",
+                error=result.get("history_error") or "Ember did not write its history row.",
+                protection_released=released,
+            )
+
+    async def _copy(self, image: dict[str, Any]) -> originals.Original:
+        """Fetch the image and save it as an original, retrying a few times."""
+        delay = self.fetch_retry_delay
+        for attempt in range(1, FETCH_TRIES + 1):
+            try:
+                data, _content_type = await self.client.fetch(
+                    image["id"], sha256=image.get("sha256")
+                )
+                return await asyncio.to_thread(originals.save, data)
+            except EmberNotFound:
+                raise  # the image is gone; asking again will not bring it back
+            except (EmberError, originals.NotAnImage, originals.ChecksumFailed, OSError):
+                if attempt == FETCH_TRIES:
+                    raise
+            await asyncio.sleep(delay)
+            delay *= 2
+        raise AssertionError("unreachable")
+
+
+# --- steps that touch only the database or files, run in threads ---------------
+
+
+def build_payload(task: Task, references: list[dict[str, Any]], *, attempt: int) -> dict[str, Any]:
+    """Return the asynchronous door's request body for `task` (EMBER.md)."""
+    return {
+        "kind": task.kind,
+        "provider": task.provider,
+        "model": task.model or None,
+        "prompt": task.prompt,
+        "frame": task.frame,
+        "references": references,
+        "source_metadata": {
+            "source_app": "cwkAvatars",
+            "purpose": "exploration",
+            "batch_id": str(task.batch_id),
+            "task_id": str(task.pk),
+            "attempt": attempt,
+            "subjects": [str(s) for s in task.subjects],
+            "frame": task.frame,
+            "candidate": task.ordinal,
+        },
+    }
+
+
+def _read_references(frozen: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+    import base64
+
+    out = []
+    for ref in frozen:
+        try:
+            data = originals.read(ref["sha256"], ref["mime"])
+        except (OSError, ValueError, originals.ChecksumFailed):
+            return None
+        out.append(
+            {
+                "name": ref["name"],
+                "sha256": ref["sha256"],
+                "mime": ref["mime"],
+                "data": base64.b64encode(data).decode("ascii"),
+            }
+        )
+    return out
+
+
+def _record_accepted(task: Task, submitted: Submitted, number: int) -> Task:
+    """202: the very next write is `running` with the job id, and its Attempt."""
+    now = timezone.now()
+    with transaction.atomic():
+        # A clip re-sent under its key comes back with the same job: the same attempt.
+        attempt = task.attempts.filter(ember_job_id=submitted.job_id).first()
+        if attempt is None:
+            Attempt.objects.create(
+                task=task,
+                number=number,
+                ember_job_id=submitted.job_id,
+                submitted_at=task.submitted_at or now,
+                answered_at=now,
+                outcome=Attempt.Outcome.ACCEPTED,
+            )
+        return move(
+            task,
+            TaskState.RUNNING,
+            ember_job_id=submitted.job_id,
+            phase="Ember is generating",
+            error="",
+        )
+
+
+def _record_refusal(task: Task, exc: EmberError, number: int) -> Task:
+    """Record what a failed submit proves, row by row of EMBER.md's Submit outcomes."""
+    now = timezone.now()
+    if isinstance(exc, EmberUnavailable):
+        return move(
+            task,
+            TaskState.QUEUED,
+            due=now + timedelta(seconds=UNREACHABLE_BACKOFF),
+            phase="Ember could not be reached; will try again",
+            error=exc.message,
+        )
+    if isinstance(exc, EmberBusy):
+        return move(
+            task,
+            TaskState.QUEUED,
+            due=now + timedelta(seconds=exc.retry_after),
+            phase=f"Ember is busy; trying again in {exc.retry_after:.0f} s",
+            error=exc.message,
+        )
+    if isinstance(exc, EmberAuthError):
+        return move(
+            task,
+            TaskState.QUEUED,
+            due=now + timedelta(seconds=AUTH_BACKOFF),
+            phase="Ember refused our credentials; check EMBER_TOKEN",
+            error=exc.message,
+        )
+    if isinstance(exc, EmberRejected | EmberNotFound):
+        return move(task, TaskState.FAILED, phase="Ember refused this request", error=exc.message)
+    # The request may have reached Ember.
+    if task.kind == Kind.CLIP:
+        return move(
+            task,
+            TaskState.QUEUED,
+            due=now + timedelta(seconds=RESEND_BACKOFF),
+            phase="Ember's answer was lost; re-sending under the same key",
+            error=exc.message,
+        )
+    with transaction.atomic():
+        _record_unknown_attempt(task, exc.message, number=number)
+        return move(
+            task,
+            TaskState.UNCERTAIN,
+            phase=RECONCILE_PHASE,
+            error=f"{MAY_HAVE_REACHED} ({exc.message})",
+        )
+
+
+def _record_unknown_attempt(task: Task, error: str, *, number: int | None = None) -> None:
+    """An image submit that may have been paid for is an attempt, with no job id yet."""
+    Attempt.objects.create(
+        task=task,
+        number=number or task.attempts.count() + 1,
+        submitted_at=task.submitted_at or timezone.now(),
+        outcome=Attempt.Outcome.UNKNOWN,
+        error=error,
+    )
+
+
+def record_asset(task: Task, original: originals.Original) -> Asset:
+    """Write the generated original's row (with its history id when Ember sent one)."""
+    result = task.result or {}
+    image = result.get("image") or {}
+    history = result.get("history") or {}
+    metadata = image.get("metadata") or {}
+    with transaction.atomic():
+        asset = Asset.objects.create(
+            sha256=original.sha256,
+            file_name=f"{task.provider}-{task.frame}-{task.ordinal}{original.info.extension}",
+            mime=original.info.mime,
+            width=original.info.width,
+            height=original.info.height,
+            size=original.size,
+            label=f"{task.provider_label} · {task.frame} #{task.ordinal}",
+            origin=Origin.GENERATED,
+            references=[r["asset"] for r in task.references],
+            task=task,
+            batch_id=task.batch_id,
+            workflow="exploration",
+            ember_image_id=image.get("id", ""),
+            ember_history_id=history.get("id", "") or "",
+            provider=metadata.get("provider") or task.provider,
+            model=metadata.get("model") or task.model,
+            prompt=task.prompt,
+            upstream=result,
+        )
+        asset.subjects.set(task.subjects)
+        update(task, asset=asset)
+    return asset
+
+
+def _postpone(task_id: str, error: str) -> None:
+    """Park a task whose step raised, so it is not retried in a tight loop.
+
+    A task caught in `preparing` goes back to `queued` (nothing was sent); one
+    caught in `submitting` is left for the wake-up table, which knows what an
+    interrupted submit may mean.
+    """
+    task = Task.objects.get(pk=task_id)
+    state = TaskState.QUEUED if task.state == TaskState.PREPARING else task.state
+    if state in ACTIVE:
+        due = timezone.now() + timedelta(seconds=CRASH_BACKOFF)
+        move(task, TaskState(state), due=due, error=error[:2000])

@@ -1,0 +1,120 @@
+"""The shared cast: a data dir per test, subjects with reference photos, a mocked Ember."""
+
+import io
+import random
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import respx
+from asgiref.sync import async_to_sync
+from django.conf import settings
+from PIL import Image
+
+from studio import originals
+from studio.ember.client import EmberClient
+from studio.models import Asset, Origin, Subject
+from studio.worker import Worker
+
+EMBER = "http://ember.test"
+
+
+def png_bytes(seed: int = 0, size: tuple[int, int] = (64, 48), fmt: str = "PNG") -> bytes:
+    """Return a small, real image whose bytes differ by seed."""
+    rng = random.Random(seed)
+    img = Image.new("RGB", size, (rng.randrange(256), rng.randrange(256), rng.randrange(256)))
+    for _ in range(20):
+        img.putpixel((rng.randrange(size[0]), rng.randrange(size[1])), (rng.randrange(256),) * 3)
+    out = io.BytesIO()
+    img.save(out, fmt)
+    return out.getvalue()
+
+
+@pytest.fixture(autouse=True)
+def data_dir(tmp_path: Path, settings: Any) -> Path:
+    """Give every test its own data dir (originals, thumbs, worker.lock)."""
+    path = tmp_path / "data"
+    path.mkdir()
+    settings.AVATARS_DATA_DIR = path
+    settings.EMBER_URL = EMBER
+    settings.EMBER_TOKEN = "test-token"
+    return path
+
+
+@pytest.fixture
+def make_subject(db: None):
+    def make(name: str = "Ada") -> Subject:
+        return Subject.objects.create(name=name, slug=name.lower().replace(" ", "-"))
+
+    return make
+
+
+@pytest.fixture
+def make_reference(db: None):
+    """Store a real reference photo for a subject, as an upload would."""
+    counter = iter(range(1000, 10_000))
+
+    def make(subject: Subject, data: bytes | None = None) -> Asset:
+        data = data or png_bytes(next(counter))
+        original = originals.save(data)
+        asset = Asset.objects.create(
+            sha256=original.sha256,
+            file_name=f"{subject.slug}{original.info.extension}",
+            mime=original.info.mime,
+            width=original.info.width,
+            height=original.info.height,
+            size=original.size,
+            origin=Origin.UPLOADED,
+        )
+        asset.subjects.add(subject)
+        return asset
+
+    return make
+
+
+@pytest.fixture
+def subject(make_subject, make_reference) -> Subject:
+    """A subject with one reference photo."""
+    ada = make_subject("Ada")
+    make_reference(ada)
+    return ada
+
+
+@pytest.fixture
+def ember() -> Iterator[respx.Router]:
+    """Ember, mocked at the HTTP boundary; nothing unmocked may be called."""
+    with respx.mock(base_url=EMBER, assert_all_called=False) as router:
+        yield router
+
+
+@pytest.fixture
+def worker() -> Worker:
+    """A worker with the waits shrunk for tests (the logic is unchanged)."""
+    return Worker(
+        client=EmberClient(),
+        workers=4,
+        poll_interval=0,
+        tick=0,
+        fetch_retry_delay=0,
+    )
+
+
+def drain(worker: Worker) -> None:
+    """Run the worker until nothing is due or in hand (`run_worker --once`)."""
+    async_to_sync(worker.run)(once=True)
+
+
+def batch_request(subject: Subject, **overrides: Any) -> dict[str, Any]:
+    request: dict[str, Any] = {
+        "title": "Spring avatars",
+        "prompt": "a friendly portrait, watercolour",
+        "subjects": [subject.pk],
+        "providers": [{"provider": "openai", "candidates": 1}],
+        "frames": ["image"],
+    }
+    request.update(overrides)
+    return request
+
+
+__all__ = ["EMBER", "batch_request", "drain", "png_bytes", "settings"]

@@ -1,0 +1,118 @@
+"""A respx-backed Ember for unit tests of the worker: jobs succeed at the first poll."""
+
+import hashlib
+import itertools
+import json
+from collections import Counter
+from typing import Any
+
+import httpx
+import respx
+
+from tests.conftest import png_bytes
+
+JOBS = "/api/v1/api-generators/jobs"
+
+
+class FakeEmber:
+    """Answers EMBER.md's routes from memory and records what it was asked."""
+
+    def __init__(self, router: respx.Router, *, history: bool = True) -> None:
+        self.router = router
+        self.history = history
+        self.submits: list[dict[str, Any]] = []
+        self.submit_headers: list[httpx.Headers] = []
+        self.jobs: dict[str, dict[str, Any]] = {}
+        self.images: dict[str, bytes] = {}
+        self.keys: dict[str, str] = {}
+        self.charged: Counter[str] = Counter()
+        self._ids = itertools.count(1)
+        self.submit_route = router.post(JOBS).mock(side_effect=self._submit)
+        self.poll_route = router.get(path__regex=rf"^{JOBS}/(?P<job_id>[^/]+)$").mock(
+            side_effect=self._poll
+        )
+        self.file_route = router.get(path__regex=r"^/api/v1/images/(?P<image_id>[^/]+)/file$").mock(
+            side_effect=self._file
+        )
+        self.release_route = router.patch(
+            path__regex=r"^/api/v1/explorations/(?P<image_id>[^/]+)/protection$"
+        ).mock(return_value=httpx.Response(200, json={"protected": False}))
+        self.history_route = router.get("/api/v1/history").mock(side_effect=self._history)
+        self.generate_route = router.post("/api/v1/api-generators/generate").mock(
+            return_value=httpx.Response(500)
+        )
+
+    def _submit(self, request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        self.submits.append(body)
+        self.submit_headers.append(request.headers)
+        key = request.headers.get("Idempotency-Key")
+        if key and key in self.keys:
+            job_id = self.keys[key]
+            return httpx.Response(
+                202,
+                json={"id": job_id, "status": "queued"},
+                headers={"Idempotent-Replayed": "true"},
+            )
+        n = next(self._ids)
+        self.charged[body["source_metadata"]["task_id"]] += 1
+        job_id = f"job_{n}"
+        if key:
+            self.keys[key] = job_id
+        data = png_bytes(n)
+        image_id = f"img_{n}"
+        self.images[image_id] = data
+        self.jobs[job_id] = {
+            "body": body,
+            "result": {
+                "image": {
+                    "id": image_id,
+                    "mime": "image/png",
+                    "sha256": hashlib.sha256(data).hexdigest(),
+                    "bytes": len(data),
+                    "metadata": {"provider": body["provider"], "model": body["model"]},
+                },
+                "history": {"id": f"hist_{n}"} if self.history else None,
+                "history_error": None if self.history else "history write failed",
+            },
+        }
+        return httpx.Response(202, json={"id": job_id, "status": "queued"})
+
+    def _poll(self, request: httpx.Request, job_id: str) -> httpx.Response:
+        job = self.jobs.get(job_id)
+        if job is None:
+            return httpx.Response(404, json={"error": {"code": "not_found", "message": "no job"}})
+        return httpx.Response(
+            200, json={"id": job_id, "status": "succeeded", "result": job["result"]}
+        )
+
+    def _file(self, request: httpx.Request, image_id: str) -> httpx.Response:
+        return httpx.Response(
+            200, content=self.images[image_id], headers={"Content-Type": "image/png"}
+        )
+
+    def _history(self, request: httpx.Request) -> httpx.Response:
+        task_id = request.url.params["task_id"]
+        items = [
+            {
+                "id": job["result"]["history"]["id"],
+                "job_id": job_id,
+                "image_id": job["result"]["image"]["id"],
+                "source_metadata": job["body"]["source_metadata"],
+                "result": job["result"],
+            }
+            for job_id, job in self.jobs.items()
+            if job["body"]["source_metadata"]["task_id"] == task_id and job["result"]["history"]
+        ]
+        return httpx.Response(200, json={"items": items})
+
+    def repair_history(self) -> None:
+        """Write the history rows Ember failed to write (as Ember's repair would)."""
+        for job_id, job in self.jobs.items():
+            if job["result"]["history"] is None:
+                job["result"]["history"] = {"id": f"hist_{job_id}"}
+                job["result"]["history_error"] = None
+
+    def charges(self, task_id: str) -> int:
+        """How many new (paid) jobs this task caused."""
+        return self.charged[task_id]

@@ -1,0 +1,671 @@
+"""The worker's steps, driven one at a time against a mocked Ember (SPEC §6, EMBER.md)."""
+
+import sqlite3
+from datetime import timedelta
+from pathlib import Path
+
+import httpx
+import pytest
+from asgiref.sync import async_to_sync
+from django.conf import settings
+from django.db import connection
+from django.utils import timezone
+
+from studio import engine, originals
+from studio.models import Asset, Attempt, Kind, Task, TaskState
+from studio.store import move
+from studio.worker import MAY_HAVE_REACHED, RECONCILE_PHASE, REFERENCE_CHANGED, Worker
+from tests.conftest import batch_request, drain
+from tests.fake_ember import JOBS, FakeEmber
+
+pytestmark = pytest.mark.django_db
+
+
+def plan(subject, frames=("image",), candidates=1, providers=("openai",)) -> list[Task]:
+    batch = engine.generate(
+        request=batch_request(
+            subject,
+            frames=list(frames),
+            providers=[{"provider": p, "candidates": candidates} for p in providers],
+        )
+    )
+    return list(batch.tasks.all())
+
+
+def originals_on_disk() -> set[str]:
+    folder = Path(settings.AVATARS_DATA_DIR) / "originals"
+    return {p.name for p in folder.iterdir()}
+
+
+# --- the happy path -------------------------------------------------------------
+
+
+def test_it_takes_an_image_from_queued_to_done_with_its_original_on_disk(subject, ember, worker):
+    fake = FakeEmber(ember)
+    [task] = plan(subject)
+
+    drain(worker)
+
+    task.refresh_from_db()
+    assert task.state == TaskState.DONE
+    assert task.phase == "Complete"
+    assert task.protection_released is True
+    asset = Asset.objects.get(task=task)
+    assert task.asset == asset
+    assert asset.ember_history_id == "hist_1"
+    assert asset.ember_image_id == "img_1"
+    assert originals.path_for(asset.sha256, ".png").read_bytes() == fake.images["img_1"]
+    assert list(asset.subjects.all()) == [subject]
+    assert [(a.number, a.ember_job_id, a.outcome) for a in task.attempts.all()] == [
+        (1, "job_1", "accepted")
+    ]
+    assert fake.charges(str(task.pk)) == 1
+    assert fake.release_route.call_count == 1
+
+
+def test_it_sends_every_source_metadata_field_and_never_the_synchronous_door(
+    subject, ember, worker
+):
+    fake = FakeEmber(ember)
+    [task] = plan(subject, frames=("headshot",))
+
+    drain(worker)
+
+    [body] = fake.submits
+    assert body["source_metadata"] == {
+        "source_app": "cwkAvatars",
+        "purpose": "exploration",
+        "batch_id": str(task.batch_id),
+        "task_id": str(task.pk),
+        "attempt": 1,
+        "subjects": [str(subject.pk)],
+        "frame": "headshot",
+        "candidate": 1,
+    }
+    assert body["kind"] == "image"
+    assert body["provider"] == "openai"
+    assert body["prompt"] == "a friendly portrait, watercolour"
+    [ref] = body["references"]
+    assert ref["sha256"] == task.references[0]["sha256"]
+    assert ref["data"]  # the reference photo's bytes travel with the job
+    assert fake.generate_route.call_count == 0
+
+
+def test_it_sends_a_clip_with_its_idempotency_key(subject, ember, worker):
+    fake = FakeEmber(ember)
+    [task] = plan(subject, frames=("clip",))
+
+    drain(worker)
+
+    task.refresh_from_db()
+    assert task.kind == Kind.CLIP and task.state == TaskState.DONE
+    assert fake.submit_headers[0]["Idempotency-Key"] == task.idempotency_key
+
+
+# --- the wake-up table ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("frame", ["image", "clip"])
+def test_it_wakes_preparing_back_to_queued(subject, ember, worker, frame):
+    [task] = plan(subject, frames=(frame,))
+    move(task, TaskState.PREPARING)
+
+    worker.recover()
+
+    task.refresh_from_db()
+    assert task.state == TaskState.QUEUED
+    assert task.next_attempt_at is not None
+
+
+def test_it_wakes_a_submitting_image_as_uncertain_and_never_resends_it(subject, ember, worker):
+    fake = FakeEmber(ember)
+    [task] = plan(subject)
+    move(task, TaskState.SUBMITTING, submitted_at=timezone.now())
+
+    drain(worker)
+
+    task.refresh_from_db()
+    assert task.state == TaskState.UNCERTAIN
+    assert task.phase == "Reconcile before retry"
+    assert task.error == (
+        "The previous submit may have reached Ember. Check history before submitting again."
+    )
+    assert [a.outcome for a in task.attempts.all()] == [Attempt.Outcome.UNKNOWN]
+    assert fake.submits == []
+
+
+def test_it_wakes_a_submitting_clip_to_queued_and_resends_it_under_the_same_key(
+    subject, ember, worker
+):
+    fake = FakeEmber(ember)
+    [task] = plan(subject, frames=("clip",))
+    key = task.idempotency_key
+    # The first submit reached Ember; the worker died before writing `running`.
+    async_to_sync(worker.client.submit)(
+        {"source_metadata": {"task_id": str(task.pk)}, "provider": "openai", "model": None},
+        idempotency_key=key,
+    )
+    move(task, TaskState.SUBMITTING, submitted_at=timezone.now())
+
+    drain(worker)
+
+    task.refresh_from_db()
+    assert task.state == TaskState.DONE
+    assert [h["Idempotency-Key"] for h in fake.submit_headers] == [key, key]
+    assert fake.charges(str(task.pk)) == 1
+    assert task.ember_job_id == "job_1"
+    assert task.attempts.count() == 1
+
+
+def test_it_wakes_running_by_polling_the_recorded_job_without_submitting(subject, ember, worker):
+    fake = FakeEmber(ember)
+    [task] = plan(subject)
+    async_to_sync(fake_submit)(worker, task)
+    move(task, TaskState.RUNNING, ember_job_id="job_1", submitted_at=timezone.now())
+
+    drain(worker)
+
+    task.refresh_from_db()
+    assert task.state == TaskState.DONE
+    assert len(fake.submits) == 1  # only the one made before the "crash"
+    assert fake.poll_route.called
+
+
+def test_it_wakes_copying_by_finishing_from_the_saved_answer(subject, ember, worker):
+    fake = FakeEmber(ember)
+    [task] = plan(subject)
+    async_to_sync(fake_submit)(worker, task)
+    move(task, TaskState.COPYING, ember_job_id="job_1", result=fake.jobs["job_1"]["result"])
+
+    drain(worker)
+
+    task.refresh_from_db()
+    assert task.state == TaskState.DONE
+    assert len(fake.submits) == 1
+    assert not fake.poll_route.called
+    assert fake.file_route.call_count == 1
+
+
+async def fake_submit(worker: Worker, task: Task) -> None:
+    """Make the submit a dead worker made before it could record it."""
+    await worker.client.submit(
+        {"source_metadata": {"task_id": str(task.pk)}, "provider": "openai", "model": None}
+    )
+
+
+# --- cancel racing the worker ---------------------------------------------------------
+
+
+def test_it_loses_the_race_to_a_cancel_during_preparation_and_sends_nothing(subject, ember, worker):
+    fake = FakeEmber(ember)
+    [task] = plan(subject)
+
+    class CancelledWhilePreparing(Worker):
+        async def load_references(self, task):
+            # A person cancels while the worker is reading the references.
+            from asgiref.sync import sync_to_async
+
+            def cancel() -> None:
+                engine.cancel_task(task=Task.objects.get(pk=task.pk))
+
+            await sync_to_async(cancel)()
+            return await super().load_references(task)
+
+    racing = CancelledWhilePreparing(client=worker.client, poll_interval=0, tick=0)
+    drain(racing)
+
+    task.refresh_from_db()
+    assert task.state == TaskState.CANCELLED
+    assert fake.submits == []
+
+
+def test_it_cannot_cancel_a_task_once_it_is_submitting(subject, ember, worker):
+    [task] = plan(subject)
+    move(task, TaskState.SUBMITTING, submitted_at=timezone.now())
+
+    with pytest.raises(engine.TooLate):
+        engine.cancel_task(task=task)
+    task.refresh_from_db()
+    assert task.state == TaskState.SUBMITTING
+
+
+# --- submit outcomes (EMBER.md) -------------------------------------------------------
+
+
+def submit_once(worker: Worker, task: Task) -> Task:
+    async_to_sync(worker.submit)(task)
+    task.refresh_from_db()
+    return task
+
+
+@pytest.mark.parametrize("frame", ["image", "clip"])
+def test_it_records_running_with_the_job_and_an_attempt_on_202(subject, ember, worker, frame):
+    FakeEmber(ember)
+    [task] = plan(subject, frames=(frame,))
+
+    task = submit_once(worker, task)
+
+    assert task.state == TaskState.RUNNING
+    assert task.ember_job_id == "job_1"
+    assert task.submitted_at is not None
+    [attempt] = task.attempts.all()
+    assert (attempt.number, attempt.ember_job_id, attempt.outcome) == (1, "job_1", "accepted")
+
+
+@pytest.mark.parametrize("frame", ["image", "clip"])
+@pytest.mark.parametrize("error", [httpx.ConnectError("refused"), httpx.ConnectTimeout("slow")])
+def test_it_requeues_with_back_off_when_nothing_reached_ember(subject, ember, worker, frame, error):
+    ember.post(JOBS).mock(side_effect=error)
+    [task] = plan(subject, frames=(frame,))
+
+    task = submit_once(worker, task)
+
+    assert task.state == TaskState.QUEUED
+    assert task.next_attempt_at > timezone.now()
+    assert "could not be reached" in task.phase
+    assert task.attempts.count() == 0
+
+
+@pytest.mark.parametrize("frame", ["image", "clip"])
+@pytest.mark.parametrize("status", [429, 503])
+def test_it_requeues_until_retry_after_when_ember_is_busy(subject, ember, worker, frame, status):
+    ember.post(JOBS).mock(
+        return_value=httpx.Response(
+            status, headers={"Retry-After": "120"}, json={"error": {"code": "busy", "message": "x"}}
+        )
+    )
+    [task] = plan(subject, frames=(frame,))
+
+    task = submit_once(worker, task)
+
+    assert task.state == TaskState.QUEUED
+    wait = (task.next_attempt_at - timezone.now()).total_seconds()
+    assert 110 < wait <= 120
+    assert task.attempts.count() == 0
+
+
+@pytest.mark.parametrize("frame", ["image", "clip"])
+@pytest.mark.parametrize("status", [401, 403])
+def test_it_requeues_with_a_long_back_off_when_credentials_are_refused(
+    subject, ember, worker, frame, status
+):
+    ember.post(JOBS).mock(
+        return_value=httpx.Response(status, json={"error": {"code": "auth", "message": "bad"}})
+    )
+    [task] = plan(subject, frames=(frame,))
+
+    task = submit_once(worker, task)
+
+    assert task.state == TaskState.QUEUED
+    assert (task.next_attempt_at - timezone.now()).total_seconds() > 200
+    assert "credentials" in task.phase
+
+
+@pytest.mark.parametrize("frame", ["image", "clip"])
+@pytest.mark.parametrize("status", [400, 422])
+def test_it_fails_with_embers_message_on_another_4xx(subject, ember, worker, frame, status):
+    ember.post(JOBS).mock(
+        return_value=httpx.Response(
+            status, json={"error": {"code": "invalid", "message": "Prompt too spicy."}}
+        )
+    )
+    [task] = plan(subject, frames=(frame,))
+
+    task = submit_once(worker, task)
+
+    assert task.state == TaskState.FAILED
+    assert task.error == "Prompt too spicy."
+    assert task.next_attempt_at is None
+
+
+UNKNOWN_OUTCOMES = [
+    httpx.Response(500),
+    httpx.Response(502),
+    httpx.Response(504),
+    httpx.ReadTimeout("no answer"),
+    httpx.RemoteProtocolError("Server disconnected without sending a response."),
+]
+
+
+@pytest.mark.parametrize("outcome", UNKNOWN_OUTCOMES, ids=["500", "502", "504", "read", "drop"])
+def test_it_marks_an_image_uncertain_when_the_submit_may_have_arrived(
+    subject, ember, worker, outcome
+):
+    route = ember.post(JOBS)
+    route.mock(side_effect=outcome) if isinstance(outcome, Exception) else route.mock(
+        return_value=outcome
+    )
+    [task] = plan(subject)
+
+    task = submit_once(worker, task)
+    drain(worker)  # and the worker never sends it again on its own
+
+    task.refresh_from_db()
+    assert task.state == TaskState.UNCERTAIN
+    assert task.phase == RECONCILE_PHASE
+    assert task.error.startswith(MAY_HAVE_REACHED)
+    assert route.call_count == 1
+    assert [a.outcome for a in task.attempts.all()] == [Attempt.Outcome.UNKNOWN]
+
+
+@pytest.mark.parametrize("outcome", UNKNOWN_OUTCOMES, ids=["500", "502", "504", "read", "drop"])
+def test_it_resends_a_clip_under_the_same_key_when_the_submit_may_have_arrived(
+    subject, ember, worker, outcome
+):
+    fake = FakeEmber(ember)
+    first = True
+
+    def flaky(request: httpx.Request) -> httpx.Response:
+        nonlocal first
+        response = fake._submit(request)  # Ember took the job (and charged it) ...
+        if first:
+            first = False
+            if isinstance(outcome, Exception):
+                raise outcome  # ... but the answer was lost
+            return outcome
+        return response
+
+    fake.submit_route.mock(side_effect=flaky)
+    [task] = plan(subject, frames=("clip",))
+
+    task = submit_once(worker, task)
+    assert task.state == TaskState.QUEUED
+    move(task, TaskState.QUEUED)  # due now, instead of after the short back-off
+    drain(worker)
+
+    task.refresh_from_db()
+    assert task.state == TaskState.DONE
+    keys = [h["Idempotency-Key"] for h in fake.submit_headers]
+    assert keys == [task.idempotency_key, task.idempotency_key]
+    assert fake.charges(str(task.pk)) == 1
+    assert task.attempts.count() == 1
+
+
+# --- running --------------------------------------------------------------------------
+
+
+def test_it_fails_a_job_ember_failed_with_embers_message(subject, ember, worker):
+    fake = FakeEmber(ember)
+    fake.poll_route.mock(
+        return_value=httpx.Response(
+            200,
+            json={
+                "id": "job_1",
+                "status": "failed",
+                "error": {"code": "content_policy", "message": "Refused by the provider."},
+            },
+        )
+    )
+    [task] = plan(subject)
+
+    drain(worker)
+
+    task.refresh_from_db()
+    assert task.state == TaskState.FAILED
+    assert task.error == "Refused by the provider."
+
+
+def test_it_gives_up_polling_at_the_bound_as_uncertain_without_resubmitting(subject, ember, worker):
+    fake = FakeEmber(ember)
+    fake.poll_route.mock(
+        return_value=httpx.Response(200, json={"id": "job_1", "status": "running"})
+    )
+    [task] = plan(subject)
+    async_to_sync(fake_submit)(worker, task)
+    long_ago = timezone.now() - timedelta(seconds=1801)
+    move(task, TaskState.RUNNING, ember_job_id="job_1", submitted_at=long_ago)
+
+    drain(worker)
+
+    task.refresh_from_db()
+    assert task.state == TaskState.UNCERTAIN
+    assert "did not finish in time" in task.phase
+    assert len(fake.submits) == 1
+
+
+def test_it_keeps_polling_through_transient_errors(subject, ember, worker):
+    fake = FakeEmber(ember)
+    answers = iter(
+        [
+            httpx.Response(502),
+            httpx.ConnectError("down"),
+            httpx.Response(200, json={"id": "job_1", "status": "running"}),
+        ]
+    )
+
+    def poll(request, job_id):
+        answer = next(answers, None)
+        if answer is None:
+            return fake._poll(request, job_id)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    fake.poll_route.mock(side_effect=poll)
+    [task] = plan(subject)
+
+    drain(worker)
+
+    task.refresh_from_db()
+    assert task.state == TaskState.DONE
+    assert fake.poll_route.call_count == 4
+
+
+def test_it_marks_a_job_ember_does_not_know_as_uncertain(subject, ember, worker):
+    fake = FakeEmber(ember)
+    fake.poll_route.mock(
+        return_value=httpx.Response(404, json={"error": {"code": "not_found", "message": "?"}})
+    )
+    [task] = plan(subject)
+
+    drain(worker)
+
+    task.refresh_from_db()
+    assert task.state == TaskState.UNCERTAIN
+    assert len(fake.submits) == 1
+
+
+# --- references -----------------------------------------------------------------------
+
+
+def test_it_fails_a_task_whose_frozen_reference_changed_and_sends_nothing(subject, ember, worker):
+    fake = FakeEmber(ember)
+    [task] = plan(subject)
+    ref = task.references[0]
+    originals.path_for(ref["sha256"], ".png").write_bytes(b"someone edited this photo")
+
+    drain(worker)
+
+    task.refresh_from_db()
+    assert task.state == TaskState.FAILED
+    assert task.error == "A frozen reference failed its checksum."
+    assert task.error == REFERENCE_CHANGED
+    assert fake.submits == []
+
+
+# --- finish: copy first, release last -------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_has_the_original_on_disk_and_its_row_committed_before_releasing(subject, ember, worker):
+    fake = FakeEmber(ember)
+    [task] = plan(subject)
+    seen = {}
+
+    def release(request, image_id):
+        sha = fake.jobs["job_1"]["result"]["image"]["sha256"]
+        seen["on_disk"] = originals.path_for(sha, ".png").is_file()
+        # Another connection sees only committed rows.
+        other = sqlite3.connect(connection.settings_dict["NAME"])
+        try:
+            seen["rows"] = other.execute(
+                "SELECT COUNT(*) FROM studio_asset WHERE sha256 = ? AND task_id = ?",
+                (sha, task.pk.hex),
+            ).fetchone()[0]
+        finally:
+            other.close()
+        return httpx.Response(200, json={"protected": False})
+
+    fake.release_route.mock(side_effect=release)
+
+    drain(worker)
+
+    task.refresh_from_db()
+    assert task.state == TaskState.DONE
+    assert seen == {"on_disk": True, "rows": 1}
+
+
+@pytest.mark.parametrize(
+    "failure", [httpx.Response(500), httpx.ConnectError("gone"), httpx.ReadTimeout("slow")]
+)
+@pytest.mark.parametrize("history", [True, False])
+def test_it_finishes_with_protection_unconfirmed_when_the_release_fails(
+    subject, ember, worker, failure, history
+):
+    fake = FakeEmber(ember, history=history)
+    route = fake.release_route
+    route.mock(side_effect=failure) if isinstance(failure, Exception) else route.mock(
+        return_value=failure
+    )
+    [task] = plan(subject)
+
+    drain(worker)
+
+    task.refresh_from_db()
+    assert task.state == (TaskState.DONE if history else TaskState.HISTORY_MISSING)
+    assert task.protection_released is False
+    assert Asset.objects.filter(task=task).exists()
+    assert route.call_count == 1  # nothing retries a failed release on a timer
+
+
+def test_it_records_history_missing_with_embers_message(subject, ember, worker):
+    FakeEmber(ember, history=False)
+    [task] = plan(subject)
+
+    drain(worker)
+
+    task.refresh_from_db()
+    assert task.state == TaskState.HISTORY_MISSING
+    assert task.phase == "Original saved; history needs repair"
+    assert task.error == "history write failed"
+
+
+def test_it_fetches_the_image_once_across_two_finishes(subject, ember, worker):
+    fake = FakeEmber(ember, history=False)
+    [task] = plan(subject)
+    drain(worker)
+    task.refresh_from_db()
+    assert task.state == TaskState.HISTORY_MISSING
+
+    fake.repair_history()
+    engine.reconcile(task=task, client=worker.client)
+    task.refresh_from_db()
+    assert task.state == TaskState.COPYING
+    drain(worker)
+
+    task.refresh_from_db()
+    assert task.state == TaskState.DONE
+    assert Asset.objects.get(task=task).ember_history_id == "hist_job_1"
+    assert fake.file_route.call_count == 1
+    assert len(fake.submits) == 1
+
+
+@pytest.mark.parametrize("bad", ["not an image", "wrong sha256"])
+def test_it_ends_copy_failed_on_bad_bytes_and_saves_and_releases_nothing(
+    subject, ember, worker, bad
+):
+    fake = FakeEmber(ember)
+    [broken, healthy] = plan(subject, candidates=2)
+    before = originals_on_disk()
+
+    def file(request, image_id):
+        data = fake.images[image_id]
+        if image_id == "img_1":
+            data = b"<html>oops</html>" if bad == "not an image" else data + b"!"
+            if bad == "not an image":
+                # Ember's sha256 matches these bytes: only the image check can catch them.
+                import hashlib
+
+                fake.jobs["job_1"]["result"]["image"]["sha256"] = hashlib.sha256(data).hexdigest()
+        return httpx.Response(200, content=data, headers={"Content-Type": "image/png"})
+
+    fake.file_route.mock(side_effect=file)
+    # The first task's job must be job_1: plan order is ordinal order.
+    drain(Worker(client=worker.client, workers=1, poll_interval=0, tick=0, fetch_retry_delay=0))
+
+    broken.refresh_from_db()
+    healthy.refresh_from_db()
+    assert broken.state == TaskState.COPY_FAILED
+    assert broken.error
+    assert broken.result is not None  # the saved answer stays for a later reconcile
+    assert not Asset.objects.filter(task=broken).exists()
+    released = [c.request.url.path for c in fake.release_route.calls]
+    assert "/api/v1/explorations/img_1/protection" not in released
+    assert healthy.state == TaskState.DONE  # the pump kept going
+    assert len(originals_on_disk() - before) == 1
+
+
+def test_it_copies_a_copy_failed_task_after_reconcile_without_generating_again(
+    subject, ember, worker
+):
+    fake = FakeEmber(ember)
+    fake.file_route.mock(return_value=httpx.Response(503))
+    [task] = plan(subject)
+    drain(worker)
+    task.refresh_from_db()
+    assert task.state == TaskState.COPY_FAILED
+
+    fake.file_route.mock(side_effect=fake._file)
+    engine.reconcile(task=task, client=worker.client)
+    drain(worker)
+
+    task.refresh_from_db()
+    assert task.state == TaskState.DONE
+    assert len(fake.submits) == 1
+
+
+# --- the pump ---------------------------------------------------------------------------
+
+
+def test_it_keeps_pumping_when_one_task_raises(subject, ember, worker, monkeypatch):
+    FakeEmber(ember)
+    [bad, good] = plan(subject, candidates=2)
+    real = Worker.load_references
+
+    async def explode(self, task):
+        if task.pk == bad.pk:
+            raise RuntimeError("disk on fire")
+        return await real(self, task)
+
+    monkeypatch.setattr(Worker, "load_references", explode)
+
+    drain(worker)
+
+    bad.refresh_from_db()
+    good.refresh_from_db()
+    assert good.state == TaskState.DONE
+    assert bad.state == TaskState.QUEUED
+    assert "disk on fire" in bad.error
+    assert bad.next_attempt_at > timezone.now()  # not retried in a tight loop
+
+
+def test_it_drives_no_more_than_its_limit_at_once(subject, ember):
+    FakeEmber(ember)
+    plan(subject, candidates=5)
+    worker = Worker(workers=2, poll_interval=0, tick=0)
+
+    async def one_pass() -> tuple[int, int]:
+        started = await worker.pump()
+        in_hand = len(worker.in_hand)
+        worker.request_stop()
+        await worker._drain()
+        return started, in_hand
+
+    assert async_to_sync(one_pass)() == (2, 2)
+
+
+def test_the_pumps_query_uses_the_active_states_index(subject, worker):
+    plan(subject, candidates=3)
+    plan_text = worker._due_query(timezone.now()).explain()
+    assert "task_due_idx" in plan_text
+    assert "SCAN" not in plan_text
