@@ -1,8 +1,11 @@
-"""URL routes for Avatars."""
+"""URL routes for Avatars: the studio pages, the JSON API, the admin, sign-in."""
 
 from django.contrib import admin
-from django.urls import path
+from django.urls import include, path
 
 urlpatterns = [
     path("admin/", admin.site.urls),
+    path("accounts/", include("django.contrib.auth.urls")),
+    path("api/v1/", include("studio.api.urls")),
+    path("", include("studio.web.urls")),
 ]

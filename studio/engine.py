@@ -7,26 +7,33 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from asgiref.sync import async_to_sync
+from asgiref.sync import async_to_sync, sync_to_async
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import transaction
+from django.db.models import Count
 from django.utils import timezone
+from django.utils.text import slugify
 
+from studio import originals
 from studio.ember.client import EmberClient, EmberError, check_result
 from studio.models import (
     CANCELLABLE,
+    FINAL,
     RECONCILABLE,
     Asset,
+    Attempt,
     AvatarSet,
     Batch,
     Kind,
     Origin,
+    SetItem,
     Subject,
     Task,
     TaskState,
 )
 from studio.store import Conflict, move, update
+from studio.worker import POLL_BOUND
 
 FRAMES = ("image", "headshot", "full-body", "clip")
 MAX_CANDIDATES = 8
@@ -53,6 +60,86 @@ class PublishRefused(Exception):
 class BatchCancel:
     cancelled: list[Task] = field(default_factory=list)
     kept: list[Task] = field(default_factory=list)
+
+
+# --- subjects, references, sets ------------------------------------------------
+
+
+def create_subject(*, name: str) -> Subject:
+    """Create a subject with a unique slug derived from `name`."""
+    name = name.strip() if isinstance(name, str) else ""
+    if not name:
+        raise InvalidRequest("A subject needs a name.")
+    if len(name) > 120:
+        raise InvalidRequest("A subject's name must be at most 120 characters.")
+    base = slugify(name)[:120] or "subject"
+    slug, n = base, 1
+    while Subject.objects.filter(slug=slug).exists():
+        n += 1
+        slug = f"{base}-{n}"
+    return Subject.objects.create(name=name, slug=slug)
+
+
+def add_reference(*, subject: Subject, data: bytes, file_name: str) -> Asset:
+    """Store an uploaded reference photo for `subject` (raises originals.NotAnImage).
+
+    The same photo uploaded twice is one original: the existing asset gains the subject.
+    """
+    original = originals.save(data)
+    with transaction.atomic():
+        asset, _created = Asset.objects.get_or_create(
+            sha256=original.sha256,
+            defaults={
+                "file_name": (file_name or f"reference{original.info.extension}")[:255],
+                "mime": original.info.mime,
+                "width": original.info.width,
+                "height": original.info.height,
+                "size": original.size,
+                "origin": Origin.UPLOADED,
+                "label": subject.name,
+            },
+        )
+        asset.subjects.add(subject)
+    return asset
+
+
+def create_set(*, name: str, asset_ids: list[Any]) -> AvatarSet:
+    """Create a set holding the given assets in the given order."""
+    name = name.strip() if isinstance(name, str) else ""
+    if not name:
+        raise InvalidRequest("A set needs a name.")
+    with transaction.atomic():
+        avatar_set = AvatarSet.objects.create(name=name[:120])
+        choose_assets(avatar_set=avatar_set, asset_ids=asset_ids)
+    return avatar_set
+
+
+def choose_assets(*, avatar_set: AvatarSet, asset_ids: list[Any]) -> AvatarSet:
+    """Replace the set's choice with `asset_ids`, in that order."""
+    ids = _ids(asset_ids, "Assets")
+    found = set(Asset.objects.filter(pk__in=ids).values_list("pk", flat=True))
+    missing = [i for i in ids if i not in found]
+    if missing:
+        raise InvalidRequest(f"Unknown asset: {missing[0]}.")
+    with transaction.atomic():
+        avatar_set.items.all().delete()
+        SetItem.objects.bulk_create(
+            SetItem(avatar_set=avatar_set, asset_id=asset_id, position=position)
+            for position, asset_id in enumerate(ids)
+        )
+        update(avatar_set)
+    return avatar_set
+
+
+def progress(*, batch: Batch) -> dict[str, int]:
+    """Count the batch's tasks by state, plus `total`, `finished` and `paid_requests`."""
+    counts = {state.value: 0 for state in TaskState}
+    for row in batch.tasks.values("state").annotate(n=Count("pk")):
+        counts[row["state"]] = row["n"]
+    counts["total"] = sum(counts[s.value] for s in TaskState)
+    counts["finished"] = sum(counts[s.value] for s in FINAL)
+    counts["paid_requests"] = Attempt.objects.filter(task__batch=batch).count()
+    return counts
 
 
 # --- generate ---------------------------------------------------------------
@@ -264,8 +351,6 @@ def reconcile(*, task: Task, client: EmberClient | None = None) -> Task:
 
 
 async def areconcile(*, task: Task, client: EmberClient | None = None) -> Task:
-    from asgiref.sync import sync_to_async
-
     await sync_to_async(task.refresh_from_db)()
     if task.state not in RECONCILABLE:
         return task
@@ -321,6 +406,45 @@ def _back_to_copying(task: Task, result: dict[str, Any], job_id: str) -> Task:
             phase="Copying the original from Ember",
             error="",
         )
+
+
+# --- resubmit (a person's decision) ------------------------------------------
+
+RESUBMIT_WARNING = "Resubmitting may pay for a second generation: Ember may already have this job."
+RESUBMIT_TOO_EARLY = (
+    "Ember may still be working on the last submit. Wait until the poll bound has passed "
+    "since it was sent, or confirm that you checked Ember and it did not receive this."
+)
+
+
+class ResubmitRefused(Exception):
+    """The resubmit is not allowed (yet); the message says why."""
+
+
+def resubmit(*, task: Task, confirmed_not_received: bool = False) -> Task:
+    """Send an uncertain task again, as a new attempt: a person's explicit choice.
+
+    Allowed once the worker's poll bound has passed since the last submit, or when
+    the person confirms they checked Ember and it did not receive this.
+    """
+    task.refresh_from_db()
+    if task.state != TaskState.UNCERTAIN:
+        raise ResubmitRefused("Only an uncertain task can be resubmitted.")
+    sent = task.submitted_at
+    waited = (timezone.now() - sent).total_seconds() if sent else POLL_BOUND
+    if waited < POLL_BOUND and not confirmed_not_received:
+        raise ResubmitRefused(RESUBMIT_TOO_EARLY)
+    return move(
+        task,
+        TaskState.QUEUED,
+        expected=task.version,
+        phase="Resubmitted by a person",
+        error="",
+        ember_job_id="",
+        result=None,
+        # A clip resubmitted on purpose is a new intent to pay: it needs a new key.
+        idempotency_key=uuid.uuid4().hex if task.kind == Kind.CLIP else "",
+    )
 
 
 # --- publish ----------------------------------------------------------------

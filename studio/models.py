@@ -9,6 +9,7 @@ import uuid
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
+from django.utils import timezone
 
 
 class TaskState(models.TextChoices):
@@ -239,3 +240,42 @@ class SetItem(models.Model):
 
     def __str__(self) -> str:
         return f"{self.avatar_set_id}[{self.position}] = asset {self.asset_id}"
+
+
+class ApiToken(models.Model):
+    """A bearer token for the JSON API. Only its SHA-256 is stored."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    digest = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"API token of {self.user} ({self.digest[:8]}…)"
+
+
+class WorkerHeartbeat(models.Model):
+    """The one row the worker refreshes every few seconds, so people know why tasks wait."""
+
+    id = models.PositiveSmallIntegerField(primary_key=True, default=1)
+    started_at = models.DateTimeField()
+    seen_at = models.DateTimeField()
+    pid = models.PositiveIntegerField()
+    host = models.CharField(max_length=255)
+
+    # seconds without a beat after which the worker counts as gone
+    STALE_AFTER = 15
+
+    def __str__(self) -> str:
+        return f"worker {self.pid}@{self.host}, seen {self.seen_at:%Y-%m-%d %H:%M:%S}"
+
+    @classmethod
+    def status(cls) -> str:
+        """Say, for people, whether a worker is driving tasks right now."""
+        beat = cls.objects.filter(pk=1).first()
+        if beat is None:
+            return "no worker seen yet"
+        age = (timezone.now() - beat.seen_at).total_seconds()
+        if age <= cls.STALE_AFTER:
+            return "worker running"
+        return f"no worker seen since {beat.seen_at:%Y-%m-%d %H:%M:%S} UTC"

@@ -9,6 +9,8 @@ a row that says how far it got. Database calls run through `sync_to_async`
 import asyncio
 import contextlib
 import logging
+import os
+import socket
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -33,7 +35,7 @@ from studio.ember.client import (
     EmberUnavailable,
     Submitted,
 )
-from studio.models import ACTIVE, Asset, Attempt, Kind, Origin, Task, TaskState
+from studio.models import ACTIVE, Asset, Attempt, Kind, Origin, Task, TaskState, WorkerHeartbeat
 from studio.store import Conflict, move, update
 
 log = logging.getLogger("studio.worker")
@@ -49,6 +51,7 @@ CRASH_BACKOFF = 60.0  # seconds before a task whose step raised is tried again
 FETCH_TRIES = 3
 FETCH_RETRY_DELAY = 1.0  # seconds, doubled after each failed try
 STOP_GRACE = 30.0  # seconds in-flight steps get to record Ember's answer on shutdown
+HEARTBEAT_INTERVAL = 5.0  # seconds between the worker's "still alive" writes
 
 REFERENCE_CHANGED = "A frozen reference failed its checksum."
 MAY_HAVE_REACHED = (
@@ -151,8 +154,15 @@ class Worker:
         self._stop_event = asyncio.Event()
         counts = await db(self.recover)()
         log.info("worker started workers=%s recovered=%s", self.workers, counts)
+        started_at = timezone.now()
+        last_beat = 0.0
+        loop = asyncio.get_running_loop()
         try:
             while not self.stopping:
+                if loop.time() - last_beat >= HEARTBEAT_INTERVAL:
+                    # One small write every few seconds, not one per task.
+                    await db(_beat)(started_at)
+                    last_beat = loop.time()
                 started = await self.pump()
                 if once and not self.in_hand and started == 0:
                     break
@@ -541,6 +551,18 @@ def record_asset(task: Task, original: originals.Original) -> Asset:
         asset.subjects.set(task.subjects)
         update(task, asset=asset)
     return asset
+
+
+def _beat(started_at: datetime) -> None:
+    WorkerHeartbeat.objects.update_or_create(
+        pk=1,
+        defaults={
+            "started_at": started_at,
+            "seen_at": timezone.now(),
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+        },
+    )
 
 
 def _postpone(task_id: str, error: str) -> None:

@@ -669,3 +669,13 @@ def test_the_pumps_query_uses_the_active_states_index(subject, worker):
     plan_text = worker._due_query(timezone.now()).explain()
     assert "task_due_idx" in plan_text
     assert "SCAN" not in plan_text
+
+
+def test_it_records_a_heartbeat_so_people_know_a_worker_is_running(subject, ember, worker):
+    from studio.models import WorkerHeartbeat
+
+    assert WorkerHeartbeat.status() == "no worker seen yet"
+    drain(worker)
+    assert WorkerHeartbeat.status() == "worker running"
+    WorkerHeartbeat.objects.update(seen_at=timezone.now() - timedelta(minutes=5))
+    assert WorkerHeartbeat.status().startswith("no worker seen since ")

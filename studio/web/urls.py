@@ -1,0 +1,5 @@
+"""Studio page routes."""
+
+from django.urls import URLPattern
+
+urlpatterns: list[URLPattern] = []
