@@ -41,6 +41,7 @@ MAX_TASKS = 200
 MAX_PROMPT = 4000
 PUBLISH_REFUSED = "Ember history must be recovered before publishing generated images."
 TOO_LATE = "This task has already been sent to Ember; the work is kept."
+ALREADY_ENDED = "This task has already ended; there is nothing to cancel."
 
 
 class InvalidRequest(ValueError):
@@ -117,7 +118,7 @@ def create_set(*, name: str, asset_ids: list[Any]) -> AvatarSet:
 def choose_assets(*, avatar_set: AvatarSet, asset_ids: list[Any]) -> AvatarSet:
     """Replace the set's choice with `asset_ids`, in that order."""
     ids = _ids(asset_ids, "Assets")
-    found = set(Asset.objects.filter(pk__in=ids).values_list("pk", flat=True))
+    found = set(Asset.objects.filter(pk__in=_existing(ids)).values_list("pk", flat=True))
     missing = [i for i in ids if i not in found]
     if missing:
         raise InvalidRequest(f"Unknown asset: {missing[0]}.")
@@ -221,23 +222,35 @@ def _validate(request: object) -> dict[str, Any]:
     }
 
 
+MAX_ID = 2**63 - 1  # the largest row id any database here can hold
+
+
 def _ids(value: object, what: str) -> list[int]:
+    """Return the distinct ids in `value`: whole numbers or digit strings, nothing else."""
     if not isinstance(value, list):
         raise InvalidRequest(f"{what} must be a list of ids.")
     ids = []
     for item in value:
-        try:
-            ids.append(int(item))
-        except (TypeError, ValueError):
-            raise InvalidRequest(f"{what} must be a list of ids; {item!r} is not one.") from None
+        if isinstance(item, str) and item.strip().isdigit():
+            number = int(item)
+        elif isinstance(item, int) and not isinstance(item, bool):
+            number = item
+        else:
+            raise InvalidRequest(f"{what} must be a list of ids; {item!r} is not one.")
+        ids.append(number)
     return list(dict.fromkeys(ids))
+
+
+def _existing(ids: list[int]) -> list[int]:
+    """Drop ids no row can have, so the database is never asked about them."""
+    return [i for i in ids if 0 < i <= MAX_ID]
 
 
 def _subjects(value: object) -> list[Subject]:
     ids = _ids(value if value is not None else [], "Subjects")
     if not ids:
         raise InvalidRequest("Choose at least one subject.")
-    found = {s.pk: s for s in Subject.objects.filter(pk__in=ids)}
+    found = {s.pk: s for s in Subject.objects.filter(pk__in=_existing(ids))}
     missing = [i for i in ids if i not in found]
     if missing:
         raise InvalidRequest(f"Unknown subject: {missing[0]}.")
@@ -250,7 +263,7 @@ def _references(value: object, subjects: list[Subject]) -> list[dict[str, Any]]:
         assets = list(uploaded.filter(subjects__in=subjects).distinct().order_by("pk"))
     else:
         ids = _ids(value, "References")
-        found = {a.pk: a for a in uploaded.filter(pk__in=ids)}
+        found = {a.pk: a for a in uploaded.filter(pk__in=_existing(ids))}
         missing = [i for i in ids if i not in found]
         if missing:
             raise InvalidRequest(f"Unknown reference photo: {missing[0]}.")
@@ -270,7 +283,7 @@ def _providers(value: object) -> list[dict[str, Any]]:
         if not isinstance(entry, dict):
             raise InvalidRequest("Each provider must be an object with a provider name.")
         name = entry.get("provider")
-        if name not in catalogue:
+        if not isinstance(name, str) or name not in catalogue:
             raise InvalidRequest(f"Unknown provider: {name!r}.")
         candidates = entry.get("candidates", 1)
         if isinstance(candidates, bool) or not isinstance(candidates, int):
@@ -312,6 +325,10 @@ def cancel_task(*, task: Task) -> Task:
     exactly one side wins, and a lost race is re-read and judged again.
     """
     while True:
+        if task.state == TaskState.CANCELLED:
+            return task
+        if task.state == TaskState.FAILED:
+            raise TooLate(ALREADY_ENDED)
         if task.state not in CANCELLABLE:
             raise TooLate(TOO_LATE)
         try:

@@ -82,8 +82,8 @@ def inspect(data: bytes) -> ImageInfo:
     if not data:
         raise NotAnImage("The file is empty.")
     if len(data) > settings.AVATARS_MAX_IMAGE_BYTES:
-        limit = settings.AVATARS_MAX_IMAGE_BYTES // (1024 * 1024)
-        raise NotAnImage(f"The file is too large (the limit is {limit} MB).")
+        limit = settings.AVATARS_MAX_IMAGE_BYTES / (1024 * 1024)
+        raise NotAnImage(f"The file is too large (the limit is {limit:g} MB).")
     try:
         with warnings.catch_warnings():
             # A decompression bomb is an error here, not a warning to log and go on.
@@ -103,8 +103,8 @@ def inspect(data: bytes) -> ImageInfo:
         raise NotAnImage("The image has too many pixels.") from None
     except UnidentifiedImageError:
         raise NotAnImage("The file is not a PNG, JPEG, WebP or GIF image.") from None
-    except (OSError, SyntaxError, ValueError, EOFError) as exc:
-        raise NotAnImage(f"The image could not be decoded ({exc}).") from None
+    except Exception as exc:  # Pillow raises many types on broken files
+        raise NotAnImage(f"The image could not be decoded ({exc or type(exc).__name__}).") from None
     mime, extension = FORMATS[fmt]
     return ImageInfo(mime=mime, extension=extension, width=width, height=height, frames=frames)
 
@@ -126,6 +126,9 @@ def save(data: bytes) -> Original:
     if target.exists():
         if file_sha256(target) != digest:
             raise ChecksumFailed()
+        # An earlier save may have renamed this file in and then failed to fsync the
+        # directory: make the name durable before acknowledging it again.
+        fsync_dir(target.parent)
         return Original(sha256=digest, path=target, info=info, size=len(data))
     directory = target.parent
     directory.mkdir(parents=True, exist_ok=True)

@@ -1,11 +1,13 @@
 """`manage.py reconcile`: ask Ember's history about tasks that need a person's care (SPEC §8)."""
 
+import uuid
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from studio.engine import reconcile
 from studio.models import Task
+from studio.store import Conflict
 
 
 class Command(BaseCommand):
@@ -19,6 +21,11 @@ class Command(BaseCommand):
         ids = options["task_ids"]
         if bool(ids) == bool(options["all"]):
             raise CommandError("Name task ids or pass --all (not both).")
+        for task_id in ids:
+            try:
+                uuid.UUID(task_id)
+            except ValueError:
+                raise CommandError(f"Not a task id: {task_id}") from None
         tasks = Task.objects.reconcilable() if options["all"] else Task.objects.filter(pk__in=ids)
         found = list(tasks)
         if not options["all"] and len(found) != len(set(ids)):
@@ -26,5 +33,10 @@ class Command(BaseCommand):
             raise CommandError(f"Unknown task: {next(i for i in ids if i not in known)}")
         for task in found:
             before = task.state
-            task = reconcile(task=task)
+            try:
+                task = reconcile(task=task)
+            except Conflict:
+                # Someone moved the task while Ember was asked; their write stands.
+                self.stdout.write(f"{task.pk} moved while reconciling; left as it is")
+                continue
             self.stdout.write(f"{task.pk} {before} -> {task.state}: {task.phase}")

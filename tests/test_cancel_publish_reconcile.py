@@ -1,0 +1,440 @@
+"""Cancel (SPEC §9), publish (SPEC §10) and reconcile (SPEC §8): the services a person drives."""
+
+import contextlib
+import hashlib
+import itertools
+from typing import Any
+
+import pytest
+from asgiref.sync import async_to_sync, sync_to_async
+from django.db.models import F
+from django.utils import timezone
+
+from studio import engine
+from studio.ember.client import EmberClient
+from studio.engine import PublishRefused, TooLate
+from studio.models import Asset, Attempt, AvatarSet, Origin, SetItem, Task, TaskState
+from studio.store import Conflict, move, update
+from tests.conftest import batch_request
+
+pytestmark = pytest.mark.django_db
+
+HISTORY = "/api/v1/history"
+TOO_LATE = "This task has already been sent to Ember; the work is kept."
+PUBLISH_REFUSED = "Ember history must be recovered before publishing generated images."
+
+_shas = (hashlib.sha256(f"generated {i}".encode()).hexdigest() for i in itertools.count())
+
+
+def a_task(subject, **overrides: Any) -> Task:
+    """One queued task, planned the way a person plans it."""
+    return engine.generate(request=batch_request(subject, **overrides)).tasks.get()
+
+
+def result(image_id: str = "img_1", history_id: str | None = "hist_1") -> dict[str, Any]:
+    """Ember's answer for a succeeded job (EMBER.md §Poll)."""
+    return {
+        "image": {
+            "id": image_id,
+            "mime": "image/png",
+            "sha256": "ab" * 32,
+            "bytes": 123,
+            "metadata": {"provider": "openai", "model": "gpt-image-1", "width": 64, "height": 48},
+        },
+        "history": {"id": history_id} if history_id else None,
+        "history_error": None if history_id else "history write failed",
+    }
+
+
+def history_row(task: Task, job_id: str = "job_7", image_id: str = "img_7") -> dict[str, Any]:
+    return {
+        "id": "hist_7",
+        "job_id": job_id,
+        "image_id": image_id,
+        "created_at": "2026-01-01T00:00:00Z",
+        "source_metadata": {"source_app": "cwkAvatars", "task_id": str(task.pk)},
+        "result": result(image_id=image_id, history_id="hist_7"),
+    }
+
+
+def row_of(task: Task) -> Task:
+    return Task.objects.get(pk=task.pk)
+
+
+def second_writer_moves(task: Task, state: TaskState) -> None:
+    """Another process (the worker) writes the row behind this copy's back."""
+    Task.objects.filter(pk=task.pk).update(
+        state=state,
+        next_attempt_at=timezone.now() if state in (TaskState.QUEUED,) else None,
+        version=F("version") + 1,
+    )
+
+
+def generated_asset(*, history_id: str = "", **fields: Any) -> Asset:
+    return Asset.objects.create(
+        sha256=next(_shas),
+        file_name="candidate.png",
+        mime="image/png",
+        width=1024,
+        height=1024,
+        size=1000,
+        origin=Origin.GENERATED,
+        ember_history_id=history_id,
+        **fields,
+    )
+
+
+def a_set(*assets: Asset) -> AvatarSet:
+    chosen = AvatarSet.objects.create(name="Family 2026")
+    for position, asset in enumerate(assets):
+        SetItem.objects.create(avatar_set=chosen, asset=asset, position=position)
+    return chosen
+
+
+# --- cancel -------------------------------------------------------------------
+
+
+def test_it_cancels_a_queued_task(subject):
+    task = a_task(subject)
+    version = task.version
+
+    cancelled = engine.cancel_task(task=task)
+
+    row = row_of(task)
+    assert cancelled.state == row.state == TaskState.CANCELLED
+    assert row.version == version + 1
+    assert row.phase == "Cancelled"
+    assert row.error == "Cancelled before anything was sent to Ember."
+    assert row.next_attempt_at is None  # the worker will not pick it up
+
+
+def test_it_cancels_a_task_whose_references_are_being_checked(subject):
+    task = move(a_task(subject), TaskState.PREPARING, phase="Checking reference photos")
+    version = task.version
+
+    engine.cancel_task(task=task)
+
+    row = row_of(task)
+    assert row.state == TaskState.CANCELLED
+    assert row.version == version + 1
+
+
+@pytest.mark.parametrize(
+    ("state", "fields"),
+    [
+        (TaskState.SUBMITTING, {"submitted_at": timezone.now()}),
+        (TaskState.RUNNING, {"ember_job_id": "job_1"}),
+        (TaskState.COPYING, {"ember_job_id": "job_1", "result": result()}),
+        (TaskState.DONE, {"ember_job_id": "job_1", "result": result(), "phase": "Complete"}),
+    ],
+)
+def test_it_refuses_to_cancel_work_already_with_ember(subject, state, fields):
+    task = move(a_task(subject), state, **fields)
+    before = row_of(task)
+
+    with pytest.raises(TooLate) as refused:
+        engine.cancel_task(task=task)
+
+    after = row_of(task)
+    assert str(refused.value) == TOO_LATE
+    assert (after.state, after.version, after.phase) == (before.state, before.version, before.phase)
+
+
+def test_it_refuses_to_cancel_a_stale_copy_whose_task_was_sent_meanwhile(subject):
+    stale = a_task(subject)  # read while queued
+    second_writer_moves(stale, TaskState.SUBMITTING)
+    moved = row_of(stale)
+
+    with pytest.raises(TooLate) as refused:
+        engine.cancel_task(task=stale)
+
+    row = row_of(stale)
+    assert str(refused.value) == TOO_LATE
+    assert row.state == TaskState.SUBMITTING  # not overwritten with `cancelled`
+    assert row.version == moved.version
+
+
+def test_it_still_cancels_a_stale_copy_when_the_task_has_only_moved_to_preparing(subject):
+    stale = a_task(subject)
+    second_writer_moves(stale, TaskState.PREPARING)
+    moved = row_of(stale)
+
+    engine.cancel_task(task=stale)
+
+    row = row_of(stale)
+    assert row.state == TaskState.CANCELLED
+    assert row.version == moved.version + 1
+
+
+def test_it_answers_a_second_cancel_without_claiming_the_task_reached_ember(subject):
+    task = a_task(subject)
+    engine.cancel_task(task=task)
+
+    # Cancelled before anything was sent: the work is not "with Ember".
+    again = engine.cancel_task(task=row_of(task))
+
+    assert again.state == TaskState.CANCELLED
+    assert row_of(task).state == TaskState.CANCELLED
+
+
+def test_it_refuses_a_versioned_write_when_the_row_moved_and_writes_nothing(subject):
+    task = a_task(subject)
+    old_version = task.version
+    second_writer_moves(task, TaskState.SUBMITTING)
+    moved = row_of(task)
+
+    with pytest.raises(Conflict):
+        update(task, expected=old_version, phase="Overwritten by a stale writer")
+
+    row = row_of(task)
+    assert (row.state, row.phase, row.version) == (
+        TaskState.SUBMITTING,
+        moved.phase,
+        moved.version,
+    )
+
+
+def test_it_writes_and_bumps_the_version_when_the_expected_version_holds(subject):
+    task = a_task(subject)
+
+    update(task, expected=task.version, phase="Checked")
+
+    row = row_of(task)
+    assert (row.phase, row.version) == ("Checked", 2)
+    assert task.version == 2
+
+
+def test_it_cancels_what_it_can_in_a_batch_and_reports_what_it_kept(subject):
+    batch = engine.generate(
+        request=batch_request(subject, providers=[{"provider": "openai", "candidates": 4}])
+    )
+    queued, preparing, running, already = batch.tasks.order_by("ordinal")
+    move(preparing, TaskState.PREPARING)
+    move(running, TaskState.RUNNING, ember_job_id="job_3")
+    move(already, TaskState.CANCELLED)
+
+    report = engine.cancel_batch(batch=batch)
+
+    assert sorted(t.pk for t in report.cancelled) == sorted([queued.pk, preparing.pk])
+    assert [t.pk for t in report.kept] == [running.pk]
+    states = dict(batch.tasks.values_list("pk", "state"))
+    assert states == {
+        queued.pk: TaskState.CANCELLED,
+        preparing.pk: TaskState.CANCELLED,
+        running.pk: TaskState.RUNNING,
+        already.pk: TaskState.CANCELLED,
+    }
+
+
+# --- publish ------------------------------------------------------------------
+
+
+def test_it_refuses_to_publish_a_generated_image_without_its_ember_history(subject):
+    chosen = a_set(
+        generated_asset(history_id="hist_1"),
+        generated_asset(history_id=""),
+    )
+
+    with pytest.raises(PublishRefused) as refused:
+        engine.publish(avatar_set=chosen)
+
+    assert str(refused.value) == PUBLISH_REFUSED
+    assert AvatarSet.objects.get(pk=chosen.pk).published_at is None
+
+
+def test_it_publishes_a_set_whose_generated_images_all_have_history(subject):
+    chosen = a_set(generated_asset(history_id="hist_1"), generated_asset(history_id="hist_2"))
+
+    published = engine.publish(avatar_set=chosen)
+
+    assert published.published_at is not None
+    assert AvatarSet.objects.get(pk=chosen.pk).published_at == published.published_at
+
+
+def test_it_never_lets_uploaded_photos_block_publishing(subject):
+    uploaded = subject.assets.get(origin=Origin.UPLOADED)
+    assert uploaded.ember_history_id == ""
+    chosen = a_set(uploaded, generated_asset(history_id="hist_1"))
+
+    engine.publish(avatar_set=chosen)
+
+    assert AvatarSet.objects.get(pk=chosen.pk).published_at is not None
+
+
+def test_it_publishes_once_the_missing_history_is_recovered(subject):
+    missing = generated_asset(history_id="")
+    chosen = a_set(missing)
+    with pytest.raises(PublishRefused):
+        engine.publish(avatar_set=chosen)
+
+    update(missing, ember_history_id="hist_9")
+    engine.publish(avatar_set=chosen)
+
+    assert AvatarSet.objects.get(pk=chosen.pk).published_at is not None
+
+
+# --- reconcile ----------------------------------------------------------------
+
+
+def an_uncertain_task(subject) -> Task:
+    """An image whose submit may have reached Ember (the worker died mid-request)."""
+    task = move(a_task(subject), TaskState.SUBMITTING, submitted_at=timezone.now())
+    Attempt.objects.create(
+        task=task, number=1, submitted_at=task.submitted_at, outcome=Attempt.Outcome.UNKNOWN
+    )
+    return move(
+        task,
+        TaskState.UNCERTAIN,
+        phase="Reconcile before retry",
+        error="The previous submit may have reached Ember. Check history before submitting again.",
+    )
+
+
+def history_route(ember, task: Task, items: list[dict[str, Any]]):
+    return ember.get(HISTORY, params={"source_app": "cwkAvatars", "task_id": str(task.pk)}).respond(
+        200, json={"items": items}
+    )
+
+
+def test_it_hands_an_uncertain_task_with_a_history_row_back_to_copying(subject, ember):
+    task = an_uncertain_task(subject)
+    row = history_row(task, job_id="job_7")
+    route = history_route(ember, task, [row])
+
+    reconciled = engine.reconcile(task=task)
+
+    saved = row_of(task)
+    assert route.call_count == 1
+    assert reconciled.state == saved.state == TaskState.COPYING
+    assert saved.result == row["result"]
+    assert saved.ember_job_id == "job_7"
+    assert saved.next_attempt_at is not None  # due for the worker's copy
+    assert saved.error == ""
+    assert list(saved.attempts.values_list("number", "ember_job_id")) == [(1, "job_7")]
+    assert saved.attempts.count() == 1  # recorded, not resubmitted
+
+
+def test_it_leaves_an_uncertain_task_uncertain_when_history_has_no_row(subject, ember):
+    task = an_uncertain_task(subject)
+    route = history_route(ember, task, [])
+
+    reconciled = engine.reconcile(task=task)
+
+    saved = row_of(task)
+    assert route.call_count == 1
+    assert reconciled.state == saved.state == TaskState.UNCERTAIN
+    assert "has no row" in saved.phase
+    assert saved.result is None
+    assert saved.next_attempt_at is None  # the worker will not resubmit it
+    assert saved.attempts.count() == 1
+
+
+def test_it_ignores_history_rows_without_a_usable_result(subject, ember):
+    task = an_uncertain_task(subject)
+    broken = {**history_row(task), "result": {"image": {}}}
+    history_route(ember, task, [broken])
+
+    engine.reconcile(task=task)
+
+    assert row_of(task).state == TaskState.UNCERTAIN
+
+
+def test_it_says_so_when_embers_history_cannot_be_read(subject, ember):
+    task = an_uncertain_task(subject)
+    ember.get(HISTORY).respond(500)
+
+    engine.reconcile(task=task)
+
+    saved = row_of(task)
+    assert saved.state == TaskState.UNCERTAIN
+    assert saved.phase == "Ember's history could not be read: Ember answered HTTP 500."
+
+
+def test_it_hands_a_history_missing_task_with_a_row_back_to_copying(subject, ember):
+    task = move(a_task(subject), TaskState.RUNNING, ember_job_id="job_1")
+    task = move(task, TaskState.COPYING, result=result(image_id="img_1", history_id=None))
+    task = move(
+        task,
+        TaskState.HISTORY_MISSING,
+        phase="Original saved; history needs repair",
+        error="history write failed",
+    )
+    row = history_row(task, job_id="job_1", image_id="img_1")
+    history_route(ember, task, [row])
+
+    engine.reconcile(task=task)
+
+    saved = row_of(task)
+    assert saved.state == TaskState.COPYING
+    assert saved.result == row["result"]
+    assert saved.result["history"] == {"id": "hist_7"}
+    assert saved.ember_job_id == "job_1"
+
+
+def test_it_hands_a_copy_failed_task_back_to_copying_without_asking_ember(subject, ember):
+    task = move(a_task(subject), TaskState.RUNNING, ember_job_id="job_1")
+    answer = result(image_id="img_1")
+    task = move(task, TaskState.COPYING, result=answer)
+    task = move(task, TaskState.COPY_FAILED, phase="Copy failed", error="disk full")
+    route = ember.get(HISTORY).respond(200, json={"items": []})
+
+    engine.reconcile(task=task)
+
+    saved = row_of(task)
+    assert not route.called
+    assert len(ember.calls) == 0
+    assert saved.state == TaskState.COPYING
+    assert saved.result == answer
+    assert saved.ember_job_id == "job_1"
+    assert saved.next_attempt_at is not None
+
+
+@pytest.mark.parametrize(
+    ("state", "fields"),
+    [
+        (TaskState.QUEUED, {}),
+        (TaskState.RUNNING, {"ember_job_id": "job_1"}),
+        (TaskState.DONE, {"ember_job_id": "job_1", "result": result(), "phase": "Complete"}),
+        (TaskState.CANCELLED, {}),
+    ],
+)
+def test_it_returns_a_task_that_is_not_reconcilable_unchanged(subject, ember, state, fields):
+    task = move(a_task(subject), state, **fields)
+    before = row_of(task)
+    route = ember.get(HISTORY).respond(200, json={"items": []})
+
+    returned = engine.reconcile(task=task)
+
+    after = row_of(task)
+    assert not route.called
+    assert returned.state == state
+    assert (after.state, after.version, after.phase, after.result) == (
+        before.state,
+        before.version,
+        before.phase,
+        before.result,
+    )
+
+
+def test_it_does_not_overwrite_a_task_that_moved_while_history_was_read(subject, ember):
+    task = an_uncertain_task(subject)
+    history_route(ember, task, [history_row(task)])
+
+    class PersonResubmitsMeanwhile(EmberClient):
+        """Ember answers (through respx) while a person moves the task back to queued."""
+
+        async def history(self, task_id: str) -> list[dict[str, Any]]:
+            rows = await super().history(task_id)
+            await sync_to_async(second_writer_moves)(task, TaskState.QUEUED)
+            return rows
+
+    moved_version = task.version + 1
+    # Exactly one side wins; reconcile may report the lost race, but never overwrites.
+    client = PersonResubmitsMeanwhile()
+    with contextlib.suppress(Conflict):
+        engine.reconcile(task=task, client=client)
+    async_to_sync(client.aclose)()
+
+    saved = row_of(task)
+    assert (saved.state, saved.version) == (TaskState.QUEUED, moved_version)
+    assert saved.result is None
