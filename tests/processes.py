@@ -1,0 +1,207 @@
+"""Real processes over loopback for end-to-end tests: the simulator, manage.py, snippets.
+
+Each stack gets its own data dir (SQLite file, originals, worker.lock) and talks to a
+simulator subprocess over real HTTP. Nothing here reaches into product code.
+"""
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULT = "RESULT:"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Simulator:
+    """The Ember simulator as a subprocess (`manage.py ember_simulator`)."""
+
+    def __init__(self, tmp: Path, *, job_seconds: float = 0.0) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        env = {**os.environ, "AVATARS_DATA_DIR": str(tmp / "sim-data"), "PYTHONUNBUFFERED": "1"}
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "manage.py",
+                "ember_simulator",
+                "--port",
+                str(self.port),
+                "--job-seconds",
+                str(job_seconds),
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        assert "listening" in line, line
+        self.http = httpx.Client(base_url=self.url, timeout=30)
+
+    def get(self, path: str) -> Any:
+        response = self.http.get(path)
+        response.raise_for_status()
+        return response.json()
+
+    def post(self, path: str, body: dict[str, Any] | None = None) -> Any:
+        response = self.http.post(path, json=body or {})
+        response.raise_for_status()
+        return response.json()
+
+    def stop(self) -> None:
+        self.http.close()
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+class Stack:
+    """One Avatars install: a data dir, its environment, and ways to run its commands."""
+
+    def __init__(self, data_dir: Path, simulator: Simulator, **env: str) -> None:
+        self.data_dir = data_dir
+        self.simulator = simulator
+        self.env = {
+            **os.environ,
+            "AVATARS_DATA_DIR": str(data_dir),
+            "EMBER_URL": simulator.url,
+            "EMBER_TOKEN": "dev-token",
+            "PYTHONUNBUFFERED": "1",
+            **env,
+        }
+        if "DATABASE_URL" not in env:
+            self.env.pop("DATABASE_URL", None)
+
+    def run(self, *argv: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        """Run a command to its end and return it (whatever its exit code)."""
+        return subprocess.run(
+            list(argv), cwd=ROOT, env=self.env, capture_output=True, text=True, timeout=timeout
+        )
+
+    def manage(self, *args: str, timeout: float = 120) -> str:
+        """Run `manage.py ARGS`, insist it succeeds, and return its output."""
+        done = self.run(sys.executable, "manage.py", *args, timeout=timeout)
+        assert done.returncode == 0, (
+            f"manage.py {' '.join(args)} failed:\n{done.stdout}{done.stderr}"
+        )
+        return done.stdout
+
+    def popen(self, *argv: str) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            list(argv),
+            cwd=ROOT,
+            env=self.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+
+    def django(self, code: str) -> Any:
+        """Run `code` with Django set up in a fresh process; return its `result`, via JSON."""
+        program = (
+            "import django, json, os\n"
+            "os.environ.setdefault('DJANGO_SETTINGS_MODULE', 'avatars.settings')\n"
+            "django.setup()\n"
+            f"{code}\n"
+            f"print({RESULT!r} + json.dumps(result, default=str))\n"
+        )
+        done = self.run(sys.executable, "-c", program)
+        assert done.returncode == 0, done.stdout + done.stderr
+        line = next(x for x in done.stdout.splitlines() if x.startswith(RESULT))
+        return json.loads(line[len(RESULT) :])
+
+
+@contextmanager
+def simulator(tmp: Path, **kwargs: Any) -> Iterator[Simulator]:
+    sim = Simulator(tmp, **kwargs)
+    try:
+        yield sim
+    finally:
+        sim.stop()
+
+
+def migrated_template(tmp: Path) -> Path:
+    """Migrate one data dir once; stacks copy it instead of migrating again."""
+    template = tmp / "template"
+    env = {**os.environ, "AVATARS_DATA_DIR": str(template)}
+    env.pop("DATABASE_URL", None)
+    done = subprocess.run(
+        [sys.executable, "manage.py", "migrate", "--verbosity", "0"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return template
+
+
+def new_stack(template: Path, target: Path, sim: Simulator) -> Stack:
+    shutil.copytree(template, target)
+    return Stack(target, sim)
+
+
+SEED = """
+from studio import engine
+from tests.conftest import png_bytes
+ada = engine.create_subject(name="Ada")
+bo = engine.create_subject(name="Bo")
+engine.add_reference(subject=ada, data=png_bytes(1), file_name="ada.png")
+engine.add_reference(subject=bo, data=png_bytes(2), file_name="bo.png")
+batch = engine.generate(request={{
+    "title": "e2e", "prompt": "a friendly portrait",
+    "subjects": [ada.pk, bo.pk],
+    "providers": {providers},
+    "frames": {frames},
+}})
+result = str(batch.pk)
+"""
+
+SNAPSHOT = """
+from pathlib import Path
+from studio import originals
+from studio.models import Task
+rows = []
+for t in Task.objects.select_related("asset").order_by("provider", "frame", "ordinal"):
+    a = t.asset
+    on_disk = False
+    if a is not None:
+        path = originals.path_for(a.sha256, originals.extension_for(a.mime))
+        on_disk = path.is_file() and originals.file_sha256(path) == a.sha256
+    rows.append({
+        "id": str(t.pk), "kind": t.kind, "state": t.state, "phase": t.phase,
+        "error": t.error, "image_id": (t.result or {}).get("image", {}).get("id"),
+        "asset_sha256": a.sha256 if a else None, "on_disk": on_disk,
+        "history_id": a.ember_history_id if a else None,
+        "released": t.protection_released, "attempts": t.attempts.count(),
+    })
+result = rows
+"""
+
+
+def seed(stack: Stack, *, providers: list[dict[str, Any]], frames: list[str]) -> str:
+    return stack.django(SEED.format(providers=repr(providers), frames=repr(frames)))
+
+
+def snapshot(stack: Stack) -> list[dict[str, Any]]:
+    return stack.django(SNAPSHOT)
