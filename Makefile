@@ -16,6 +16,9 @@ venv: $(STAMP)
 test: $(STAMP)
 	$(VENV)/bin/pytest
 
+demo: $(STAMP)
+	$(PY) manage.py demo
+
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .

@@ -418,3 +418,35 @@ def test_keep_alive_connection_survives_errors(client: httpx.Client) -> None:
     assert_error(client.post(JOBS, content=b"{bad"), 400)
     assert_error(client.get("/nowhere"), 404)
     assert submit(client, job_body()).status_code == 202
+
+
+def test_it_remembers_jobs_images_and_charges_across_a_restart_with_a_state_file(tmp_path):
+    state_file = tmp_path / "sim.state"
+    first = Simulator(port=0, job_seconds=0, state_file=state_file).start()
+    headers = {"Authorization": "Bearer dev-token"}
+    body = {
+        "kind": "image",
+        "provider": "openai",
+        "model": None,
+        "prompt": "p",
+        "frame": "image",
+        "references": [],
+        "source_metadata": {
+            "source_app": "cwkAvatars",
+            "purpose": "exploration",
+            "task_id": "t-1",
+            "candidate": 1,
+        },
+    }
+    job_id = httpx.post(
+        f"{first.url}/api/v1/api-generators/jobs", json=body, headers=headers
+    ).json()["id"]
+    first.stop()
+
+    second = Simulator(port=0, job_seconds=0, state_file=state_file).start()
+    try:
+        job = httpx.get(f"{second.url}/api/v1/api-generators/jobs/{job_id}", headers=headers).json()
+        assert job["status"] == "succeeded"
+        assert httpx.get(f"{second.url}/_sim/charges").json()["charges"] == {"t-1": 1}
+    finally:
+        second.stop()

@@ -4,9 +4,11 @@ The simulator answers the public Ember routes (submit, poll, fetch, release, his
 synchronous door) plus ``/_sim/...`` controls for demos and tests: latency, fault injection,
 history repair, the retention cleanup, and listings of jobs, images, charges and requests.
 
-State lives in memory only: one :class:`SimulatorState` holds every job, image, history row,
-charge and logged request, guarded by a single ``threading.Lock``. Nothing is persisted, so a
-restart forgets everything. The HTTP layer is the standard library's ``ThreadingHTTPServer``
+State lives in memory: one :class:`SimulatorState` holds every job, image, history row,
+charge and logged request, guarded by a single ``threading.Lock``. With ``state_file`` the jobs,
+images, history and charges are written there on a clean stop and read back at start (the demo
+uses this, so a restarted demo finds its jobs as the real Ember would); otherwise a restart
+forgets everything. The HTTP layer is the standard library's ``ThreadingHTTPServer``
 speaking HTTP/1.1. The module imports nothing from Django so it can run anywhere.
 
 Usage::
@@ -25,6 +27,8 @@ import hmac
 import io
 import json
 import math
+import os
+import pickle
 import re
 import socket
 import socketserver
@@ -38,6 +42,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import lru_cache
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -557,6 +562,34 @@ class SimulatorState:
         self.idempotency: dict[tuple[str, str], str] = {}
         self.charges: dict[str, int] = {}
         self.requests: list[JSON] = []
+
+    # ---- persistence (optional: a demo restarted must not forget its jobs, as Ember would not)
+
+    _PERSISTED = ("jobs", "images", "history_order", "idempotency", "charges")
+
+    def save(self, path: Path) -> None:
+        """Write jobs, images, history and charges to `path` (atomically)."""
+        with self._lock:
+            now = time.monotonic()
+            snapshot = {name: getattr(self, name) for name in self._PERSISTED}
+            # Monotonic clocks do not survive a restart: keep each job's age instead.
+            snapshot["ages"] = {job_id: now - job.created_mono for job_id, job in self.jobs.items()}
+            data = pickle.dumps(snapshot)
+        temp = path.with_suffix(".tmp")
+        temp.write_bytes(data)
+        os.replace(temp, path)
+
+    def load(self, path: Path) -> None:
+        """Read what `save` wrote, if the file exists."""
+        if not path.exists():
+            return
+        snapshot = pickle.loads(path.read_bytes())  # our own file, written by save()
+        with self._lock:
+            now = time.monotonic()
+            for name in self._PERSISTED:
+                setattr(self, name, snapshot[name])
+            for job_id, age in snapshot["ages"].items():
+                self.jobs[job_id].created_mono = now - age
 
     # ---- bookkeeping
 
@@ -1193,8 +1226,12 @@ class Simulator:
         token: str = "dev-token",
         job_seconds: float = 2.0,
         verbose: bool = False,
+        state_file: Path | None = None,
     ) -> None:
         self.state = SimulatorState(token=token, job_seconds=job_seconds)
+        self.state_file = state_file
+        if state_file is not None:
+            self.state.load(state_file)
         self._server = _EmberServer((host, port), self.state, verbose)
         self._thread: threading.Thread | None = None
         self._serving = False
@@ -1231,3 +1268,5 @@ class Simulator:
         if self._thread is not None:
             self._thread.join(timeout=5)
             self._thread = None
+        if self.state_file is not None:
+            self.state.save(self.state_file)

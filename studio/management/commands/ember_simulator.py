@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 import threading
+from pathlib import Path
 from typing import Any
 
 from django.conf import settings
@@ -25,6 +26,12 @@ class Command(BaseCommand):
         parser.add_argument("--token", default=None, help="Bearer token (default EMBER_TOKEN).")
         parser.add_argument("--job-seconds", type=float, default=2.0)
         parser.add_argument("--verbose", action="store_true", help="Log requests to stderr.")
+        parser.add_argument(
+            "--state-file",
+            type=Path,
+            default=None,
+            help="Keep jobs, images and charges here across restarts (default: memory only).",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         """Start the simulator, announce its URL, and serve until a stop signal arrives."""
@@ -36,6 +43,7 @@ class Command(BaseCommand):
                 token=token,
                 job_seconds=options["job_seconds"],
                 verbose=options["verbose"],
+                state_file=options["state_file"],
             )
         except OSError as exc:
             raise CommandError(

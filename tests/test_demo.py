@@ -1,0 +1,121 @@
+"""`make demo`'s command, run for real: three processes on loopback, a printed login, Ctrl-C."""
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+
+from tests.processes import ROOT, Stack, free_port
+
+pytestmark = pytest.mark.e2e
+
+
+def start_demo(data_dir, web_port: int, ember_port: int) -> tuple[subprocess.Popen[str], dict]:
+    env = {**os.environ, "AVATARS_DATA_DIR": str(data_dir), "PYTHONUNBUFFERED": "1"}
+    env.pop("DATABASE_URL", None)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "manage.py",
+            "demo",
+            "--port",
+            str(web_port),
+            "--ember-port",
+            str(ember_port),
+            "--job-seconds",
+            "0.2",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert proc.stdout is not None
+    printed: dict[str, str] = {}
+    for line in proc.stdout:
+        match = re.match(r"\s+(studio|login|password):\s+(\S+)", line)
+        if match:
+            printed[match[1]] = match[2]
+        if "password" in printed:
+            break
+    assert set(printed) == {"studio", "login", "password"}, printed
+    return proc, printed
+
+
+def wait_until(check, timeout: float = 90.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            value = check()
+        except httpx.TransportError:
+            value = None
+        if value:
+            return value
+        time.sleep(0.3)
+    raise AssertionError("the demo did not get there in time")
+
+
+def sign_in(base: str, username: str, password: str) -> bool:
+    with httpx.Client(base_url=base, follow_redirects=False, timeout=10) as http:
+        http.get("/admin/login/")
+        response = http.post(
+            "/admin/login/?next=/admin/",
+            data={
+                "username": username,
+                "password": password,
+                "csrfmiddlewaretoken": http.cookies["csrftoken"],
+            },
+            headers={"Referer": f"{base}admin/login/"},
+        )
+        return response.status_code == 302 and response.headers["location"] == "/admin/"
+
+
+def stop(proc: subprocess.Popen[str]) -> str:
+    proc.send_signal(signal.SIGINT)  # Ctrl-C
+    out, _ = proc.communicate(timeout=90)
+    return out
+
+
+def test_the_demo_runs_everything_prints_a_login_and_stops_on_ctrl_c(tmp_path):
+    data_dir = tmp_path / "demo"
+    web, ember = free_port(), free_port()
+    proc, printed = start_demo(data_dir, web, ember)
+    try:
+        base = printed["studio"]
+        assert base == f"http://127.0.0.1:{web}/"
+        assert wait_until(lambda: sign_in(base, printed["login"], printed["password"]))
+        # The worker drives the sample batch through the simulator: 3 providers x 2 frames.
+        charges = wait_until(
+            lambda: (
+                (t := httpx.get(f"http://127.0.0.1:{ember}/_sim/charges").json())["total"] == 6
+                and t
+            )
+        )
+        assert set(charges["charges"].values()) == {1}
+    finally:
+        out = stop(proc)
+    assert proc.returncode == 0, out
+    assert "Avatars demo stopped." in out
+
+    # Twice in a row: a new random password, no duplicate seed, no second sample batch.
+    proc, again = start_demo(data_dir, web, ember)
+    try:
+        assert again["password"] != printed["password"]
+        assert wait_until(lambda: sign_in(again["studio"], again["login"], again["password"]))
+    finally:
+        out = stop(proc)
+    assert proc.returncode == 0, out
+    stack = Stack.__new__(Stack)
+    stack.env = {**os.environ, "AVATARS_DATA_DIR": str(data_dir)}
+    counts = stack.django(
+        "from studio.models import Batch, Subject, Task\n"
+        "result = [Batch.objects.count(), Subject.objects.count(),"
+        " sorted(set(Task.objects.values_list('state', flat=True)))]"
+    )
+    assert counts == [1, 2, ["done"]]
