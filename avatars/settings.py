@@ -18,6 +18,24 @@ if not DEBUG and SECRET_KEY == DEV_SECRET_KEY:
     )
 ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
 
+# Secure by default in production (DEBUG off); each can be relaxed on its own, e.g.
+# AVATARS_SSL_REDIRECT=false behind a proxy that terminates TLS and redirects itself.
+_production = not DEBUG
+SECURE_SSL_REDIRECT = env_bool("AVATARS_SSL_REDIRECT", _production)
+SESSION_COOKIE_SECURE = env_bool("AVATARS_SECURE_COOKIES", _production)
+CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+SECURE_HSTS_SECONDS = env_int("AVATARS_HSTS_SECONDS", 31_536_000 if _production else 0, minimum=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("AVATARS_HSTS_INCLUDE_SUBDOMAINS", _production)
+SECURE_HSTS_PRELOAD = env_bool("AVATARS_HSTS_PRELOAD", _production)
+if env_bool("AVATARS_BEHIND_TLS_PROXY", False):
+    # Trust the proxy's X-Forwarded-Proto: only set this behind a proxy that sets it.
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS", [])
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+X_FRAME_OPTIONS = "DENY"
+SESSION_COOKIE_HTTPONLY = True
+
 AVATARS_DATA_DIR = Path(env_str("AVATARS_DATA_DIR", str(BASE_DIR / "data"))).resolve()
 # The SQLite file lives here, so the directory must exist before the first connection.
 AVATARS_DATA_DIR.mkdir(parents=True, exist_ok=True)
@@ -29,6 +47,14 @@ EMBER_TOKEN = env_str("EMBER_TOKEN", "dev-token")
 # caps keep one request from exhausting memory.
 AVATARS_MAX_IMAGE_BYTES = env_int("AVATARS_MAX_IMAGE_BYTES", 25 * 1024 * 1024, minimum=1)
 AVATARS_MAX_IMAGE_PIXELS = env_int("AVATARS_MAX_IMAGE_PIXELS", 40_000_000, minimum=1)
+
+# Request bodies other than files stay small (JSON, forms); files are capped at
+# AVATARS_MAX_IMAGE_BYTES while they stream in (studio.uploads).
+DATA_UPLOAD_MAX_MEMORY_SIZE = 2_621_440  # bytes
+FILE_UPLOAD_HANDLERS = [
+    "studio.uploads.CappedMemoryUploadHandler",
+    "studio.uploads.CappedTemporaryUploadHandler",
+]
 
 # The provider catalogue: key -> label and default model (API.md).
 AVATARS_PROVIDERS: dict[str, dict[str, str]] = {

@@ -70,7 +70,7 @@ def move(
     else:
         fields["next_attempt_at"] = None
     update(task, expected=expected, state=state, **fields)
-    log.info(
-        "task=%s from=%s to=%s phase=%r", task.pk, before, state, fields.get("phase", task.phase)
-    )
+    if before != state:
+        # One line per state change: who, from, to, and the sentence people see.
+        log.info("task=%s from=%s to=%s phase=%r", task.pk, before, state, task.phase)
     return task

@@ -19,7 +19,7 @@ from typing import Any, ParamSpec, TypeVar
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import close_old_connections, connection, transaction
-from django.db.models import F, QuerySet
+from django.db.models import QuerySet
 from django.utils import timezone
 from filelock import FileLock
 from filelock import Timeout as LockHeld
@@ -128,14 +128,11 @@ class Worker:
     def recover(self) -> dict[str, int]:
         """Apply the wake-up table to tasks a dead worker left mid-step; return counts."""
         counts = {"temp_files": originals.remove_stale_temp_files()}
-        now = timezone.now()
         # Nothing left the building from `preparing`; a clip's key makes a restart free.
-        counts["preparing"] = Task.objects.filter(state=TaskState.PREPARING).update(
-            state=TaskState.QUEUED,
-            phase="Waiting for the worker",
-            next_attempt_at=now,
-            version=F("version") + 1,
-        )
+        counts["preparing"] = 0
+        for task in Task.objects.filter(state=TaskState.PREPARING):
+            move(task, TaskState.QUEUED, phase="Waiting for the worker")
+            counts["preparing"] += 1
         for task in Task.objects.filter(state=TaskState.SUBMITTING):
             if task.kind == Kind.CLIP:
                 move(task, TaskState.QUEUED, phase="Re-sending under the same key")
@@ -267,6 +264,12 @@ class Worker:
         references = await self.load_references(task)
         if references is None:
             await db(move)(task, TaskState.FAILED, phase="Failed", error=REFERENCE_CHANGED)
+            return False
+        if self.stopping:
+            # Nothing has been sent: a stopping worker does not start a paid request.
+            await db(move)(
+                task, TaskState.QUEUED, expected=task.version, phase="Waiting for the worker"
+            )
             return False
         number = await db(task.attempts.count)() + 1
         payload = build_payload(task, references, attempt=number)
