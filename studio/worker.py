@@ -294,17 +294,22 @@ class Worker:
         return await asyncio.to_thread(_read_references, task.references)
 
     async def follow(self, task: Task) -> bool:
-        """Poll a running job until it ends; returns True when it went on to `copying`."""
+        """Poll a running job until it ends; returns True when it went on to `copying`.
+
+        Errors while polling are transient (EMBER.md): polling goes on within the
+        bound, and the latest problem is shown on the task so people see why it waits.
+        """
         assert task.submitted_at is not None
         deadline = task.submitted_at + timedelta(seconds=self.poll_bound)
         while not self.stopping:
             if timezone.now() > deadline:
+                last = f" Ember's last answer: {task.error}" if task.error else ""
                 await db(move)(
                     task,
                     TaskState.UNCERTAIN,
                     phase="Ember did not finish in time; reconcile before retry",
                     error=f"Ember's job {task.ember_job_id} did not finish within "
-                    f"{self.poll_bound:.0f} seconds. Nothing was resubmitted.",
+                    f"{self.poll_bound:.0f} seconds. Nothing was resubmitted.{last}",
                 )
                 return False
             try:
@@ -318,8 +323,11 @@ class Worker:
                 )
                 return False
             except EmberError as exc:
-                # Transient: keep polling within the bound.
                 log.warning("task=%s poll failed: %s", task.pk, exc.message)
+                if task.error != exc.message:  # one write per new problem, not per poll
+                    await db(update)(
+                        task, phase="Ember's answer was unusable; still polling", error=exc.message
+                    )
             else:
                 if job.status == "succeeded":
                     await db(move)(
@@ -327,6 +335,7 @@ class Worker:
                         TaskState.COPYING,
                         result=job.result,
                         phase="Copying the original from Ember",
+                        error="",
                     )
                     return True
                 if job.status == "failed":

@@ -1,0 +1,172 @@
+"""Ember answers that make no sense: each lands the task where EMBER.md implies (SPEC §6).
+
+The worker must keep running, and the task must say what was wrong in words.
+"""
+
+import hashlib
+
+import httpx
+import pytest
+
+from studio import engine
+from studio.models import Asset, Task, TaskState
+from studio.store import move
+from studio.worker import MAY_HAVE_REACHED, Worker
+from tests.conftest import batch_request, drain
+from tests.fake_ember import JOBS, FakeEmber
+
+pytestmark = pytest.mark.django_db
+
+HTML_PAGE = httpx.Response(
+    200, text="<html><body>Gateway error</body></html>", headers={"Content-Type": "text/html"}
+)
+
+
+def plan(subject, *, frame: str = "image", candidates: int = 2) -> list[Task]:
+    batch = engine.generate(
+        request=batch_request(
+            subject, frames=[frame], providers=[{"provider": "openai", "candidates": candidates}]
+        )
+    )
+    return list(batch.tasks.order_by("ordinal"))
+
+
+def impatient(worker: Worker) -> Worker:
+    """The same worker with a poll bound short enough to reach in a test."""
+    return Worker(client=worker.client, poll_interval=0.01, poll_bound=0.3, tick=0)
+
+
+SUBMIT_NONSENSE = {
+    "202 with malformed JSON": httpx.Response(202, text="{not json"),
+    "202 without a job id": httpx.Response(202, json={"status": "queued"}),
+    "202 with a job id that is not a string": httpx.Response(202, json={"id": 1234}),
+    "202 with a JSON list": httpx.Response(202, json=["job_1"]),
+    "200 with an HTML error page": HTML_PAGE,
+}
+
+
+@pytest.mark.parametrize("answer", SUBMIT_NONSENSE.values(), ids=SUBMIT_NONSENSE.keys())
+def test_a_nonsense_answer_to_an_image_submit_means_it_may_have_arrived(
+    subject, ember, worker, answer
+):
+    fake = FakeEmber(ember)
+    [odd, fine] = plan(subject)
+    answers = iter([answer])
+    fake.submit_route.mock(side_effect=lambda request: next(answers, None) or fake._submit(request))
+
+    drain(Worker(client=worker.client, workers=1, poll_interval=0, tick=0))
+
+    odd.refresh_from_db()
+    fine.refresh_from_db()
+    assert odd.state == TaskState.UNCERTAIN
+    assert odd.error.startswith(MAY_HAVE_REACHED)
+    assert "Ember" in odd.error.removeprefix(MAY_HAVE_REACHED)  # says what was wrong
+    assert fine.state == TaskState.DONE  # the worker kept going
+
+
+@pytest.mark.parametrize("answer", SUBMIT_NONSENSE.values(), ids=SUBMIT_NONSENSE.keys())
+def test_a_nonsense_answer_to_a_clip_submit_is_resent_under_the_same_key(
+    subject, ember, worker, answer
+):
+    fake = FakeEmber(ember)
+    [clip] = plan(subject, frame="clip", candidates=1)
+    answers = iter([answer])
+    fake.submit_route.mock(side_effect=lambda request: next(answers, None) or fake._submit(request))
+
+    drain(worker)
+    clip.refresh_from_db()
+    assert clip.state == TaskState.QUEUED
+    move(clip, TaskState.QUEUED)  # due now rather than after the short back-off
+    drain(worker)
+
+    clip.refresh_from_db()
+    assert clip.state == TaskState.DONE
+    assert {h["Idempotency-Key"] for h in fake.submit_headers} == {clip.idempotency_key}
+
+
+POLL_NONSENSE = {
+    "malformed JSON": httpx.Response(200, text="{oops"),
+    "unknown status": httpx.Response(200, json={"id": "job_1", "status": "exploded"}),
+    "succeeded without a result": httpx.Response(200, json={"id": "job_1", "status": "succeeded"}),
+    "succeeded without an image id": httpx.Response(
+        200, json={"id": "job_1", "status": "succeeded", "result": {"image": {}}}
+    ),
+    "an HTML error page": HTML_PAGE,
+}
+
+
+@pytest.mark.parametrize("answer", POLL_NONSENSE.values(), ids=POLL_NONSENSE.keys())
+def test_nonsense_while_polling_keeps_polling_then_rests_uncertain_saying_why(
+    subject, ember, worker, answer
+):
+    fake = FakeEmber(ember)
+    [task] = plan(subject, candidates=1)
+    fake.poll_route.mock(return_value=answer)
+
+    drain(impatient(worker))
+
+    task.refresh_from_db()
+    assert task.state == TaskState.UNCERTAIN
+    assert "did not finish" in task.error
+    assert "Ember's last answer:" in task.error
+    assert fake.poll_route.call_count > 1  # polling went on; one odd answer is no verdict
+    assert len(fake.submits) == 1  # and nothing was sent again
+
+
+def test_nonsense_while_polling_is_forgotten_once_ember_answers_properly(subject, ember, worker):
+    fake = FakeEmber(ember)
+    [task] = plan(subject, candidates=1)
+    answers = iter([HTML_PAGE, POLL_NONSENSE["unknown status"]])
+    fake.poll_route.mock(
+        side_effect=lambda request, job_id: next(answers, None) or fake._poll(request, job_id)
+    )
+
+    drain(worker)
+
+    task.refresh_from_db()
+    assert task.state == TaskState.DONE
+    assert task.error == ""
+
+
+@pytest.mark.parametrize("kind", ["non-image bytes", "truncated image", "wrong sha256"])
+def test_bad_bytes_from_ember_end_copy_failed_with_a_readable_error(subject, ember, worker, kind):
+    fake = FakeEmber(ember)
+    [task] = plan(subject, candidates=1)
+
+    def file(request, image_id):
+        data = fake.images[image_id]
+        if kind == "non-image bytes":
+            data = b"<html>not an image</html>"
+        elif kind == "truncated image":
+            data = data[: len(data) // 2]
+        if kind != "wrong sha256":
+            # Ember vouches for these bytes: only the image check can catch them.
+            fake.jobs["job_1"]["result"]["image"]["sha256"] = hashlib.sha256(data).hexdigest()
+        else:
+            data = data + b"tampered"
+        return httpx.Response(200, content=data, headers={"Content-Type": "image/png"})
+
+    fake.file_route.mock(side_effect=file)
+
+    drain(worker)
+
+    task.refresh_from_db()
+    assert task.state == TaskState.COPY_FAILED
+    assert task.error in {
+        "The file is not a PNG, JPEG, WebP or GIF image.",
+        "The image Ember sent does not match its sha256.",
+    } or task.error.startswith("The image could not be decoded")
+    assert not Asset.objects.filter(task=task).exists()
+    assert not fake.release_route.called
+    assert fake.file_route.call_count == 3  # tried again before giving up
+
+
+def test_a_submit_refused_with_an_html_4xx_fails_with_a_readable_error(subject, ember, worker):
+    ember.post(JOBS).mock(return_value=httpx.Response(418, text="<html>teapot</html>"))
+    [task] = plan(subject, candidates=1)
+
+    drain(worker)
+
+    task.refresh_from_db()
+    assert task.state == TaskState.FAILED
+    assert task.error == "Ember answered HTTP 418."
