@@ -1,5 +1,7 @@
 """Settings for Avatars, read from the environment with working defaults (SPEC §2)."""
 
+import os
+import tempfile
 from pathlib import Path
 
 import dj_database_url
@@ -126,8 +128,11 @@ else:
             "ENGINE": "django.db.backends.sqlite3",
             "NAME": str(AVATARS_DATA_DIR / "db.sqlite3"),
             "OPTIONS": SQLITE_OPTIONS,
-            # Tests run on a real file (WAL, fsync) so "committed" means what it says.
-            "TEST": {"NAME": str(AVATARS_DATA_DIR / "test.sqlite3")},
+            # Tests run on a real file (WAL, fsync) so "committed" means what it says;
+            # one per test run, so runs side by side do not share it.
+            "TEST": {
+                "NAME": str(Path(tempfile.gettempdir()) / f"avatars-test-{os.getpid()}.sqlite3")
+            },
         }
     }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
@@ -145,7 +150,8 @@ USE_I18N = True
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATIC_ROOT = AVATARS_DATA_DIR / "static"
+STATIC_ROOT = AVATARS_DATA_DIR / "static"  # filled by collectstatic for production
+STATIC_ROOT.mkdir(exist_ok=True)
 
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/"

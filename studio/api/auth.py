@@ -1,0 +1,63 @@
+"""Bearer tokens for the JSON API: issued once, stored only as their SHA-256."""
+
+import hashlib
+import hmac
+import secrets
+from datetime import timedelta
+
+from django.contrib.auth.models import User
+from django.db.models import Q
+from django.http import HttpRequest
+from django.utils import timezone
+
+from studio.models import ApiToken
+
+# Recording every use would turn each API read into a write that queues behind
+# the worker on SQLite's single write lock; once a minute still says "in use".
+LAST_USED_RESOLUTION = timedelta(minutes=1)
+
+
+def digest_of(token: str) -> str:
+    """Return the SHA-256 hex digest under which `token` is stored."""
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def issue_token(*, user: User) -> str:
+    """Create a new API token for `user` and return it; only its digest is kept."""
+    token = secrets.token_urlsafe(32)
+    ApiToken.objects.create(user=user, digest=digest_of(token))
+    return token
+
+
+def authenticate(request: HttpRequest) -> User | None:
+    """Return the active user whose token the request bears, or None."""
+    token = _bearer_token(request.headers.get("Authorization", ""))
+    if token is None:
+        return None
+    digest = digest_of(token)
+    row = ApiToken.objects.select_related("user").filter(digest=digest).first()
+    # The lookup already matched, but a database may compare case-insensitively
+    # or pad; the digest must be equal byte for byte, compared in constant time.
+    if row is None or not hmac.compare_digest(row.digest, digest):
+        return None
+    if not row.user.is_active:
+        return None
+    _touch(row)
+    return row.user
+
+
+def _bearer_token(header: str) -> str | None:
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token or " " in token:
+        return None
+    return token
+
+
+def _touch(row: ApiToken) -> None:
+    now = timezone.now()
+    if row.last_used_at is not None and now - row.last_used_at < LAST_USED_RESOLUTION:
+        return
+    # Conditional, so that concurrent requests record the minute once.
+    ApiToken.objects.filter(pk=row.pk).filter(
+        Q(last_used_at__isnull=True) | Q(last_used_at__lt=now - LAST_USED_RESOLUTION)
+    ).update(last_used_at=now)

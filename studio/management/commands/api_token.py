@@ -1,0 +1,34 @@
+"""`manage.py api_token USERNAME [--create-user]`: issue a JSON API token (API.md)."""
+
+from typing import Any
+
+from django.contrib.auth.models import User
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from studio.api.auth import issue_token
+
+
+class Command(BaseCommand):
+    help = "Print a new JSON API token for a user, as the last line of the output."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("username", help="the user the token acts as")
+        parser.add_argument(
+            "--create-user",
+            action="store_true",
+            help="create the user (without a password) if there is none",
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        username = options["username"]
+        user = User.objects.filter(username=username).first()
+        if user is None:
+            if not options["create_user"]:
+                raise CommandError(f"Unknown user: {username}. Pass --create-user to create it.")
+            # No usable password: this user signs in to the API only, with the token.
+            user = User.objects.create_user(username=username)
+            self.stdout.write(f"Created user {username}.")
+        token = issue_token(user=user)
+        self.stdout.write(f"New API token for {username}. Only its hash is stored; keep it now:")
+        # Last line, alone, so scripts can take it with `tail -n 1`.
+        self.stdout.write(token)

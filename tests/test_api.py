@@ -1,0 +1,874 @@
+"""The JSON API (API.md): every route, the shapes it answers, and what it refuses."""
+
+import hashlib
+import itertools
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.test import Client
+from django.utils import timezone
+
+from studio import engine, originals
+from studio.api.auth import issue_token
+from studio.models import (
+    Asset,
+    Attempt,
+    AvatarSet,
+    Batch,
+    Origin,
+    SetItem,
+    Subject,
+    Task,
+    TaskState,
+)
+from studio.store import Conflict, move
+from tests.conftest import batch_request, png_bytes
+
+pytestmark = pytest.mark.django_db
+
+API = "/api/v1"
+HISTORY = "/api/v1/history"
+PUBLISH_REFUSED = "Ember history must be recovered before publishing generated images."
+TOO_LATE = "This task has already been sent to Ember; the work is kept."
+TASK_KEYS = {
+    "id",
+    "batch",
+    "kind",
+    "state",
+    "phase",
+    "error",
+    "provider",
+    "provider_label",
+    "model",
+    "frame",
+    "ordinal",
+    "ember_job_id",
+    "attempts",
+    "protection_released",
+    "asset",
+}
+ASSET_KEYS = {
+    "id",
+    "sha256",
+    "mime",
+    "width",
+    "height",
+    "size",
+    "label",
+    "origin",
+    "subjects",
+    "task",
+    "batch",
+    "provider",
+    "model",
+    "ember_image_id",
+    "ember_history_id",
+    "created_at",
+    "url",
+}
+
+_shas = (hashlib.sha256(f"generated {i}".encode()).hexdigest() for i in itertools.count())
+
+
+def bearing(token: str) -> Client:
+    """A client that sends `token` on every request, as a script would."""
+    return Client(headers={"Authorization": f"Bearer {token}"})
+
+
+@pytest.fixture
+def api() -> Client:
+    """A script's client, acting as a plain (non-staff) user."""
+    return bearing(issue_token(user=User.objects.create_user("family-script")))
+
+
+@pytest.fixture
+def staff_api() -> Client:
+    """A client acting as a member of staff."""
+    return bearing(issue_token(user=User.objects.create_user("ops", is_staff=True)))
+
+
+def post_json(client: Client, url: str, body: object) -> Any:
+    return client.post(url, json.dumps(body), content_type="application/json")
+
+
+def upload(client: Client, subject: Subject, data: bytes, name: str = "ada.png") -> Any:
+    file = SimpleUploadedFile(name, data, content_type="image/png")
+    return client.post(f"{API}/subjects/{subject.pk}/references", {"file": file})
+
+
+def a_batch(subject: Subject, candidates: int = 1) -> Batch:
+    providers = [{"provider": "openai", "candidates": candidates}]
+    return engine.generate(request=batch_request(subject, providers=providers))
+
+
+def generated_asset(*, history_id: str = "") -> Asset:
+    return Asset.objects.create(
+        sha256=next(_shas),
+        file_name="candidate.png",
+        mime="image/png",
+        width=1024,
+        height=1024,
+        size=1000,
+        origin=Origin.GENERATED,
+        provider="openai",
+        model="gpt-image-1",
+        ember_image_id="img_1",
+        ember_history_id=history_id,
+    )
+
+
+def a_set(*assets: Asset) -> AvatarSet:
+    chosen = AvatarSet.objects.create(name="Family 2026")
+    for position, asset in enumerate(assets):
+        SetItem.objects.create(avatar_set=chosen, asset=asset, position=position)
+    return chosen
+
+
+def stored_originals(data_dir: Path) -> list[str]:
+    directory = data_dir / "originals"
+    return sorted(p.name for p in directory.iterdir()) if directory.exists() else []
+
+
+def error(response: Any) -> dict[str, str]:
+    body = response.json()
+    assert set(body) == {"error"}
+    assert set(body["error"]) == {"code", "message"}
+    return body["error"]
+
+
+# --- subjects -------------------------------------------------------------------
+
+
+def test_it_creates_a_subject(api):
+    response = post_json(api, f"{API}/subjects", {"name": "Ada Lovelace"})
+
+    assert response.status_code == 201
+    subject = Subject.objects.get()
+    assert response.json() == {
+        "id": str(subject.pk),
+        "name": "Ada Lovelace",
+        "slug": "ada-lovelace",
+    }
+
+
+def test_it_lists_subjects_by_name(api, make_subject):
+    grace, ada = make_subject("Grace"), make_subject("Ada")
+
+    response = api.get(f"{API}/subjects")
+
+    assert response.status_code == 200
+    assert response.json() == {
+        "items": [
+            {"id": str(ada.pk), "name": "Ada", "slug": "ada"},
+            {"id": str(grace.pk), "name": "Grace", "slug": "grace"},
+        ]
+    }
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ({"name": "   "}, "A subject needs a name."),
+        ({}, "A subject needs a name."),
+        ({"name": "x" * 121}, "A subject's name must be at most 120 characters."),
+    ],
+)
+def test_it_refuses_a_subject_without_a_usable_name_and_creates_none(api, body, message):
+    response = post_json(api, f"{API}/subjects", body)
+
+    assert response.status_code == 400
+    assert error(response) == {"code": "invalid_request", "message": message}
+    assert not Subject.objects.exists()
+
+
+# --- reference uploads ----------------------------------------------------------
+
+
+def test_it_stores_an_uploaded_reference_photo(api, make_subject, data_dir):
+    ada = make_subject("Ada")
+    data = png_bytes(7)
+
+    response = upload(api, ada, data)
+
+    assert response.status_code == 201
+    body = response.json()
+    asset = Asset.objects.get()
+    assert set(body) == ASSET_KEYS
+    assert body["id"] == str(asset.pk)
+    assert body["sha256"] == hashlib.sha256(data).hexdigest()
+    assert (body["mime"], body["width"], body["height"], body["size"]) == (
+        "image/png",
+        64,
+        48,
+        len(data),
+    )
+    assert body["origin"] == "uploaded"
+    assert body["subjects"] == [str(ada.pk)]
+    assert body["url"] == f"{API}/assets/{asset.pk}/original"
+    assert stored_originals(data_dir) == [f"{body['sha256']}.png"]
+
+
+def test_it_serves_an_uploaded_photo_back_byte_for_byte(api, make_subject):
+    data = png_bytes(8)
+    url = upload(api, make_subject("Ada"), data).json()["url"]
+
+    response = api.get(url)
+
+    assert response.status_code == 200
+    assert response.content == data
+
+
+def jpeg_bytes() -> bytes:
+    return png_bytes(3, fmt="JPEG")
+
+
+@pytest.mark.parametrize(
+    ("name", "data", "message"),
+    [
+        (
+            "notes.png",
+            b"just some text, not a photo",
+            "The file is not a PNG, JPEG, WebP or GIF image.",
+        ),
+        ("empty.png", b"", "The file is empty."),
+        (
+            "page.png",
+            b"<!doctype html><html><body>hi</body></html>",
+            "The file is not a PNG, JPEG, WebP or GIF image.",
+        ),
+        ("cut.png", png_bytes(9)[:120], "The image could not be decoded"),
+        ("cut.jpg", jpeg_bytes()[: len(jpeg_bytes()) // 2], "The image could not be decoded"),
+    ],
+    ids=["text", "empty", "html-named-png", "truncated-png", "truncated-jpeg"],
+)
+def test_it_refuses_an_upload_that_is_not_an_image_and_stores_nothing(
+    api, subject, data_dir, name, data, message
+):
+    assets, files = Asset.objects.count(), stored_originals(data_dir)
+
+    response = upload(api, subject, data, name=name)
+
+    assert response.status_code == 400
+    assert error(response)["code"] == "not_an_image"
+    assert error(response)["message"].startswith(message)
+    assert Asset.objects.count() == assets
+    assert stored_originals(data_dir) == files
+
+
+def test_it_refuses_an_upload_over_the_size_limit_and_stores_nothing(
+    api, subject, data_dir, settings
+):
+    settings.AVATARS_MAX_IMAGE_BYTES = 1024 * 1024
+    files = stored_originals(data_dir)
+
+    response = upload(api, subject, b"\x89PNG" + b"\0" * (1024 * 1024))
+
+    assert response.status_code == 400
+    assert error(response) == {
+        "code": "too_large",
+        "message": "The file is too large (the limit is 1 MB).",
+    }
+    assert Asset.objects.count() == 1  # the subject's own reference only
+    assert stored_originals(data_dir) == files
+
+
+def test_it_refuses_an_upload_with_too_many_pixels_and_stores_nothing(
+    api, subject, data_dir, settings
+):
+    settings.AVATARS_MAX_IMAGE_PIXELS = 1000
+    files = stored_originals(data_dir)
+
+    response = upload(api, subject, png_bytes(11))
+
+    assert response.status_code == 400
+    assert error(response) == {
+        "code": "not_an_image",
+        "message": "The image has too many pixels (64 x 48).",
+    }
+    assert Asset.objects.count() == 1
+    assert stored_originals(data_dir) == files
+
+
+def test_it_refuses_an_upload_without_a_file_field(api, subject):
+    file = SimpleUploadedFile("ada.png", png_bytes(12), content_type="image/png")
+
+    response = api.post(f"{API}/subjects/{subject.pk}/references", {"photo": file})
+
+    assert response.status_code == 400
+    assert error(response) == {
+        "code": "invalid_upload",
+        "message": "Send the photo as the multipart field `file`.",
+    }
+    assert Asset.objects.count() == 1
+
+
+def test_it_refuses_a_json_body_where_an_upload_is_expected(api, subject):
+    response = post_json(api, f"{API}/subjects/{subject.pk}/references", {"file": "ada.png"})
+
+    assert response.status_code == 400
+    assert error(response)["code"] == "invalid_upload"
+
+
+# --- batches --------------------------------------------------------------------
+
+
+def test_it_accepts_a_batch_with_202_and_sends_nothing_to_ember(api, subject, ember):
+    request = batch_request(
+        subject,
+        providers=[
+            {"provider": "openai", "candidates": 2},
+            {"provider": "flux", "model": "flux-pro"},
+        ],
+        frames=["image", "clip"],
+    )
+
+    response = post_json(api, f"{API}/batches", request)
+
+    assert response.status_code == 202
+    batch = Batch.objects.get()
+    assert response["Location"] == f"{API}/batches/{batch.pk}"
+    body = response.json()
+    assert set(body) == {"id", "title", "created_at", "request", "tasks", "progress"}
+    assert body["id"] == str(batch.pk)
+    assert body["title"] == "Spring avatars"
+    assert body["request"]["subjects"] == [subject.pk]
+    assert len(body["tasks"]) == 6  # (2 openai + 1 flux) x (image + clip)
+    assert all(set(t) == TASK_KEYS for t in body["tasks"])
+    assert {t["state"] for t in body["tasks"]} == {"queued"}
+    assert {(t["provider"], t["provider_label"], t["model"]) for t in body["tasks"]} == {
+        ("openai", "GPT Image", "gpt-image-1"),
+        ("flux", "FLUX", "flux-pro"),
+    }
+    assert sorted(t["kind"] for t in body["tasks"]) == ["clip"] * 3 + ["image"] * 3
+    assert body["progress"]["queued"] == body["progress"]["total"] == 6
+    assert body["progress"]["finished"] == 0
+    assert len(ember.calls) == 0  # the worker sends it, later
+    assert not any(route.called for route in ember.routes)
+
+
+def test_it_records_who_asked_for_a_batch(api, subject):
+    post_json(api, f"{API}/batches", batch_request(subject))
+
+    assert Batch.objects.get().created_by == User.objects.get(username="family-script")
+
+
+def test_it_shows_a_batch_with_its_tasks_and_progress(api, subject):
+    batch = a_batch(subject, candidates=3)
+    first, second, _third = batch.tasks.order_by("ordinal")
+    move(first, TaskState.RUNNING, ember_job_id="job_1", submitted_at=timezone.now())
+    Attempt.objects.create(
+        task=first,
+        number=1,
+        ember_job_id="job_1",
+        submitted_at=timezone.now(),
+        outcome=Attempt.Outcome.ACCEPTED,
+    )
+    engine.cancel_task(task=second)
+
+    response = api.get(f"{API}/batches/{batch.pk}")
+
+    assert response.status_code == 200
+    body = response.json()
+    tasks = {t["id"]: t for t in body["tasks"]}
+    assert tasks[str(first.pk)]["state"] == "running"
+    assert tasks[str(first.pk)]["ember_job_id"] == "job_1"
+    assert tasks[str(first.pk)]["attempts"] == 1
+    assert tasks[str(second.pk)]["state"] == "cancelled"
+    assert tasks[str(second.pk)]["attempts"] == 0
+    progress = body["progress"]
+    assert (progress["running"], progress["cancelled"], progress["queued"]) == (1, 1, 1)
+    assert (progress["total"], progress["finished"]) == (3, 1)
+
+
+def test_it_reads_a_large_batch_in_as_many_queries_as_a_small_one(
+    api, subject, django_assert_max_num_queries
+):
+    small, large = a_batch(subject, candidates=1), a_batch(subject, candidates=8)
+    for task in large.tasks.all():
+        Attempt.objects.create(
+            task=task, number=1, submitted_at=timezone.now(), outcome=Attempt.Outcome.UNKNOWN
+        )
+    api.get(f"{API}/batches/{small.pk}")  # the token's last use is recorded once
+
+    with django_assert_max_num_queries(6) as small_queries:
+        api.get(f"{API}/batches/{small.pk}")
+    with django_assert_max_num_queries(len(small_queries)):
+        response = api.get(f"{API}/batches/{large.pk}")
+
+    assert [t["attempts"] for t in response.json()["tasks"]] == [1] * 8
+
+
+def test_it_cancels_a_batch_and_reports_the_cancelled_and_the_kept(api, subject):
+    batch = a_batch(subject, candidates=3)
+    queued, preparing, running = batch.tasks.order_by("ordinal")
+    move(preparing, TaskState.PREPARING, phase="Checking reference photos")
+    move(running, TaskState.RUNNING, ember_job_id="job_1", submitted_at=timezone.now())
+
+    response = api.post(f"{API}/batches/{batch.pk}/cancel")
+
+    assert response.status_code == 200
+    body = response.json()
+    assert sorted(body["cancelled"]) == sorted([str(queued.pk), str(preparing.pk)])
+    assert body["kept"] == [str(running.pk)]
+    assert dict(batch.tasks.values_list("pk", "state")) == {
+        queued.pk: TaskState.CANCELLED,
+        preparing.pk: TaskState.CANCELLED,
+        running.pk: TaskState.RUNNING,
+    }
+
+
+@pytest.mark.parametrize(
+    ("make_body", "message"),
+    [
+        (lambda s: batch_request(s, prompt="   "), "The prompt must not be empty."),
+        (lambda s: batch_request(s, subjects=[s.pk + 1000]), "Unknown subject: {unknown}."),
+        (lambda s: batch_request(s, subjects=[]), "Choose at least one subject."),
+        (lambda s: batch_request(s, providers=[]), "Choose at least one provider."),
+        (
+            lambda s: batch_request(s, providers=[{"provider": "midjourney"}]),
+            "Unknown provider: 'midjourney'.",
+        ),
+        (
+            lambda s: batch_request(s, providers=[{"provider": "openai", "candidates": 0}]),
+            "Candidates must be between 1 and 8.",
+        ),
+        (
+            lambda s: batch_request(s, providers=[{"provider": "openai", "candidates": 9}]),
+            "Candidates must be between 1 and 8.",
+        ),
+        (
+            lambda s: batch_request(
+                s,
+                providers=[
+                    {"provider": "openai", "model": f"model-{i}", "candidates": 8} for i in range(7)
+                ],
+                frames=["image", "headshot", "full-body", "clip"],
+            ),
+            "This batch would make 224 tasks; the limit is 200.",
+        ),
+        (lambda s: batch_request(s, references=[999_999]), "Unknown reference photo: 999999."),
+        (
+            lambda s: batch_request(s, frames=["portrait"]),
+            "Unknown frame: 'portrait'. Frames are image, headshot, full-body, clip.",
+        ),
+        (lambda s: ["a list, not a batch"], "The request body must be a JSON object."),
+        (lambda s: '{"prompt": "a portrait", ', "The request body is not valid JSON."),
+    ],
+    ids=[
+        "empty-prompt",
+        "unknown-subject",
+        "no-subject",
+        "no-provider",
+        "unknown-provider",
+        "candidates-0",
+        "candidates-9",
+        "too-many-tasks",
+        "unknown-reference",
+        "unknown-frame",
+        "not-an-object",
+        "malformed-json",
+    ],
+)
+def test_it_refuses_a_bad_batch_and_creates_nothing(api, subject, ember, make_body, message):
+    body = make_body(subject)
+    raw = body if isinstance(body, str) else json.dumps(body)
+
+    response = api.post(f"{API}/batches", raw, content_type="application/json")
+
+    assert response.status_code == 400
+    assert error(response)["message"] == message.format(unknown=subject.pk + 1000)
+    assert not Batch.objects.exists()
+    assert not Task.objects.exists()
+    assert len(ember.calls) == 0
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"providers": [{"provider": ["openai"]}]}, "Unknown provider: ['openai']."),
+        ({"subjects": [10**30]}, f"Unknown subject: {10**30}."),
+        ({"subjects": [1.5]}, "Subjects must be a list of ids; 1.5 is not one."),
+    ],
+    ids=["provider-not-text", "subject-id-out-of-range", "subject-id-not-whole"],
+)
+def test_it_refuses_a_batch_with_odd_values_with_a_400_not_a_crash(
+    api, subject, overrides, message
+):
+    response = post_json(api, f"{API}/batches", batch_request(subject, **overrides))
+
+    assert response.status_code == 400
+    assert error(response) == {"code": "invalid_request", "message": message}
+    assert not Batch.objects.exists()
+
+
+def test_it_refuses_a_body_too_large_to_read_with_413(api, settings):
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1000
+
+    response = post_json(api, f"{API}/subjects", {"name": "Ada", "notes": "x" * 2000})
+
+    assert response.status_code == 413
+    assert error(response)["code"] == "too_large"
+    assert not Subject.objects.exists()
+
+
+# --- tasks ----------------------------------------------------------------------
+
+
+def test_it_shows_a_task(api, subject):
+    task = a_batch(subject).tasks.get()
+
+    response = api.get(f"{API}/tasks/{task.pk}")
+
+    assert response.status_code == 200
+    assert response.json() == {
+        "id": str(task.pk),
+        "batch": str(task.batch_id),
+        "kind": "image",
+        "state": "queued",
+        "phase": "Waiting for the worker",
+        "error": "",
+        "provider": "openai",
+        "provider_label": "GPT Image",
+        "model": "gpt-image-1",
+        "frame": "image",
+        "ordinal": 1,
+        "ember_job_id": "",
+        "attempts": 0,
+        "protection_released": None,
+        "asset": None,
+    }
+
+
+def test_it_shows_a_finished_task_with_its_asset(api, subject):
+    task = a_batch(subject).tasks.get()
+    asset = generated_asset(history_id="hist_1")
+    move(task, TaskState.DONE, asset=asset, protection_released=True, phase="Complete")
+
+    body = api.get(f"{API}/tasks/{task.pk}").json()
+
+    assert (body["state"], body["asset"], body["protection_released"]) == (
+        "done",
+        str(asset.pk),
+        True,
+    )
+
+
+def test_it_cancels_a_queued_task(api, subject):
+    task = a_batch(subject).tasks.get()
+
+    response = api.post(f"{API}/tasks/{task.pk}/cancel")
+
+    assert response.status_code == 200
+    assert response.json()["state"] == "cancelled"
+    assert response.json()["error"] == "Cancelled before anything was sent to Ember."
+    assert Task.objects.get(pk=task.pk).state == TaskState.CANCELLED
+
+
+def test_it_refuses_to_cancel_a_task_that_already_reached_ember(api, subject):
+    task = a_batch(subject).tasks.get()
+    move(task, TaskState.RUNNING, ember_job_id="job_1", submitted_at=timezone.now())
+
+    response = api.post(f"{API}/tasks/{task.pk}/cancel")
+
+    assert response.status_code == 409
+    assert error(response) == {"code": "too_late", "message": TOO_LATE}
+    assert Task.objects.get(pk=task.pk).state == TaskState.RUNNING
+
+
+def an_uncertain_task(subject: Subject) -> Task:
+    """An image whose submit may have reached Ember (the worker died mid-request)."""
+    task = move(a_batch(subject).tasks.get(), TaskState.SUBMITTING, submitted_at=timezone.now())
+    Attempt.objects.create(
+        task=task, number=1, submitted_at=task.submitted_at, outcome=Attempt.Outcome.UNKNOWN
+    )
+    return move(task, TaskState.UNCERTAIN, phase="Reconcile before retry")
+
+
+def history_route(ember, task: Task) -> Any:
+    image = {"id": "img_7", "mime": "image/png", "sha256": "ab" * 32, "bytes": 123}
+    row = {
+        "id": "hist_7",
+        "job_id": "job_7",
+        "image_id": "img_7",
+        "source_metadata": {"source_app": "cwkAvatars", "task_id": str(task.pk)},
+        "result": {"image": image, "history": {"id": "hist_7"}, "history_error": None},
+    }
+    params = {"source_app": "cwkAvatars", "task_id": str(task.pk)}
+    return ember.get(HISTORY, params=params).respond(200, json={"items": [row]})
+
+
+def test_it_lets_staff_reconcile_a_task_with_embers_history(staff_api, subject, ember):
+    task = an_uncertain_task(subject)
+    route = history_route(ember, task)
+
+    response = staff_api.post(f"{API}/tasks/{task.pk}/reconcile")
+
+    assert response.status_code == 200
+    assert route.call_count == 1
+    body = response.json()
+    assert (body["state"], body["ember_job_id"], body["attempts"]) == ("copying", "job_7", 1)
+    assert Task.objects.get(pk=task.pk).state == TaskState.COPYING
+
+
+def test_it_refuses_reconcile_to_anyone_but_staff(api, subject, ember):
+    task = an_uncertain_task(subject)
+    route = history_route(ember, task)
+
+    response = api.post(f"{API}/tasks/{task.pk}/reconcile")
+
+    assert response.status_code == 403
+    assert error(response) == {"code": "forbidden", "message": "Only staff may reconcile tasks."}
+    assert route.call_count == 0
+    assert Task.objects.get(pk=task.pk).state == TaskState.UNCERTAIN
+
+
+def test_it_answers_409_when_the_worker_moves_a_task_during_its_reconcile(
+    staff_api, subject, monkeypatch
+):
+    task = an_uncertain_task(subject)
+
+    def worker_won_the_race(*, task: Task) -> Task:
+        raise Conflict(f"Task {task.pk} moved past version {task.version}")
+
+    monkeypatch.setattr(engine, "reconcile", worker_won_the_race)
+
+    response = staff_api.post(f"{API}/tasks/{task.pk}/reconcile")
+
+    assert response.status_code == 409
+    assert error(response) == {
+        "code": "conflict",
+        "message": "The row changed while this request was served; read it again and retry.",
+    }
+
+
+# --- assets ---------------------------------------------------------------------
+
+
+def test_it_shows_an_asset(api, subject):
+    asset = subject.assets.get()
+
+    response = api.get(f"{API}/assets/{asset.pk}")
+
+    assert response.status_code == 200
+    assert response.json() == {
+        "id": str(asset.pk),
+        "sha256": asset.sha256,
+        "mime": "image/png",
+        "width": 64,
+        "height": 48,
+        "size": asset.size,
+        "label": "",
+        "origin": "uploaded",
+        "subjects": [str(subject.pk)],
+        "task": None,
+        "batch": None,
+        "provider": "",
+        "model": "",
+        "ember_image_id": "",
+        "ember_history_id": "",
+        "created_at": asset.created_at.isoformat(),
+        "url": f"{API}/assets/{asset.pk}/original",
+    }
+
+
+def test_it_serves_an_original_with_its_type_hash_and_caching(api, make_subject, make_reference):
+    data = jpeg_bytes()
+    asset = make_reference(make_subject("Ada"), data)
+
+    response = api.get(f"{API}/assets/{asset.pk}/original")
+
+    assert response.status_code == 200
+    assert response.content == data
+    assert response["Content-Type"] == "image/jpeg"
+    assert response["X-Content-Type-Options"] == "nosniff"
+    assert response["Cache-Control"] == "private, max-age=31536000, immutable"
+    assert response["ETag"] == f'"{hashlib.sha256(data).hexdigest()}"'
+
+
+def test_it_answers_503_rather_than_serve_an_original_that_fails_its_checksum(api, subject):
+    asset = subject.assets.get()
+    originals.path_for(asset.sha256, ".png").write_bytes(png_bytes(99))
+
+    response = api.get(f"{API}/assets/{asset.pk}/original")
+
+    assert response.status_code == 503
+    assert error(response) == {
+        "code": "checksum_failed",
+        "message": "Stored original failed its checksum.",
+    }
+
+
+def test_it_answers_503_when_an_original_is_missing_from_the_store(api, subject):
+    asset = subject.assets.get()
+    originals.path_for(asset.sha256, ".png").unlink()
+
+    response = api.get(f"{API}/assets/{asset.pk}/original")
+
+    assert response.status_code == 503
+    assert error(response)["code"] == "original_missing"
+
+
+# --- sets -----------------------------------------------------------------------
+
+
+def test_it_creates_a_set_in_the_order_given(api, make_subject, make_reference):
+    ada = make_subject("Ada")
+    first, second, third = make_reference(ada), make_reference(ada), generated_asset()
+
+    response = post_json(
+        api, f"{API}/sets", {"name": "Family 2026", "assets": [third.pk, first.pk, second.pk]}
+    )
+
+    assert response.status_code == 201
+    chosen = AvatarSet.objects.get()
+    assert response.json() == {
+        "id": str(chosen.pk),
+        "name": "Family 2026",
+        "published_at": None,
+        "assets": [
+            {
+                "id": str(a.pk),
+                "sha256": a.sha256,
+                "mime": "image/png",
+                "url": f"{API}/assets/{a.pk}/original",
+            }
+            for a in (third, first, second)
+        ],
+    }
+
+
+@pytest.mark.parametrize(
+    ("make_body", "message"),
+    [
+        (lambda a: {"name": "Family", "assets": [a.pk, 999_999]}, "Unknown asset: 999999."),
+        (lambda a: {"name": "  ", "assets": [a.pk]}, "A set needs a name."),
+        (lambda a: {"name": "Family"}, "Assets must be a list of ids."),
+    ],
+    ids=["unknown-asset", "no-name", "no-assets"],
+)
+def test_it_refuses_a_bad_set_and_creates_none(api, subject, make_body, message):
+    response = post_json(api, f"{API}/sets", make_body(subject.assets.get()))
+
+    assert response.status_code == 400
+    assert error(response) == {"code": "invalid_request", "message": message}
+    assert not AvatarSet.objects.exists()
+    assert not SetItem.objects.exists()
+
+
+def test_it_shows_a_set_with_its_assets_in_order(api, subject):
+    reference = subject.assets.get()
+    candidate = generated_asset(history_id="hist_1")
+    chosen = a_set(candidate, reference)
+
+    response = api.get(f"{API}/sets/{chosen.pk}")
+
+    assert response.status_code == 200
+    body = response.json()
+    assert (body["id"], body["name"], body["published_at"]) == (str(chosen.pk), "Family 2026", None)
+    assert [(a["id"], a["sha256"], a["url"]) for a in body["assets"]] == [
+        (str(a.pk), a.sha256, f"{API}/assets/{a.pk}/original") for a in (candidate, reference)
+    ]
+
+
+def test_it_publishes_a_set_whose_generated_images_have_their_history(api, subject):
+    chosen = a_set(subject.assets.get(), generated_asset(history_id="hist_1"))
+
+    response = api.post(f"{API}/sets/{chosen.pk}/publish")
+
+    assert response.status_code == 200
+    published_at = AvatarSet.objects.get(pk=chosen.pk).published_at
+    assert published_at is not None
+    assert response.json()["published_at"] == published_at.isoformat()
+
+
+def test_it_refuses_to_publish_a_set_with_missing_ember_history(api, subject):
+    chosen = a_set(generated_asset(history_id="hist_1"), generated_asset(history_id=""))
+
+    response = api.post(f"{API}/sets/{chosen.pk}/publish")
+
+    assert response.status_code == 409
+    assert error(response) == {"code": "publish_refused", "message": PUBLISH_REFUSED}
+    assert AvatarSet.objects.get(pk=chosen.pk).published_at is None
+
+
+# --- unknown ids, methods and paths ---------------------------------------------
+
+UNKNOWN_IDS = ["999999", "not-a-number", "99999999999999999999999999"]
+UNKNOWN_UUIDS = ["00000000-0000-4000-8000-000000000000", "not-a-uuid", "1234"]
+
+
+@pytest.mark.parametrize(
+    ("method", "route", "ids"),
+    [
+        ("post", "subjects/{}/references", UNKNOWN_IDS),
+        ("get", "batches/{}", UNKNOWN_UUIDS),
+        ("post", "batches/{}/cancel", UNKNOWN_UUIDS),
+        ("get", "tasks/{}", UNKNOWN_UUIDS),
+        ("post", "tasks/{}/cancel", UNKNOWN_UUIDS),
+        ("get", "assets/{}", UNKNOWN_IDS),
+        ("get", "assets/{}/original", UNKNOWN_IDS),
+        ("get", "sets/{}", UNKNOWN_IDS),
+        ("post", "sets/{}/publish", UNKNOWN_IDS),
+    ],
+)
+def test_it_answers_404_for_an_unknown_or_malformed_id(api, method, route, ids):
+    for unknown in ids:
+        response = getattr(api, method)(f"{API}/{route.format(unknown)}")
+
+        assert response.status_code == 404, unknown
+        assert error(response)["code"] == "not_found"
+
+
+def test_it_answers_404_for_reconciling_an_unknown_task_as_staff(staff_api):
+    response = staff_api.post(f"{API}/tasks/not-a-uuid/reconcile")
+
+    assert response.status_code == 404
+
+
+def test_it_answers_a_path_it_does_not_have_with_a_json_404(api):
+    response = api.get(f"{API}/avatars")
+
+    assert response.status_code == 404
+    assert error(response) == {"code": "not_found", "message": "The API has no such route."}
+
+
+@pytest.mark.parametrize(
+    ("method", "route", "allowed"),
+    [
+        ("delete", "subjects", "GET, POST"),
+        ("get", "subjects/{subject}/references", "POST"),
+        ("get", "batches", "POST"),
+        ("post", "batches/{batch}", "GET"),
+        ("get", "batches/{batch}/cancel", "POST"),
+        ("delete", "tasks/{task}", "GET"),
+        ("get", "tasks/{task}/cancel", "POST"),
+        ("get", "tasks/{task}/reconcile", "POST"),
+        ("post", "assets/{asset}", "GET"),
+        ("put", "assets/{asset}/original", "GET"),
+        ("get", "sets", "POST"),
+        ("patch", "sets/{set}", "GET"),
+        ("get", "sets/{set}/publish", "POST"),
+    ],
+)
+def test_it_answers_405_for_a_method_a_route_does_not_take(api, subject, method, route, allowed):
+    task = a_batch(subject).tasks.get()
+    chosen = a_set(subject.assets.get())
+    url = route.format(
+        subject=subject.pk,
+        batch=task.batch_id,
+        task=task.pk,
+        asset=chosen.items.get().asset_id,
+        set=chosen.pk,
+    )
+
+    response = getattr(api, method)(f"{API}/{url}")
+
+    assert response.status_code == 405
+    assert response["Allow"] == allowed
+    assert error(response)["code"] == "method_not_allowed"
+    assert Task.objects.get(pk=task.pk).state == TaskState.QUEUED
+    assert AvatarSet.objects.get(pk=chosen.pk).published_at is None

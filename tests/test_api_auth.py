@@ -1,0 +1,233 @@
+"""Tokens for the JSON API (API.md): who gets in, what a stranger learns, how tokens are kept."""
+
+import hashlib
+import json
+from datetime import timedelta
+from io import StringIO
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.core.management import CommandError, call_command
+from django.db import connection
+from django.test import Client
+from django.utils import timezone
+
+from studio import engine
+from studio.api.auth import issue_token
+from studio.models import ApiToken, Asset, AvatarSet, Batch, SetItem, Subject, Task
+from tests.conftest import batch_request, png_bytes
+
+pytestmark = pytest.mark.django_db
+
+API = "/api/v1"
+UNAUTHORIZED = {"error": {"code": "unauthorized", "message": "A valid API token is required."}}
+
+
+def bearing(token: str) -> Client:
+    return Client(headers={"Authorization": f"Bearer {token}"})
+
+
+def new_token(username: str = "family-script", **fields: Any) -> str:
+    return issue_token(user=User.objects.create_user(username, **fields))
+
+
+def last_line(output: str) -> str:
+    return output.rstrip("\n").splitlines()[-1]
+
+
+# --- a request without a valid token ----------------------------------------------
+
+
+@pytest.fixture
+def world(subject) -> dict[str, Any]:
+    """One of everything, so each route would have something to act on."""
+    batch = engine.generate(request=batch_request(subject))
+    chosen = engine.create_set(name="Family 2026", asset_ids=[subject.assets.get().pk])
+    return {
+        "subject": subject,
+        "batch": batch,
+        "task": batch.tasks.get(),
+        "asset": subject.assets.get(),
+        "set": chosen,
+    }
+
+
+def everything(world: dict[str, Any]) -> dict[str, Any]:
+    """What a request could have changed: row counts, task states, publication."""
+    return {
+        "counts": [m.objects.count() for m in (Subject, Asset, Batch, Task, AvatarSet, SetItem)],
+        "states": list(Task.objects.values_list("pk", "state", "version")),
+        "published": AvatarSet.objects.get(pk=world["set"].pk).published_at,
+    }
+
+
+ROUTES = [
+    ("get", "subjects", None),
+    ("post", "subjects", {"name": "Eve"}),
+    ("post", "subjects/{subject}/references", "upload"),
+    ("post", "batches", "batch"),
+    ("get", "batches/{batch}", None),
+    ("post", "batches/{batch}/cancel", None),
+    ("get", "tasks/{task}", None),
+    ("post", "tasks/{task}/cancel", None),
+    ("post", "tasks/{task}/reconcile", None),
+    ("get", "assets/{asset}", None),
+    ("get", "assets/{asset}/original", None),
+    ("post", "sets", {"name": "Another set", "assets": []}),
+    ("get", "sets/{set}", None),
+    ("post", "sets/{set}/publish", None),
+    ("delete", "subjects", None),  # a method the route does not take: still only 401
+    ("get", "no-such-route", None),  # a path the API does not have: still only 401
+]
+
+HEADERS = {
+    "missing": lambda token: None,
+    "wrong": lambda token: f"Bearer {'x' * len(token)}",
+    "other-scheme": lambda token: f"Token {token}",
+    "no-scheme": lambda token: token,
+    "empty-bearer": lambda token: "Bearer ",
+    "extra-words": lambda token: f"Bearer {token} please",
+}
+
+
+def send(client: Client, method: str, url: str, body: object, world: dict[str, Any]) -> Any:
+    if body == "upload":
+        file = SimpleUploadedFile("eve.png", png_bytes(5), content_type="image/png")
+        return client.post(url, {"file": file})
+    if body == "batch":
+        body = batch_request(world["subject"])
+    if body is None:
+        return getattr(client, method)(url)
+    return getattr(client, method)(url, json.dumps(body), content_type="application/json")
+
+
+@pytest.mark.parametrize("header", list(HEADERS))
+@pytest.mark.parametrize(
+    ("method", "route", "body"), ROUTES, ids=[f"{m} {r}" for m, r, _ in ROUTES]
+)
+def test_it_answers_401_and_nothing_else_without_a_valid_token(
+    world, data_dir, header, method, route, body
+):
+    token = new_token("ops", is_staff=True)  # a real token exists, but is not presented right
+    authorization = HEADERS[header](token)
+    client = Client(headers={"Authorization": authorization} if authorization is not None else {})
+    before = everything(world)
+    files = sorted(p.name for p in (data_dir / "originals").iterdir())
+
+    response = send(client, method, f"{API}/{route.format(**world)}", body, world)
+
+    assert response.status_code == 401
+    assert response.json() == UNAUTHORIZED
+    assert "Allow" not in response
+    assert everything(world) == before
+    assert sorted(p.name for p in (data_dir / "originals").iterdir()) == files
+
+
+def test_it_refuses_the_token_of_a_deactivated_user(world):
+    token = new_token()
+    User.objects.filter(username="family-script").update(is_active=False)
+
+    response = bearing(token).get(f"{API}/subjects")
+
+    assert response.status_code == 401
+    assert response.json() == UNAUTHORIZED
+
+
+def test_it_does_not_let_a_signed_in_browser_in_without_a_token(client, world):
+    client.force_login(User.objects.create_user("ada", is_staff=True))
+
+    response = client.get(f"{API}/subjects")
+
+    assert response.status_code == 401
+
+
+def test_it_takes_a_token_on_a_post_without_any_csrf_token(subject):
+    client = Client(enforce_csrf_checks=True, headers={"Authorization": f"Bearer {new_token()}"})
+
+    response = client.post(f"{API}/subjects", {"name": "Eve"}, content_type="application/json")
+
+    assert response.status_code == 201
+
+
+def test_it_accepts_the_scheme_in_any_case(db):
+    token = new_token()
+
+    response = Client(headers={"Authorization": f"bearer {token}"}).get(f"{API}/subjects")
+
+    assert response.status_code == 200
+
+
+# --- how tokens are kept --------------------------------------------------------
+
+
+def test_it_stores_a_token_only_as_its_sha256(db):
+    token = new_token()
+
+    row = ApiToken.objects.get()
+    assert row.digest == hashlib.sha256(token.encode()).hexdigest()
+    with connection.cursor() as cursor:
+        for table in connection.introspection.table_names(cursor):
+            cursor.execute(f'SELECT * FROM "{table}"')
+            assert token not in repr(cursor.fetchall()), table
+
+
+def test_it_issues_a_different_token_each_time_and_each_works(db):
+    user = User.objects.create_user("family-script")
+    first, second = issue_token(user=user), issue_token(user=user)
+
+    assert first != second
+    assert bearing(first).get(f"{API}/subjects").status_code == 200
+    assert bearing(second).get(f"{API}/subjects").status_code == 200
+
+
+def test_it_records_when_a_token_was_last_used_at_most_once_a_minute(db):
+    client = bearing(new_token())
+    assert ApiToken.objects.get().last_used_at is None
+
+    client.get(f"{API}/subjects")
+    first_use = ApiToken.objects.get().last_used_at
+    assert first_use is not None
+
+    client.get(f"{API}/subjects")
+    assert ApiToken.objects.get().last_used_at == first_use  # no write for every request
+
+    ApiToken.objects.update(last_used_at=timezone.now() - timedelta(minutes=2))
+    client.get(f"{API}/subjects")
+    assert ApiToken.objects.get().last_used_at > first_use
+
+
+# --- manage.py api_token --------------------------------------------------------
+
+
+def test_it_prints_a_working_token_as_the_last_line_of_the_command(db):
+    User.objects.create_user("family-script")
+    out = StringIO()
+
+    call_command("api_token", "family-script", stdout=out)
+
+    token = last_line(out.getvalue())
+    response = bearing(token).post(
+        f"{API}/subjects", {"name": "Eve"}, content_type="application/json"
+    )
+    assert response.status_code == 201
+    assert ApiToken.objects.get().user.username == "family-script"
+
+
+def test_it_creates_the_user_when_asked_and_the_token_works(db):
+    out = StringIO()
+
+    call_command("api_token", "sibling-app", "--create-user", stdout=out)
+
+    user = User.objects.get(username="sibling-app")
+    assert not user.has_usable_password()
+    assert bearing(last_line(out.getvalue())).get(f"{API}/subjects").status_code == 200
+
+
+def test_it_refuses_an_unknown_user_without_create_user_and_creates_nothing(db):
+    with pytest.raises(CommandError, match="Unknown user: nobody"):
+        call_command("api_token", "nobody", stdout=StringIO())
+
+    assert not User.objects.exists()
+    assert not ApiToken.objects.exists()
