@@ -82,8 +82,7 @@ def inspect(data: bytes) -> ImageInfo:
     if not data:
         raise NotAnImage("The file is empty.")
     if len(data) > settings.AVATARS_MAX_IMAGE_BYTES:
-        limit = settings.AVATARS_MAX_IMAGE_BYTES / (1024 * 1024)
-        raise NotAnImage(f"The file is too large (the limit is {limit:g} MB).")
+        raise NotAnImage(too_large())
     try:
         with warnings.catch_warnings():
             # A decompression bomb is an error here, not a warning to log and go on.
@@ -107,6 +106,12 @@ def inspect(data: bytes) -> ImageInfo:
         raise NotAnImage(f"The image could not be decoded ({exc or type(exc).__name__}).") from None
     mime, extension = FORMATS[fmt]
     return ImageInfo(mime=mime, extension=extension, width=width, height=height, frames=frames)
+
+
+def too_large() -> str:
+    """Say, for people, that a file passed the size cap (also used before the file is read)."""
+    limit = settings.AVATARS_MAX_IMAGE_BYTES / (1024 * 1024)
+    return f"The file is too large (the limit is {limit:g} MB)."
 
 
 def sha256_of(data: bytes) -> str:

@@ -156,12 +156,6 @@ def _upload(request: HttpRequest) -> UploadedFile:
         # The upload handlers (studio.uploads) drop a file as soon as it passes the
         # cap, so a missing file in a body larger than the cap was a file too large.
         if int(request.META.get("CONTENT_LENGTH") or 0) > settings.AVATARS_MAX_IMAGE_BYTES:
-            raise ApiError(400, "too_large", _too_large())
+            raise ApiError(400, "too_large", originals.too_large())
         raise ApiError(400, "invalid_upload", "Send the photo as the multipart field `file`.")
     return upload
-
-
-def _too_large() -> str:
-    # Worded as the originals store words it (originals.inspect), which the file never reached.
-    limit = settings.AVATARS_MAX_IMAGE_BYTES / (1024 * 1024)
-    return f"The file is too large (the limit is {limit:g} MB)."
