@@ -7,7 +7,7 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from avatars.env import env_bool, env_int, env_list, env_str
+from avatars.env import env_bool, env_float, env_int, env_list, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -42,6 +42,8 @@ AVATARS_DATA_DIR = Path(env_str("AVATARS_DATA_DIR", str(BASE_DIR / "data"))).res
 # The SQLite file lives here, so the directory must exist before the first connection.
 AVATARS_DATA_DIR.mkdir(parents=True, exist_ok=True)
 AVATARS_WORKERS = env_int("AVATARS_WORKERS", 4, minimum=1)
+# Seconds between polls of one running Ember job. Lower it only for tests and benchmarks.
+AVATARS_POLL_INTERVAL = env_float("AVATARS_POLL_INTERVAL", 3.0, minimum=0.0)
 EMBER_URL = env_str("EMBER_URL", "http://127.0.0.1:8765").rstrip("/")
 EMBER_TOKEN = env_str("EMBER_TOKEN", "dev-token")
 

@@ -41,7 +41,6 @@ from studio.store import Conflict, move, update
 log = logging.getLogger("studio.worker")
 
 LOCK_REFUSED = "Another Avatars worker already owns this database"
-POLL_INTERVAL = 3.0  # seconds between polls of one running job
 POLL_BOUND = 1800.0  # seconds after submit; a transport bound, not a verdict on the job
 TICK = 1.0  # seconds between pump passes
 UNREACHABLE_BACKOFF = 10.0  # seconds before re-sending after nothing reached Ember
@@ -81,7 +80,7 @@ class Worker:
         *,
         client: EmberClient | None = None,
         workers: int | None = None,
-        poll_interval: float = POLL_INTERVAL,
+        poll_interval: float | None = None,
         poll_bound: float = POLL_BOUND,
         tick: float = TICK,
         fetch_retry_delay: float = FETCH_RETRY_DELAY,
@@ -90,7 +89,9 @@ class Worker:
         self._own_client = client is None
         self.client = client or EmberClient()
         self.workers = workers or settings.AVATARS_WORKERS
-        self.poll_interval = poll_interval
+        self.poll_interval = (
+            settings.AVATARS_POLL_INTERVAL if poll_interval is None else poll_interval
+        )
         self.poll_bound = poll_bound
         self.tick = tick
         self.fetch_retry_delay = fetch_retry_delay
