@@ -105,12 +105,18 @@ class Stack:
         )
         return done.stdout
 
-    def popen(self, *argv: str) -> subprocess.Popen[str]:
+    def popen(self, *argv: str, log: Path | None = None) -> subprocess.Popen[str]:
+        """Start a process; its output goes to a pipe, or to `log` for chatty long runs.
+
+        A pipe nobody reads fills up (64 KiB) and then blocks the writer: a worker
+        logging every state change must write to a file instead.
+        """
+        output: Any = subprocess.PIPE if log is None else log.open("w")
         return subprocess.Popen(
             list(argv),
             cwd=ROOT,
             env=self.env,
-            stdout=subprocess.PIPE,
+            stdout=output,
             stderr=subprocess.STDOUT,
             text=True,
         )
