@@ -1,0 +1,87 @@
+"""Thumbnails: small still images derived from originals, cached on disk, rebuilt when missing.
+
+A thumbnail is named by its original's SHA-256 and its size
+(`thumbs/<sha256>-<size>.webp`), so it never goes stale: the same name always
+means the same picture, and pages may cache it for good. The cache is only a
+cache: deleting any file in it costs one rebuild from the original, never data.
+"""
+
+import io
+import os
+from pathlib import Path
+
+from django.conf import settings
+from PIL import Image
+
+from studio import originals
+
+SIZES = (128, 256, 512)  # pixels on the longer side; the only sizes pages ask for
+MIME = "image/webp"
+EXTENSION = ".webp"
+QUALITY = 82
+TEMP_SUFFIX = ".tmp"
+HEX = frozenset("0123456789abcdef")
+
+
+def thumbs_dir() -> Path:
+    return Path(settings.AVATARS_DATA_DIR) / "thumbs"
+
+
+def path_for(sha256: str, size: int) -> Path:
+    """Return where the thumbnail of this original at this size is cached."""
+    if len(sha256) != 64 or not set(sha256) <= HEX:
+        raise ValueError("not a sha256 hex digest")
+    if size not in SIZES:
+        raise ValueError(f"not a thumbnail size: {size!r}")
+    return thumbs_dir() / f"{sha256}-{size}{EXTENSION}"
+
+
+def thumbnail(*, sha256: str, mime: str, size: int) -> Path:
+    """Return the cached thumbnail of an original, deriving it first when it is missing.
+
+    Only a missing thumbnail reads the original (raising what `originals.read`
+    raises: FileNotFoundError, ChecksumFailed). An animated original gives its
+    first frame.
+    """
+    target = path_for(sha256, size)
+    if target.is_file():
+        return target
+    data = render(originals.read(sha256, mime), size)
+    _write_atomically(target, data)
+    return target
+
+
+def render(data: bytes, size: int) -> bytes:
+    """Encode a still WebP of the image's first frame, fitted inside `size` x `size`."""
+    with Image.open(io.BytesIO(data)) as img:
+        # convert() copies only the current frame, which is the first right after open().
+        has_alpha = img.mode in ("RGBA", "LA", "PA") or "transparency" in img.info
+        still = img.convert("RGBA" if has_alpha else "RGB")
+    still.thumbnail((size, size), Image.Resampling.LANCZOS)
+    out = io.BytesIO()
+    still.save(out, "WEBP", quality=QUALITY, method=4)
+    return out.getvalue()
+
+
+def _write_atomically(target: Path, data: bytes) -> None:
+    """Write `data` to `target` so that readers see either nothing or the whole file.
+
+    Two requests may build the same thumbnail at once: each writes its own
+    temporary file and the last rename wins with identical bytes. The file is
+    fsynced before the rename so a power loss cannot leave a truncated file
+    under the final name (which would be served forever); the directory is not,
+    because losing the name only costs a rebuild.
+    """
+    directory = target.parent
+    directory.mkdir(parents=True, exist_ok=True)
+    temp = directory / f".{target.name}.{os.urandom(6).hex()}{TEMP_SUFFIX}"
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(temp, target)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise

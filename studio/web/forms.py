@@ -1,0 +1,152 @@
+"""Forms for the studio pages: they check the shape of what people send; services judge the rest."""
+
+from typing import Any
+
+from django import forms
+from django.conf import settings
+from django.core.files.uploadedfile import UploadedFile
+
+from studio import engine
+from studio.models import Asset, Origin, Subject
+
+
+class SubjectForm(forms.Form):
+    name = forms.CharField(max_length=120)
+
+
+class ReferenceForm(forms.Form):
+    # A plain FileField, not ImageField: the originals store decodes the file in
+    # full and says precisely what is wrong with it; ImageField's check is weaker.
+    photo = forms.FileField(label="Reference photo")
+
+    def read(self) -> tuple[bytes, str]:
+        """Return the upload's bytes (at most one past the size cap) and its file name."""
+        upload: UploadedFile = self.cleaned_data["photo"]
+        # One byte past the limit is enough for the store to refuse the file as too
+        # large, without holding all of a huge upload in memory.
+        return upload.read(settings.AVATARS_MAX_IMAGE_BYTES + 1), upload.name or ""
+
+
+class ReferenceChoiceField(forms.ModelMultipleChoiceField):
+    def label_from_instance(self, obj: Any) -> str:
+        names = ", ".join(subject.name for subject in obj.subjects.all())
+        return f"{obj.file_name} ({names})" if names else str(obj.file_name)
+
+
+class BatchForm(forms.Form):
+    """A new batch: one prompt, subjects and their photos, providers x frames x candidates."""
+
+    title = forms.CharField(max_length=200, required=False)
+    prompt = forms.CharField(max_length=engine.MAX_PROMPT, widget=forms.Textarea(attrs={"rows": 3}))
+    # Optional here: the engine answers "Choose at least one subject." in its own words.
+    subjects = forms.ModelMultipleChoiceField(
+        queryset=Subject.objects.all(), widget=forms.CheckboxSelectMultiple, required=False
+    )
+    references = ReferenceChoiceField(
+        queryset=Asset.objects.filter(origin=Origin.UPLOADED).prefetch_related("subjects"),
+        widget=forms.CheckboxSelectMultiple,
+        required=False,
+        help_text="Leave all unticked to use every photo of the chosen subjects.",
+    )
+    frames = forms.MultipleChoiceField(
+        choices=[(frame, frame) for frame in engine.FRAMES],
+        widget=forms.CheckboxSelectMultiple,
+        initial=["image"],
+        required=False,
+    )
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for index, (key, entry) in enumerate(settings.AVATARS_PROVIDERS.items()):
+            self.fields[f"candidates_{key}"] = forms.IntegerField(
+                label=entry["label"],
+                min_value=0,
+                max_value=engine.MAX_CANDIDATES,
+                initial=1 if index == 0 else 0,
+                help_text=entry.get("model", ""),
+                widget=forms.NumberInput(attrs={"class": "candidates"}),
+            )
+
+    def provider_fields(self) -> list[forms.BoundField]:
+        return [self[f"candidates_{key}"] for key in settings.AVATARS_PROVIDERS]
+
+    def to_request(self) -> dict[str, Any]:
+        """Build the request `engine.generate` takes from the cleaned data."""
+        data = self.cleaned_data
+        references = [asset.pk for asset in data["references"]]
+        return {
+            "title": data["title"],
+            "prompt": data["prompt"],
+            "subjects": [subject.pk for subject in data["subjects"]],
+            # None: every photo of the chosen subjects (the engine's default).
+            "references": references or None,
+            "providers": [
+                {"provider": key, "candidates": data[f"candidates_{key}"]}
+                for key in settings.AVATARS_PROVIDERS
+                if data.get(f"candidates_{key}")
+            ],
+            "frames": data["frames"],
+        }
+
+
+class IdListField(forms.Field):
+    """A list of positive whole numbers (ticked checkboxes), in the order they were sent."""
+
+    widget = forms.MultipleHiddenInput
+    default_error_messages = {"invalid": "Choose assets by their ids."}
+
+    def to_python(self, value: Any) -> list[int]:
+        if not value:
+            return []
+        if not isinstance(value, list | tuple):
+            value = [value]
+        ids: list[int] = []
+        for item in value:
+            if not str(item).isdigit() or int(item) < 1:
+                raise forms.ValidationError(self.error_messages["invalid"], code="invalid")
+            if int(item) not in ids:
+                ids.append(int(item))
+        return ids
+
+
+class SetForm(forms.Form):
+    name = forms.CharField(max_length=120)
+    # Whether these assets exist is the service's question (create_set answers it).
+    assets = IdListField(required=False)
+
+
+class ChooseForm(forms.Form):
+    """One change to a set's choice: add ticked assets, move one up or down, or remove one."""
+
+    ACTIONS = ("add", "up", "down", "remove")
+
+    action = forms.ChoiceField(choices=[(a, a) for a in ACTIONS])
+    asset = forms.IntegerField(required=False, min_value=1)
+    assets = IdListField(required=False)
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        action = data.get("action")
+        if action == "add" and not data.get("assets"):
+            raise forms.ValidationError("Tick the images to add first.")
+        if action in ("up", "down", "remove") and not data.get("asset"):
+            raise forms.ValidationError("Say which chosen image to change.")
+        return data
+
+    def reorder(self, chosen: list[int]) -> list[int]:
+        """Return the new order of asset ids after applying this change to `chosen`."""
+        action = self.cleaned_data["action"]
+        ids = list(chosen)
+        if action == "add":
+            return ids + [pk for pk in self.cleaned_data["assets"] if pk not in ids]
+        asset = self.cleaned_data["asset"]
+        if asset not in ids:
+            return ids
+        at = ids.index(asset)
+        if action == "remove":
+            del ids[at]
+        elif action == "up" and at > 0:
+            ids[at - 1], ids[at] = ids[at], ids[at - 1]
+        elif action == "down" and at < len(ids) - 1:
+            ids[at + 1], ids[at] = ids[at], ids[at + 1]
+        return ids

@@ -1,0 +1,159 @@
+"""Thumbnails (SPEC §7): derived from originals, cached by hash and size, rebuilt when missing."""
+
+import io
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from PIL import Image
+
+from studio import originals, thumbs
+from tests.conftest import png_bytes
+
+
+def stored(data: bytes) -> originals.Original:
+    return originals.save(data)
+
+
+def animated(fmt: str, size: tuple[int, int] = (120, 90)) -> bytes:
+    """Return a three-frame animation whose first frame is red, then green, then blue."""
+    frames = [Image.new("RGB", size, colour) for colour in ((255, 0, 0), (0, 255, 0), (0, 0, 255))]
+    out = io.BytesIO()
+    frames[0].save(out, fmt, save_all=True, append_images=frames[1:], duration=100, loop=0)
+    return out.getvalue()
+
+
+def thumb_of(original: originals.Original, size: int) -> Path:
+    return thumbs.thumbnail(sha256=original.sha256, mime=original.info.mime, size=size)
+
+
+def test_it_makes_a_real_image_no_larger_than_the_size(data_dir: Path):
+    original = stored(png_bytes(1, size=(900, 600)))
+
+    path = thumb_of(original, 256)
+
+    assert path == data_dir / "thumbs" / f"{original.sha256}-256.webp"
+    with Image.open(path) as img:
+        img.load()
+        assert img.format == "WEBP"
+        assert img.size == (256, 171)  # the aspect ratio is kept
+
+
+def test_it_never_enlarges_a_small_image():
+    original = stored(png_bytes(2, size=(40, 30)))
+
+    with Image.open(thumb_of(original, 512)) as img:
+        assert img.size == (40, 30)
+
+
+def test_it_keeps_transparency():
+    img = Image.new("RGBA", (64, 64), (0, 0, 0, 0))
+    img.putpixel((10, 10), (255, 0, 0, 255))
+    out = io.BytesIO()
+    img.save(out, "PNG")
+
+    with Image.open(thumb_of(stored(out.getvalue()), 128)) as thumb:
+        assert thumb.mode == "RGBA"
+        assert thumb.getpixel((0, 0))[3] == 0
+
+
+def test_it_serves_the_cached_file_without_reading_the_original(monkeypatch):
+    original = stored(png_bytes(3))
+    first = thumb_of(original, 128)
+    made = first.stat().st_mtime_ns
+
+    def refuse(*args: Any, **kwargs: Any) -> bytes:
+        raise AssertionError("the original was read for a cached thumbnail")
+
+    monkeypatch.setattr(originals, "read", refuse)
+    again = thumb_of(original, 128)
+
+    assert again == first
+    assert again.stat().st_mtime_ns == made
+
+
+def test_it_rebuilds_a_thumbnail_whose_cache_file_was_deleted():
+    original = stored(png_bytes(4))
+    path = thumb_of(original, 256)
+    before = path.read_bytes()
+    path.unlink()
+
+    rebuilt = thumb_of(original, 256)
+
+    assert rebuilt.read_bytes() == before
+
+
+def test_it_keeps_one_file_per_size():
+    original = stored(png_bytes(5, size=(600, 600)))
+
+    sizes = {size: Image.open(thumb_of(original, size)).size for size in thumbs.SIZES}
+
+    assert sizes == {128: (128, 128), 256: (256, 256), 512: (512, 512)}
+
+
+def test_it_leaves_no_temporary_files(data_dir: Path):
+    for seed in range(5):
+        thumb_of(stored(png_bytes(seed)), 128)
+
+    names = [p.name for p in (data_dir / "thumbs").iterdir()]
+    assert len(names) == 5
+    assert all(name.endswith("-128.webp") and not name.startswith(".") for name in names)
+
+
+def test_it_removes_its_temporary_file_when_the_write_fails(data_dir: Path, monkeypatch):
+    original = stored(png_bytes(6))
+
+    def broken_replace(src: Any, dst: Any) -> None:
+        raise OSError("disk said no")
+
+    monkeypatch.setattr(os, "replace", broken_replace)
+    with pytest.raises(OSError, match="disk said no"):
+        thumb_of(original, 128)
+
+    assert list((data_dir / "thumbs").iterdir()) == []
+
+
+def test_it_writes_the_whole_file_before_giving_it_its_name(data_dir: Path, monkeypatch):
+    original = stored(png_bytes(7))
+    seen: list[tuple[str, int]] = []
+    real_replace = os.replace
+
+    def watching_replace(src: Any, dst: Any) -> None:
+        seen.append((Path(src).name, Path(src).stat().st_size))
+        assert not Path(dst).exists()
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", watching_replace)
+    path = thumb_of(original, 128)
+
+    [(temp_name, temp_size)] = seen
+    assert temp_name.startswith(".") and temp_name.endswith(".tmp")
+    assert temp_size == path.stat().st_size > 0
+
+
+@pytest.mark.parametrize("fmt", ["WEBP", "GIF"])
+def test_it_makes_a_still_of_an_animated_clips_first_frame(fmt: str):
+    original = stored(animated(fmt))
+    assert original.info.frames == 3
+
+    with Image.open(thumb_of(original, 128)) as thumb:
+        assert getattr(thumb, "n_frames", 1) == 1
+        assert not getattr(thumb, "is_animated", False)
+        red, green, blue = thumb.convert("RGB").getpixel((thumb.width // 2, thumb.height // 2))
+        assert red > 200 and green < 60 and blue < 60
+
+
+def test_it_refuses_sizes_and_names_it_does_not_make():
+    with pytest.raises(ValueError):
+        thumbs.path_for("ab" * 32, 4096)
+    with pytest.raises(ValueError):
+        thumbs.path_for("../../etc/passwd", 128)
+
+
+def test_it_says_when_the_original_is_missing():
+    original = stored(png_bytes(8))
+    original.path.unlink()
+
+    with pytest.raises(FileNotFoundError):
+        thumb_of(original, 128)
