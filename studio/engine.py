@@ -42,6 +42,7 @@ MAX_PROMPT = 4000
 PUBLISH_REFUSED = "Ember history must be recovered before publishing generated images."
 TOO_LATE = "This task has already been sent to Ember; the work is kept."
 ALREADY_ENDED = "This task has already ended; there is nothing to cancel."
+SET_PUBLISHED = "This set is published; its choice can no longer change."
 
 
 class InvalidRequest(ValueError):
@@ -117,6 +118,8 @@ def create_set(*, name: str, asset_ids: list[Any]) -> AvatarSet:
 
 def choose_assets(*, avatar_set: AvatarSet, asset_ids: list[Any]) -> AvatarSet:
     """Replace the set's choice with `asset_ids`, in that order."""
+    if avatar_set.published_at is not None:
+        raise InvalidRequest(SET_PUBLISHED)
     ids = _ids(asset_ids, "Assets")
     found = set(Asset.objects.filter(pk__in=_existing(ids)).values_list("pk", flat=True))
     missing = [i for i in ids if i not in found]
@@ -347,8 +350,8 @@ def cancel_batch(*, batch: Batch) -> BatchCancel:
     """Cancel what can be cancelled in `batch` and report what was kept."""
     report = BatchCancel()
     for task in batch.tasks.order_by("created_at", "ordinal"):
-        if task.state in (TaskState.CANCELLED,):
-            continue
+        if task.state in (TaskState.CANCELLED, TaskState.FAILED):
+            continue  # nothing to cancel, and no work with Ember to keep
         try:
             report.cancelled.append(cancel_task(task=task))
         except TooLate:
@@ -468,7 +471,12 @@ def resubmit(*, task: Task, confirmed_not_received: bool = False) -> Task:
 
 
 def publish(*, avatar_set: AvatarSet) -> AvatarSet:
-    """Publish a set, refusing while any chosen generated image lacks its Ember history."""
+    """Publish a set, refusing while any chosen generated image lacks its Ember history.
+
+    Publishing again keeps the first publication time.
+    """
+    if avatar_set.published_at is not None:
+        return avatar_set
     missing = avatar_set.assets.filter(origin=Origin.GENERATED, ember_history_id="").exists()
     if missing:
         raise PublishRefused()

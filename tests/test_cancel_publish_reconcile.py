@@ -212,6 +212,8 @@ def test_it_cancels_what_it_can_in_a_batch_and_reports_what_it_kept(subject):
     move(preparing, TaskState.PREPARING)
     move(running, TaskState.RUNNING, ember_job_id="job_3")
     move(already, TaskState.CANCELLED)
+    failed = engine.generate(request=batch_request(subject)).tasks.get()
+    move(failed, TaskState.FAILED, batch=batch)  # failed before anything reached Ember
 
     report = engine.cancel_batch(batch=batch)
 
@@ -223,6 +225,7 @@ def test_it_cancels_what_it_can_in_a_batch_and_reports_what_it_kept(subject):
         preparing.pk: TaskState.CANCELLED,
         running.pk: TaskState.RUNNING,
         already.pk: TaskState.CANCELLED,
+        failed.pk: TaskState.FAILED,
     }
 
 
@@ -249,6 +252,25 @@ def test_it_publishes_a_set_whose_generated_images_all_have_history(subject):
 
     assert published.published_at is not None
     assert AvatarSet.objects.get(pk=chosen.pk).published_at == published.published_at
+
+
+def test_it_keeps_the_first_publication_time_when_published_again(subject):
+    chosen = engine.publish(avatar_set=a_set(generated_asset(history_id="hist_1")))
+    first = chosen.published_at
+
+    again = engine.publish(avatar_set=AvatarSet.objects.get(pk=chosen.pk))
+
+    assert again.published_at == first
+
+
+def test_it_refuses_to_change_a_published_sets_choice(subject):
+    chosen = engine.publish(avatar_set=a_set(generated_asset(history_id="hist_1")))
+    sneaky = generated_asset(history_id="")  # would have been refused by the guard
+
+    with pytest.raises(engine.InvalidRequest, match="This set is published"):
+        engine.choose_assets(avatar_set=chosen, asset_ids=[sneaky.pk])
+
+    assert list(chosen.items.values_list("asset__ember_history_id", flat=True)) == ["hist_1"]
 
 
 def test_it_never_lets_uploaded_photos_block_publishing(subject):
