@@ -311,30 +311,8 @@ class TaskAdmin(VersionedAdmin):
         ),
     )
     # Nothing here is a person's to edit: the worker and the services own every field.
-    readonly_fields = (
-        "state",
-        "phase",
-        "error",
-        "submitted_at",
-        "next_attempt_at",
-        "created_at",
-        "updated_at",
-        "version",
-        "batch_link",
-        "kind",
-        "provider",
-        "provider_label",
-        "model",
-        "frame",
-        "ordinal",
-        "prompt",
-        "subject_links",
-        "frozen_references",
-        "idempotency_key",
-        "ember_job_id",
-        "saved_answer",
-        "protection",
-        "asset_link",
+    readonly_fields = tuple(
+        str(name) for _title, options in fieldsets for name in options["fields"]
     )
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:

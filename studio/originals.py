@@ -135,9 +135,21 @@ def save(data: bytes) -> Original:
         # directory: make the name durable before acknowledging it again.
         fsync_dir(target.parent)
         return Original(sha256=digest, path=target, info=info, size=len(data))
+    write_atomically(target, data)
+    fsync_dir(target.parent)  # the rename itself must survive power loss
+    return Original(sha256=digest, path=target, info=info, size=len(data))
+
+
+def write_atomically(target: Path, data: bytes) -> None:
+    """Write `data` under `target` so readers see nothing or the whole, fsynced file.
+
+    The bytes go to a temporary file opened for exclusive creation, are flushed and
+    fsynced, and are renamed into place. (Making the rename durable is the caller's
+    choice: `fsync_dir`.)
+    """
     directory = target.parent
     directory.mkdir(parents=True, exist_ok=True)
-    temp = directory / f".{digest}.{os.urandom(6).hex()}{TEMP_SUFFIX}"
+    temp = directory / f".{target.name}.{os.urandom(6).hex()}{TEMP_SUFFIX}"
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
         with os.fdopen(fd, "wb") as fh:
@@ -148,8 +160,6 @@ def save(data: bytes) -> Original:
     except BaseException:
         temp.unlink(missing_ok=True)
         raise
-    fsync_dir(directory)
-    return Original(sha256=digest, path=target, info=info, size=len(data))
 
 
 def fsync_dir(directory: Path) -> None:

@@ -7,7 +7,6 @@ cache: deleting any file in it costs one rebuild from the original, never data.
 """
 
 import io
-import os
 from pathlib import Path
 
 from django.conf import settings
@@ -19,7 +18,6 @@ SIZES = (128, 256, 512)  # pixels on the longer side; the only sizes pages ask f
 MIME = "image/webp"
 EXTENSION = ".webp"
 QUALITY = 82
-TEMP_SUFFIX = ".tmp"
 HEX = frozenset("0123456789abcdef")
 
 
@@ -47,7 +45,10 @@ def thumbnail(*, sha256: str, mime: str, size: int) -> Path:
     if target.is_file():
         return target
     data = render(originals.read(sha256, mime), size)
-    _write_atomically(target, data)
+    # Fsynced before the rename, so a power loss cannot leave a truncated thumbnail
+    # under its final name; the directory is not fsynced, since losing the name only
+    # costs a rebuild. Two requests building one thumbnail both win with equal bytes.
+    originals.write_atomically(target, data)
     return target
 
 
@@ -61,27 +62,3 @@ def render(data: bytes, size: int) -> bytes:
     out = io.BytesIO()
     still.save(out, "WEBP", quality=QUALITY, method=4)
     return out.getvalue()
-
-
-def _write_atomically(target: Path, data: bytes) -> None:
-    """Write `data` to `target` so that readers see either nothing or the whole file.
-
-    Two requests may build the same thumbnail at once: each writes its own
-    temporary file and the last rename wins with identical bytes. The file is
-    fsynced before the rename so a power loss cannot leave a truncated file
-    under the final name (which would be served forever); the directory is not,
-    because losing the name only costs a rebuild.
-    """
-    directory = target.parent
-    directory.mkdir(parents=True, exist_ok=True)
-    temp = directory / f".{target.name}.{os.urandom(6).hex()}{TEMP_SUFFIX}"
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(temp, target)
-    except BaseException:
-        temp.unlink(missing_ok=True)
-        raise
