@@ -26,6 +26,7 @@ FORMATS = {
 }
 EXTENSIONS = {ext for _mime, ext in FORMATS.values()}
 TEMP_SUFFIX = ".tmp"
+MAX_SIDE = 16_384  # pixels; a 1 x 100000 strip is within the pixel cap but no photo
 CHECKSUM_FAILED = "Stored original failed its checksum."
 
 
@@ -92,6 +93,11 @@ def inspect(data: bytes) -> ImageInfo:
                 width, height = img.size
                 if width * height > settings.AVATARS_MAX_IMAGE_PIXELS:
                     raise NotAnImage(f"The image has too many pixels ({width} x {height}).")
+                if max(width, height) > MAX_SIDE:
+                    raise NotAnImage(
+                        f"The image is {width} x {height} pixels; "
+                        f"no side may be longer than {MAX_SIDE}."
+                    )
                 frames = 0
                 for frame in ImageSequence.Iterator(img):
                     frame.load()

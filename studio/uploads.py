@@ -11,6 +11,7 @@ from django.core.files.uploadhandler import (
     SkipFile,
     TemporaryFileUploadHandler,
 )
+from django.http import HttpRequest
 
 TOO_LARGE = "The file is too large."
 
@@ -38,3 +39,12 @@ class CappedMemoryUploadHandler(_Capped, MemoryFileUploadHandler):
 
 class CappedTemporaryUploadHandler(_Capped, TemporaryFileUploadHandler):
     pass
+
+
+def dropped_for_size(request: HttpRequest) -> bool:
+    """Say whether a missing file was dropped by these handlers for passing the cap.
+
+    The handlers skip a file once it is too large, so the view sees no file at all;
+    a body larger than the cap tells the two cases apart.
+    """
+    return int(request.META.get("CONTENT_LENGTH") or 0) > settings.AVATARS_MAX_IMAGE_BYTES

@@ -10,7 +10,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.http.multipartparser import MultiPartParserError
 from django.urls import reverse
 
-from studio import engine, originals
+from studio import engine, originals, uploads
 from studio.api.http import ApiError, endpoint, find, read_json
 from studio.api.serializers import asset_json, batch_json, set_json, subject_json, task_json
 from studio.models import Asset, AvatarSet, Batch, Subject, Task
@@ -153,9 +153,7 @@ def _upload(request: HttpRequest) -> UploadedFile:
     except (MultiPartParserError, TooManyFieldsSent, TooManyFilesSent):
         raise ApiError(400, "invalid_upload", "The upload is not a valid multipart form.") from None
     if upload is None:
-        # The upload handlers (studio.uploads) drop a file as soon as it passes the
-        # cap, so a missing file in a body larger than the cap was a file too large.
-        if int(request.META.get("CONTENT_LENGTH") or 0) > settings.AVATARS_MAX_IMAGE_BYTES:
+        if uploads.dropped_for_size(request):
             raise ApiError(400, "too_large", originals.too_large())
         raise ApiError(400, "invalid_upload", "Send the photo as the multipart field `file`.")
     return upload

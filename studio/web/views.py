@@ -22,7 +22,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from django_htmx.http import HttpResponseClientRedirect
 from django_htmx.middleware import HtmxDetails
 
-from studio import engine, originals, thumbs
+from studio import engine, originals, thumbs, uploads
 from studio.models import (
     ACTIVE,
     FINAL,
@@ -123,7 +123,9 @@ def subject(request: HttpRequest, subject_id: int) -> HttpResponse:
     """Show a subject's reference photos, or store an uploaded one."""
     found = get_object_or_404(Subject, pk=subject_id)
     form = ReferenceForm(*_posted(request, files=True))
-    if request.method == "POST" and form.is_valid():
+    if request.method == "POST" and not form.is_valid() and uploads.dropped_for_size(request):
+        form.errors["photo"] = form.error_class([originals.too_large()])
+    elif request.method == "POST" and form.is_valid():
         data, file_name = form.read()
         try:
             asset = engine.add_reference(subject=found, data=data, file_name=file_name)

@@ -1,0 +1,176 @@
+"""Security (hardening): deploy checks, secrets, sign-in and CSRF everywhere, upload caps."""
+
+import os
+import subprocess
+import sys
+import uuid
+
+import pytest
+from django.contrib.auth.models import User
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.test import Client
+from django.urls import reverse
+
+from studio import engine
+from studio.api.auth import issue_token
+from studio.models import ApiToken, Asset, Subject
+from tests.conftest import batch_request, png_bytes
+from tests.processes import ROOT
+
+REAL_SECRET = "x7Hq2-" * 12
+
+
+def manage(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_deploy_checks_are_clean_with_debug_off_a_real_secret_and_hosts(tmp_path):
+    done = manage(
+        "check",
+        "--deploy",
+        "--fail-level",
+        "WARNING",
+        AVATARS_DATA_DIR=str(tmp_path),
+        DJANGO_DEBUG="false",
+        DJANGO_SECRET_KEY=REAL_SECRET,
+        DJANGO_ALLOWED_HOSTS="avatars.example.org",
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "no issues" in done.stdout
+
+
+def test_deploy_checks_fail_when_a_secure_default_is_relaxed_without_a_reason(tmp_path):
+    done = manage(
+        "check",
+        "--deploy",
+        "--fail-level",
+        "WARNING",
+        AVATARS_DATA_DIR=str(tmp_path),
+        DJANGO_DEBUG="false",
+        DJANGO_SECRET_KEY=REAL_SECRET,
+        DJANGO_ALLOWED_HOSTS="avatars.example.org",
+        AVATARS_SSL_REDIRECT="false",
+    )
+    assert done.returncode != 0
+    assert "SECURE_SSL_REDIRECT" in done.stdout + done.stderr
+
+
+def test_the_dev_secret_refuses_to_run_with_debug_off(tmp_path):
+    env = {"AVATARS_DATA_DIR": str(tmp_path), "DJANGO_DEBUG": "false"}
+    done = subprocess.run(
+        [sys.executable, "manage.py", "check"],
+        cwd=ROOT,
+        env={k: v for k, v in {**os.environ, **env}.items() if k != "DJANGO_SECRET_KEY"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode != 0
+    assert "DJANGO_SECRET_KEY must be set to a real secret" in done.stderr
+
+
+def test_a_bad_setting_value_stops_the_process_loudly(tmp_path):
+    done = manage("check", AVATARS_DATA_DIR=str(tmp_path), AVATARS_WORKERS="many")
+    assert done.returncode != 0
+    assert "AVATARS_WORKERS must be an integer" in done.stderr
+
+
+@pytest.fixture
+def person(db) -> User:
+    return User.objects.create_user("ada", password="correct horse battery")
+
+
+def every_studio_post(subject: Subject) -> list[str]:
+    batch = engine.generate(request=batch_request(subject))
+    task = batch.tasks.get()
+    avatar_set = engine.create_set(name="Favourites", asset_ids=[])
+    return [
+        reverse("studio:subjects"),
+        reverse("studio:subject", args=[subject.pk]),
+        reverse("studio:batch-new"),
+        reverse("studio:batch-cancel", args=[batch.pk]),
+        reverse("studio:task-cancel", args=[task.pk]),
+        reverse("studio:sets"),
+        reverse("studio:set", args=[avatar_set.pk]),
+        reverse("studio:set-publish", args=[avatar_set.pk]),
+    ]
+
+
+@pytest.mark.django_db
+def test_every_studio_form_refuses_a_post_without_the_csrf_token(person, subject):
+    browser = Client(enforce_csrf_checks=True)
+    browser.force_login(person)
+    for url in every_studio_post(subject):
+        assert browser.post(url, {}).status_code == 403, url
+
+
+@pytest.mark.django_db
+def test_every_studio_route_needs_a_signed_in_person(client, subject):
+    for url in [*every_studio_post(subject), reverse("studio:gallery"), reverse("studio:home")]:
+        response = client.post(url, {}) if "cancel" in url or "publish" in url else client.get(url)
+        assert response.status_code == 302, url
+        assert response["Location"].startswith("/accounts/login/"), url
+
+
+@pytest.mark.django_db
+def test_originals_and_thumbnails_are_unreachable_without_a_session_or_token(
+    client, make_subject, make_reference
+):
+    asset = make_reference(make_subject("Bo"))
+    for url in (
+        reverse("studio:asset-original", args=[asset.pk]),
+        reverse("studio:asset-thumb", args=[asset.pk, 256]),
+    ):
+        assert client.get(url).status_code == 302
+    api = f"/api/v1/assets/{asset.pk}/original"
+    assert client.get(api).status_code == 401
+    assert client.get(api, HTTP_AUTHORIZATION="Bearer nope").status_code == 401
+
+
+@pytest.mark.django_db
+def test_api_tokens_are_stored_as_hashes_only(person):
+    token = issue_token(user=person)
+    stored = ApiToken.objects.get(user=person)
+    assert token not in stored.digest
+    assert len(stored.digest) == 64
+
+
+@pytest.mark.django_db
+def test_request_parameters_never_name_a_file(client, person, make_subject, make_reference):
+    client.force_login(person)
+    asset = make_reference(make_subject("Cy"))
+    # Only row ids and a fixed set of sizes reach the store; paths are never taken.
+    assert client.get(f"/assets/{asset.pk}/thumb/9999/").status_code == 404
+    assert client.get("/assets/..%2F..%2Fetc%2Fpasswd/original/").status_code == 404
+    assert client.get(f"/assets/{uuid.uuid4()}/original/").status_code == 404
+
+
+@pytest.mark.django_db
+def test_an_upload_over_the_cap_stops_streaming_and_stores_nothing(
+    client, person, make_subject, settings
+):
+    settings.AVATARS_MAX_IMAGE_BYTES = 50_000
+    client.force_login(person)
+    subject = make_subject("Di")
+    before = Asset.objects.count()
+    big = SimpleUploadedFile("big.png", png_bytes(1, size=(800, 800)) + b"\0" * 60_000)
+
+    response = client.post(reverse("studio:subject", args=[subject.pk]), {"photo": big})
+
+    assert response.status_code == 400
+    assert Asset.objects.count() == before
+    assert "The file is too large (the limit is 0.047" in response.content.decode()
+
+
+def test_body_limits_are_set():
+    from django.conf import settings
+
+    assert settings.DATA_UPLOAD_MAX_MEMORY_SIZE <= 5 * 1024 * 1024
+    assert settings.FILE_UPLOAD_HANDLERS[0] == "studio.uploads.CappedMemoryUploadHandler"
