@@ -44,7 +44,7 @@ SEED = f"""
 from django.contrib.auth.models import User
 from studio import engine
 from tests.conftest import png_bytes
-User.objects.create_user({USERNAME!r}, password={PASSWORD!r}, is_staff=True)
+User.objects.create_superuser({USERNAME!r}, password={PASSWORD!r})
 bo = engine.create_subject(name="Bo")
 engine.add_reference(subject=bo, data=png_bytes(2, size=(160, 160)), file_name="bo.png")
 result = bo.pk
@@ -370,3 +370,32 @@ def test_it_refuses_to_publish_while_an_images_history_is_missing(page: Page, st
     expect(page.locator(".message.error")).to_have_text(PUBLISH_REFUSED)
     expect(page.get_by_role("heading", name="Needs repair")).to_be_visible()
     expect(page.get_by_role("button", name="Publish")).to_be_visible()
+
+
+def test_an_operator_repairs_missing_history_from_the_admin(page: Page, studio: Studio):
+    sign_in(page)
+    studio.configure_ember(fail_history_writes=True)
+    try:
+        batch_url = plan_batch(page, prompt="Bo, repaired by an operator", candidates=1)
+        expect(page.get_by_test_id("task-state")).to_have_text(["history_missing"], timeout=SLOW)
+    finally:
+        studio.configure_ember(fail_history_writes=False)
+    assert studio.sim is not None
+    studio.sim.post("/_sim/history/repair")  # Ember's own repair of its history rows
+    batch_id = batch_url.rstrip("/").split("/")[-1]
+
+    page.goto(f"/admin/studio/task/?batch__id__exact={batch_id}")
+    expect(page.get_by_text("worker running", exact=False).first).to_be_visible()
+    row = page.locator("#result_list tbody tr")
+    expect(row).to_have_count(1)
+    expect(row).to_contain_text("History Missing")
+    row.locator("input.action-select").check()
+    page.locator("select[name=action]").select_option("reconcile_tasks")
+    page.get_by_role("button", name="Go").click()
+
+    expect(page.locator(".messagelist").first).to_contain_text("copying")
+    # The worker owns the copy: it finds the original already saved and records the history.
+    page.goto(batch_url)
+    expect(page.get_by_test_id("task-state")).to_have_text(["done"], timeout=SLOW)
+    page.goto(f"/admin/studio/task/?batch__id__exact={batch_id}")
+    expect(page.locator("#result_list tbody tr")).to_contain_text("Done")
