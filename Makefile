@@ -3,7 +3,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv test lint demo clean
+.PHONY: venv test test-postgres lint demo bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -15,6 +15,11 @@ venv: $(STAMP)
 
 test: $(STAMP)
 	$(VENV)/bin/pytest
+
+# The same suite against a throwaway PostgreSQL cluster (scripts/pg.sh), then stopped.
+test-postgres: $(STAMP)
+	url=$$(scripts/pg.sh start) && trap 'scripts/pg.sh stop' EXIT && \
+		DATABASE_URL=$$url $(VENV)/bin/pytest
 
 demo: $(STAMP)
 	$(PY) manage.py demo

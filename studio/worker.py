@@ -13,7 +13,6 @@ import os
 import socket
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
-from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
 from asgiref.sync import sync_to_async
@@ -21,8 +20,6 @@ from django.conf import settings
 from django.db import close_old_connections, connection, transaction
 from django.db.models import QuerySet
 from django.utils import timezone
-from filelock import FileLock
-from filelock import Timeout as LockHeld
 
 from studio import originals
 from studio.ember.client import (
@@ -36,11 +33,11 @@ from studio.ember.client import (
     Submitted,
 )
 from studio.models import ACTIVE, Asset, Attempt, Kind, Origin, Task, TaskState, WorkerHeartbeat
+from studio.ownership import Ownership
 from studio.store import Conflict, move, update
 
 log = logging.getLogger("studio.worker")
 
-LOCK_REFUSED = "Another Avatars worker already owns this database"
 POLL_BOUND = 1800.0  # seconds after submit; a transport bound, not a verdict on the job
 TICK = 1.0  # seconds between pump passes
 UNREACHABLE_BACKOFF = 10.0  # seconds before re-sending after nothing reached Ember
@@ -65,11 +62,6 @@ R = TypeVar("R")
 def db(fn: Callable[P, R]) -> Callable[P, Awaitable[R]]:
     """Run an ORM function on the worker's one database thread."""
     return sync_to_async(fn, thread_sensitive=True)
-
-
-class AlreadyRunning(RuntimeError):
-    def __init__(self) -> None:
-        super().__init__(LOCK_REFUSED)
 
 
 class Worker:
@@ -99,30 +91,17 @@ class Worker:
         self.in_hand: dict[str, asyncio.Task[None]] = {}
         self.stopping = False
         self._stop_event: asyncio.Event | None = None
-        self._lock: FileLock | None = None
+        self._slot_freed: asyncio.Event | None = None
+        self._ownership = Ownership()
 
     # --- ownership ------------------------------------------------------------
 
     def lock(self) -> None:
-        """Take the exclusive, non-blocking lock on `worker.lock`, or raise AlreadyRunning.
-
-        The lock belongs to the open file (flock): if this process dies, the
-        kernel frees it. No PID file, nothing to clean. Soft locks are refused:
-        a marker file would survive a crash and lock the next owner out.
-        """
-        data_dir = Path(settings.AVATARS_DATA_DIR)
-        data_dir.mkdir(parents=True, exist_ok=True)
-        lock = FileLock(data_dir / "worker.lock", blocking=False, fallback_to_soft=False)
-        try:
-            lock.acquire()
-        except LockHeld:
-            raise AlreadyRunning() from None
-        self._lock = lock
+        """Become the database's one worker, or raise AlreadyRunning (or NotDurable)."""
+        self._ownership.acquire()
 
     def unlock(self) -> None:
-        if self._lock is not None:
-            self._lock.release()
-            self._lock = None
+        self._ownership.release()
 
     # --- waking up after a death -------------------------------------------------
 
@@ -150,6 +129,7 @@ class Worker:
     async def run(self, *, once: bool = False) -> None:
         """Recover, then pump until stopped (or, with `once`, until nothing is due or in hand)."""
         self._stop_event = asyncio.Event()
+        self._slot_freed = asyncio.Event()
         counts = await db(self.recover)()
         log.info("worker started workers=%s recovered=%s", self.workers, counts)
         started_at = timezone.now()
@@ -164,7 +144,7 @@ class Worker:
                 started = await self.pump()
                 if once and not self.in_hand and started == 0:
                     break
-                await self._sleep(self.tick)
+                await self._idle()
         finally:
             await self._drain()
             if self._own_client:
@@ -173,13 +153,17 @@ class Worker:
 
     async def pump(self) -> int:
         """Reap finished coroutines and start due tasks up to the limit; return how many started."""
+        if self._slot_freed is not None:
+            self._slot_freed.clear()  # this pass reaps every coroutine that ended until now
         self._reap()
         room = self.workers - len(self.in_hand)
         if room <= 0 or self.stopping:
             return 0
         ids = await db(self._due)(room)
         for task_id in ids:
-            self.in_hand[task_id] = asyncio.create_task(self.drive(task_id), name=task_id)
+            job = asyncio.create_task(self.drive(task_id), name=task_id)
+            job.add_done_callback(self._freed)
+            self.in_hand[task_id] = job
         return len(ids)
 
     def _due(self, limit: int) -> list[str]:
@@ -231,6 +215,30 @@ class Worker:
             return
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._stop_event.wait(), timeout=seconds)
+
+    async def _idle(self) -> None:
+        """Wait for the next pump pass: one tick, or less when a stop is asked or a slot frees.
+
+        A freed slot is refilled at once, not at the next tick: otherwise the pump
+        starts at most `workers` tasks per tick (4 a second by default) however
+        fast Ember answers.
+        """
+        events = [e for e in (self._stop_event, self._slot_freed) if e is not None]
+        if not events:
+            await asyncio.sleep(self.tick)
+            return
+        waits = [asyncio.ensure_future(event.wait()) for event in events]
+        try:
+            await asyncio.wait(waits, timeout=self.tick, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for wait in waits:
+                wait.cancel()
+
+    def _freed(self, job: "asyncio.Task[None]") -> None:
+        """Wake the pump when a coroutine ends cleanly (its slot is free)."""
+        # One that raised waits for the tick, so a failing step is not retried in a tight loop.
+        if self._slot_freed is not None and not job.cancelled() and job.exception() is None:
+            self._slot_freed.set()
 
     # --- one task ----------------------------------------------------------------
 

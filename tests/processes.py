@@ -10,10 +10,13 @@ import shutil
 import socket
 import subprocess
 import sys
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
@@ -145,11 +148,42 @@ def simulator(tmp: Path, **kwargs: Any) -> Iterator[Simulator]:
         sim.stop()
 
 
-def migrated_template(tmp: Path) -> Path:
-    """Migrate one data dir once; stacks copy it instead of migrating again."""
-    template = tmp / "template"
-    env = {**os.environ, "AVATARS_DATA_DIR": str(template)}
+def server_url() -> str:
+    """The PostgreSQL server the suite runs against, or "" for SQLite (the default)."""
+    url = os.environ.get("DATABASE_URL", "")
+    return url if url.startswith(("postgres://", "postgresql://")) else ""
+
+
+def database_url(name: str) -> str:
+    """This server's URL with another database name."""
+    return urlunsplit(urlsplit(server_url())._replace(path=f"/{name}"))
+
+
+def create_database(name: str, *, template: str = "") -> None:
+    import psycopg
+
+    with psycopg.connect(server_url(), autocommit=True) as conn:
+        suffix = f" TEMPLATE {template}" if template else ""
+        conn.execute(f"CREATE DATABASE {name}{suffix}")
+
+
+@dataclass
+class Template:
+    """A migrated install to copy: a data dir, and on PostgreSQL a template database."""
+
+    data_dir: Path
+    database: str = ""
+
+
+def migrated_template(tmp: Path) -> Template:
+    """Migrate one install once; stacks copy it instead of migrating again."""
+    template = Template(tmp / "template")
+    env = {**os.environ, "AVATARS_DATA_DIR": str(template.data_dir)}
     env.pop("DATABASE_URL", None)
+    if server_url():
+        template.database = f"avatars_tpl_{uuid.uuid4().hex[:12]}"
+        create_database(template.database)
+        env["DATABASE_URL"] = database_url(template.database)
     done = subprocess.run(
         [sys.executable, "manage.py", "migrate", "--verbosity", "0"],
         cwd=ROOT,
@@ -162,9 +196,13 @@ def migrated_template(tmp: Path) -> Path:
     return template
 
 
-def new_stack(template: Path, target: Path, sim: Simulator) -> Stack:
-    shutil.copytree(template, target)
-    return Stack(target, sim)
+def new_stack(template: Template, target: Path, sim: Simulator) -> Stack:
+    shutil.copytree(template.data_dir, target)
+    if not template.database:
+        return Stack(target, sim)
+    name = f"avatars_{uuid.uuid4().hex[:12]}"
+    create_database(name, template=template.database)
+    return Stack(target, sim, DATABASE_URL=database_url(name))
 
 
 SEED = """

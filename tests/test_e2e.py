@@ -13,7 +13,15 @@ from typing import Any
 
 import pytest
 
-from tests.processes import Simulator, Stack, migrated_template, new_stack, seed, snapshot
+from tests.processes import (
+    Simulator,
+    Stack,
+    Template,
+    migrated_template,
+    new_stack,
+    seed,
+    snapshot,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -39,12 +47,12 @@ def sim(tmp_path_factory: pytest.TempPathFactory):
 
 
 @pytest.fixture(scope="module")
-def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def template(tmp_path_factory: pytest.TempPathFactory) -> Template:
     return migrated_template(tmp_path_factory.mktemp("template"))
 
 
 @pytest.fixture
-def stack(sim: Simulator, template: Path, tmp_path: Path) -> Stack:
+def stack(sim: Simulator, template: Template, tmp_path: Path) -> Stack:
     sim.post("/_sim/reset")
     return new_stack(template, tmp_path / "install", sim)
 
@@ -78,12 +86,12 @@ def test_the_happy_path_copies_every_original_before_releasing_it(stack: Stack, 
     log = requests(sim)
     for task in tasks:
         fetched = [
-            i for i, r in enumerate(log)
+            i
+            for i, r in enumerate(log)
             if r["method"] == "GET" and r["path"] == f"/api/v1/images/{task['image_id']}/file"
         ]
         released = [
-            i for i, r in enumerate(log)
-            if r["method"] == "PATCH" and task["image_id"] in r["path"]
+            i for i, r in enumerate(log) if r["method"] == "PATCH" and task["image_id"] in r["path"]
         ]
         assert len(fetched) == 1 and len(released) == 1
         assert fetched[0] < released[0]

@@ -1,58 +1,47 @@
-"""One owner per database: the worker's flock, over real processes (SPEC §6)."""
+"""One owner per database: the worker's locks, over real processes (SPEC §6)."""
 
-import os
 import signal
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from django.db import connection
 
-ROOT = Path(__file__).resolve().parent.parent
+from studio.ownership import NOT_DURABLE, NotDurable, check_durable
+from tests.processes import Simulator, Stack, migrated_template, new_stack, server_url
+
 REFUSED = "Another Avatars worker already owns this database"
 
 
-def manage(data_dir: Path, *args: str, **kwargs) -> subprocess.Popen:
-    env = {
-        **os.environ,
-        "AVATARS_DATA_DIR": str(data_dir),
-        "EMBER_URL": "http://127.0.0.1:9",  # nothing listens: no task is ever sent anyway
-        "PYTHONUNBUFFERED": "1",
-    }
-    return subprocess.Popen(
-        [sys.executable, str(ROOT / "manage.py"), *args],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        **kwargs,
-    )
-
-
-def start_worker(data_dir: Path) -> subprocess.Popen:
-    proc = manage(data_dir, "run_worker")
-    assert proc.stdout is not None
-    line = proc.stdout.readline()  # printed once the lock is held
-    assert "Avatars worker running" in line, line
-    return proc
+@pytest.fixture
+def sim(tmp_path: Path):
+    simulator = Simulator(tmp_path / "sim")
+    yield simulator
+    simulator.stop()
 
 
 @pytest.fixture
-def migrated(tmp_path: Path) -> Path:
-    data_dir = tmp_path / "data"
-    proc = manage(data_dir, "migrate", "--verbosity", "0")
-    assert proc.wait(timeout=120) == 0, proc.stdout.read() if proc.stdout else ""
-    return data_dir
+def stack(sim: Simulator, tmp_path: Path) -> Stack:
+    return new_stack(migrated_template(tmp_path / "tpl"), tmp_path / "install", sim)
 
 
-def test_it_refuses_a_second_worker_on_the_same_data_dir(migrated):
-    first = start_worker(migrated)
+def start_worker(stack: Stack):
+    proc = stack.popen(sys.executable, "manage.py", "run_worker")
+    assert proc.stdout is not None
+    line = proc.stdout.readline()  # printed once the locks are held
+    assert "Avatars worker running" in line, line + proc.stdout.read()
+    return proc
+
+
+def refused(stack: Stack) -> bool:
+    second = stack.run(sys.executable, "manage.py", "run_worker", timeout=60)
+    return second.returncode != 0 and REFUSED in second.stdout + second.stderr
+
+
+def test_it_refuses_a_second_worker_on_the_same_data_dir(stack: Stack):
+    first = start_worker(stack)
     try:
-        second = manage(migrated, "run_worker")
-        out, _ = second.communicate(timeout=60)
-        assert second.returncode != 0
-        assert REFUSED in out
+        assert refused(stack)
         assert first.poll() is None  # the owner is untouched
     finally:
         first.send_signal(signal.SIGTERM)
@@ -60,18 +49,50 @@ def test_it_refuses_a_second_worker_on_the_same_data_dir(migrated):
     assert first.returncode == 0
 
 
-def test_a_new_worker_starts_after_the_owner_is_killed(migrated):
-    first = start_worker(migrated)
+def test_a_new_worker_starts_after_the_owner_is_killed(stack: Stack):
+    first = start_worker(stack)
     first.send_signal(signal.SIGKILL)
     first.wait(timeout=30)
 
-    # No PID file, nothing to clean: the kernel freed the lock with the process.
-    second = start_worker(migrated)
+    # No PID file, nothing to clean: the kernel freed the locks with the process.
+    second = start_worker(stack)
     try:
-        third = manage(migrated, "run_worker")
-        out, _ = third.communicate(timeout=60)
-        assert REFUSED in out  # and the new owner holds it in turn
+        assert refused(stack)  # and the new owner holds them in turn
         assert second.poll() is None
     finally:
         second.send_signal(signal.SIGTERM)
         assert second.wait(timeout=60) == 0
+
+
+@pytest.mark.skipif(not server_url(), reason="PostgreSQL only: runs in `make test-postgres`")
+def test_on_postgresql_a_worker_on_another_machine_is_refused_too(stack: Stack, tmp_path: Path):
+    # Another data dir stands for another machine: the flocks do not meet there.
+    elsewhere = Stack(
+        tmp_path / "elsewhere", stack.simulator, DATABASE_URL=stack.env["DATABASE_URL"]
+    )
+    first = start_worker(stack)
+    try:
+        assert refused(elsewhere)
+        first.send_signal(signal.SIGKILL)  # the owner's connection dies with it
+        first.wait(timeout=30)
+        second = start_worker(elsewhere)
+        second.send_signal(signal.SIGTERM)
+        assert second.wait(timeout=60) == 0
+    finally:
+        if first.poll() is None:
+            first.kill()
+
+
+@pytest.mark.skipif(not server_url(), reason="PostgreSQL only: runs in `make test-postgres`")
+@pytest.mark.django_db
+def test_on_postgresql_it_refuses_to_run_without_synchronous_commit():
+    with connection.cursor() as cursor:
+        cursor.execute("SET synchronous_commit = off")
+    try:
+        with pytest.raises(NotDurable, match="synchronous_commit is off"):
+            check_durable()
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("SET synchronous_commit = on")
+    check_durable()  # and on, it runs
+    assert "Turn synchronous_commit on" in NOT_DURABLE

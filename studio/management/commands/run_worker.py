@@ -6,7 +6,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from studio.worker import AlreadyRunning, Worker
+from studio.ownership import AlreadyRunning, NotDurable
+from studio.worker import Worker
 
 
 class Command(BaseCommand):
@@ -25,7 +26,7 @@ class Command(BaseCommand):
         worker = Worker(workers=workers)
         try:
             worker.lock()
-        except AlreadyRunning as exc:
+        except (AlreadyRunning, NotDurable) as exc:
             raise CommandError(str(exc)) from None
         try:
             asyncio.run(self._run(worker, once=options["once"]))
