@@ -21,6 +21,10 @@ test-postgres: $(STAMP)
 	url=$$(scripts/pg.sh start) && trap 'scripts/pg.sh stop' EXIT && \
 		DATABASE_URL=$$url $(VENV)/bin/pytest
 
+# The performance goals, one table row each (ARGS=--quick for reduced sizes).
+bench: $(STAMP)
+	$(PY) -m bench.run $(ARGS)
+
 demo: $(STAMP)
 	$(PY) manage.py demo
 

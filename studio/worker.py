@@ -11,6 +11,7 @@ import contextlib
 import logging
 import os
 import socket
+import time
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from typing import Any, ParamSpec, TypeVar
@@ -92,6 +93,7 @@ class Worker:
         self.stopping = False
         self._stop_event: asyncio.Event | None = None
         self._slot_freed: asyncio.Event | None = None
+        self._recycled_at = float("-inf")  # time.monotonic() of the last connection check
         self._ownership = Ownership()
 
     # --- ownership ------------------------------------------------------------
@@ -167,9 +169,13 @@ class Worker:
         return len(ids)
 
     def _due(self, limit: int) -> list[str]:
-        if not connection.in_atomic_block:  # (a test's transaction is not stale)
-            # A long-lived worker drops connections that broke or aged out.
+        checked = time.monotonic()
+        # A long-lived worker drops connections that broke or aged out, at most once a
+        # tick: the pump also passes whenever a slot frees, and reconnecting for every
+        # task would cost more than the query. (A test's transaction is not stale.)
+        if not connection.in_atomic_block and checked - self._recycled_at >= self.tick:
             close_old_connections()
+            self._recycled_at = checked
         return [str(pk) for pk in self._due_query(timezone.now())[:limit]]
 
     def _due_query(self, now: datetime) -> "QuerySet[Task, Any]":

@@ -1,0 +1,245 @@
+"""Goal: the engine adds little to Ember's own cost.
+
+One worker process (the child) against the real simulator in another process,
+over loopback, with zero job time. Rounds alternate between the engine
+(generate() a batch, then the real `Worker` drives it to `done`: SQLite WAL +
+FULL, originals fsynced) and a bare asyncio client that makes the same Ember
+calls per task (submit, poll, fetch, release) at the same concurrency with no
+database and no files. The durable-commit limit is printed beside it: raw
+SQLite commits per second on the same disk, divided by the commits the worker
+makes per task (counted with SQLite's statement trace).
+"""
+
+import asyncio
+import base64
+import sqlite3
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.db.backends.signals import connection_created
+
+from bench import data
+from bench.common import Context, Result, SimProcess, children, paired_ratio
+from studio import engine, originals
+from studio.ember.client import EmberClient
+from studio.models import Batch, Kind, Subject, Task, TaskState
+from studio.worker import Worker, build_payload
+
+TARGET = 0.5
+WORKERS = 4  # AVATARS_WORKERS' default, for the engine and the bare client alike
+POLL_INTERVAL = 0.05  # seconds; lowered for the run (Ember answers at once here)
+TICK = 1.0  # seconds: the pump's own default, unchanged
+
+
+def run(ctx: Context) -> Result:
+    total = ctx.size(1_000, 100)
+    per_round = ctx.size(200, 50)
+    rounds = total // per_round
+    ctx.log(f"throughput: {total} tasks each for the engine and the bare client, {rounds} rounds")
+    with (
+        SimProcess(ctx, name="throughput-sim", job_seconds=0) as sim,
+        children(ctx, __name__, "throughput", EMBER_URL=sim.url) as (child,),
+    ):
+        child.call("setup")
+        counted = child.call("count_commits", tasks=ctx.size(100, 20))
+        raw_commits = child.call("raw_commits", commits=ctx.size(1_000, 300))
+        engine_times: list[float] = []
+        bare_times: list[float] = []
+        sides = [("engine", engine_times), ("bare", bare_times)]
+        for index in range(rounds):
+            for op, times in sides:
+                times.append(child.call(op, tasks=per_round))
+            sides.reverse()
+            ctx.log(
+                f"throughput: round {index + 1}: engine {engine_times[-1]:.2f} s, "
+                f"bare {bare_times[-1]:.2f} s"
+            )
+    engine_rate = total / sum(engine_times)
+    bare_rate = total / sum(bare_times)
+    ratio = paired_ratio(bare_times, engine_times)  # engine rate ÷ bare rate, round by round
+    per_task = counted["commits"] / counted["tasks"]
+    limit = raw_commits / per_task
+    return Result(
+        goal="engine vs bare Ember client",
+        measured=ratio,
+        unit="x",
+        target=f"≥ {TARGET:.0%} ({TARGET}x)",
+        passed=ratio >= TARGET,
+        raw=(
+            f"engine {engine_rate:.1f} tasks/s vs bare client {bare_rate:.1f} tasks/s "
+            f"({total} tasks each, {rounds} alternating rounds, {WORKERS} at once, "
+            f"poll {POLL_INTERVAL} s); durable-commit limit {limit:.0f} tasks/s "
+            f"= {raw_commits:.0f} commits/s ÷ {per_task:.1f} commits/task"
+        ),
+        notes=[
+            f"the worker made {counted['commits']} SQLite commits for {counted['tasks']} tasks "
+            f"({per_task:.2f}/task, heartbeats included), plus 2 fsyncs per original "
+            f"(file and directory)",
+        ],
+    )
+
+
+# --- in the child -------------------------------------------------------------
+
+_subject: Subject | None = None
+_references: list[dict[str, Any]] = []
+
+
+def op_setup() -> None:
+    global _subject, _references
+    data.migrate()
+    _subject = data.subject_with_reference()
+    frozen = data.request_for(1, _subject)  # the bare client sends the same references
+    plan = engine._validate(frozen)
+    _references = [
+        {
+            "name": ref["name"],
+            "sha256": ref["sha256"],
+            "mime": ref["mime"],
+            "data": base64.b64encode(originals.read(ref["sha256"], ref["mime"])).decode("ascii"),
+        }
+        for ref in plan["references"]
+    ]
+
+
+def op_engine(tasks: int) -> float:
+    """Plan `tasks` image tasks and let the real worker drive them to `done`; return seconds."""
+    assert _subject is not None
+    started = time.perf_counter()
+    batches = _plan(tasks, _subject)
+    worker = Worker(workers=WORKERS, poll_interval=POLL_INTERVAL, tick=TICK)
+    asyncio.run(worker.run(once=True))
+    elapsed = time.perf_counter() - started
+    _check_done(batches, tasks)
+    return elapsed
+
+
+def op_bare(tasks: int) -> float:
+    """Make the same Ember calls for `tasks` tasks with a bare client; return seconds."""
+    assert _subject is not None
+    started = time.perf_counter()
+    asyncio.run(_bare(_payloads(tasks, _subject)))
+    return time.perf_counter() - started
+
+
+def op_count_commits(tasks: int) -> dict[str, int]:
+    """Drive `tasks` tasks with SQLite's statement trace on; count the worker's commits."""
+    assert _subject is not None
+    counter = _CommitCounter()
+    _plan(tasks, _subject)
+    connection_created.connect(counter.attach)
+    try:
+        asyncio.run(Worker(workers=WORKERS, poll_interval=POLL_INTERVAL, tick=TICK).run(once=True))
+    finally:
+        connection_created.disconnect(counter.attach)
+    return {"tasks": tasks, "commits": counter.commits}
+
+
+def op_raw_commits(commits: int) -> float:
+    """Return raw SQLite commits per second, WAL and synchronous=FULL, on the data dir's disk."""
+    path = Path(settings.AVATARS_DATA_DIR) / "raw-commits.sqlite3"
+    db = sqlite3.connect(path, isolation_level=None)
+    try:
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=FULL")
+        db.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, state TEXT, at REAL)")
+        started = time.perf_counter()
+        for n in range(commits):
+            db.execute("INSERT INTO t (state, at) VALUES (?, ?)", (f"state {n}", time.time()))
+        return commits / (time.perf_counter() - started)
+    finally:
+        db.close()
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{path}{suffix}").unlink(missing_ok=True)
+
+
+def _plan(tasks: int, subject: Subject) -> list[Batch]:
+    batches = []
+    left = tasks
+    while left:
+        size = min(engine.MAX_TASKS, left)
+        batches.append(engine.generate(request=data.request_for(size, subject)))
+        left -= size
+    return batches
+
+
+def _check_done(batches: list[Batch], tasks: int) -> None:
+    done = Task.objects.filter(batch__in=batches, state=TaskState.DONE).count()
+    if done != tasks:
+        raise RuntimeError(f"only {done} of {tasks} tasks reached done")
+
+
+def _payloads(tasks: int, subject: Subject) -> Iterator[dict[str, Any]]:
+    """Yield the submit bodies the worker would send for the same plan (no database)."""
+    request = data.request_for(min(tasks, engine.MAX_TASKS), subject)
+    sent = 0
+    while sent < tasks:
+        batch_id = uuid.uuid4()
+        for provider in request["providers"]:
+            for ordinal in range(1, provider["candidates"] + 1):
+                if sent == tasks:
+                    return
+                task = Task(
+                    batch_id=batch_id,
+                    kind=Kind.IMAGE,
+                    provider=provider["provider"],
+                    model=provider["model"],
+                    frame="image",
+                    ordinal=ordinal,
+                    prompt=data.PROMPT,
+                    subjects=[subject.pk],
+                )
+                yield build_payload(task, _references, attempt=1)
+                sent += 1
+
+
+async def _bare(payloads: Iterator[dict[str, Any]]) -> None:
+    client = EmberClient()
+    try:
+
+        async def lane() -> None:
+            for payload in payloads:  # lanes share the iterator: WORKERS tasks at once
+                submitted = await client.submit(payload)
+                while True:
+                    job = await client.poll(submitted.job_id)
+                    if job.status in ("succeeded", "failed"):
+                        break
+                    await asyncio.sleep(POLL_INTERVAL)
+                assert job.status == "succeeded" and job.result is not None, job
+                image = job.result["image"]
+                await client.fetch(image["id"], sha256=image["sha256"])
+                if not await client.release(image["id"]):
+                    raise RuntimeError("the release was not confirmed")
+
+        await asyncio.gather(*(lane() for _ in range(WORKERS)))
+    finally:
+        await client.aclose()
+
+
+class _CommitCounter:
+    """Count SQLite commits: explicit COMMITs plus writes made in autocommit mode."""
+
+    def __init__(self) -> None:
+        self.commits = 0
+
+    def attach(self, sender: object, connection: Any, **kwargs: object) -> None:
+        in_transaction = False
+
+        def trace(sql: str) -> None:
+            nonlocal in_transaction
+            verb = sql.lstrip().split(None, 1)[0].upper() if sql.strip() else ""
+            if verb == "BEGIN":
+                in_transaction = True
+            elif verb in ("COMMIT", "END"):
+                in_transaction = False
+                self.commits += 1
+            elif verb == "ROLLBACK":
+                in_transaction = False
+            elif verb in ("INSERT", "UPDATE", "DELETE", "REPLACE") and not in_transaction:
+                self.commits += 1
+
+        connection.connection.set_trace_callback(trace)
