@@ -182,6 +182,10 @@ class Asset(Versioned):
 
     class Meta:
         ordering = ["-created_at", "-id"]
+        indexes = [
+            # Serves the gallery's newest-first pages without sorting every asset.
+            models.Index(fields=["-created_at", "-id"], name="asset_newest_idx"),
+        ]
 
     def __str__(self) -> str:
         return self.label or self.file_name

@@ -502,7 +502,7 @@ def test_it_shows_the_gallery_from_thumbnails_without_reading_originals(
     assert f'src="/assets/{assets[-1].pk}/thumb/256/"' in body
     assert not re.search(r"<img[^>]+/original/", body)
     assert second.content.decode().count('loading="lazy"') == 20
-    assert "Page 2 of 2" in text(second)
+    assert "Page 2" in text(second) and "Older" not in text(second)
 
 
 def test_it_keeps_the_gallery_queries_constant_as_assets_grow(
@@ -511,11 +511,12 @@ def test_it_keeps_the_gallery_queries_constant_as_assets_grow(
     batches = [plan(subject, candidates=1) for _ in range(3)]
     for seed in range(3):
         generated(seed, batch=batches[seed])
-    with django_assert_num_queries(4):
+    # Session, user, one page of assets with their batches: no COUNT over every asset.
+    with django_assert_num_queries(3):
         few = signed_in.get("/gallery/")
     for seed in range(3, 50):
         generated(seed, batch=batches[seed % 3])
-    with django_assert_num_queries(4):
+    with django_assert_num_queries(3):
         many = signed_in.get("/gallery/")
 
     assert text(few).count("· Spring avatars") == 3

@@ -3,7 +3,8 @@
 Every view requires a signed-in person, the image routes included.
 """
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from functools import wraps
 from typing import Any
 from urllib.parse import urlencode
@@ -13,7 +14,6 @@ from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.models import User
-from django.core.paginator import Page, Paginator
 from django.db.models import Count, Q
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotModified
 from django.shortcuts import get_object_or_404, redirect, render
@@ -76,8 +76,44 @@ def _posted(request: HttpRequest, *, files: bool = False) -> tuple[Any, ...]:
     return (request.POST, request.FILES) if files else (request.POST,)
 
 
-def _page(request: HttpRequest, items: Any, per_page: int) -> Page:
-    return Paginator(items, per_page).get_page(request.GET.get("page"))
+@dataclass
+class Window:
+    """One page of a long list, found without counting the list.
+
+    Django's Paginator runs COUNT(*) over every row to number the pages, which grows
+    with history; a page only needs to know whether another one follows.
+    """
+
+    object_list: list[Any]
+    number: int
+    has_next: bool
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.object_list)
+
+    def __len__(self) -> int:
+        return len(self.object_list)
+
+    @property
+    def has_previous(self) -> bool:
+        return self.number > 1
+
+    def has_other_pages(self) -> bool:
+        return self.has_previous or self.has_next
+
+    def previous_page_number(self) -> int:
+        return self.number - 1
+
+    def next_page_number(self) -> int:
+        return self.number + 1
+
+
+def _page(request: HttpRequest, items: Any, per_page: int) -> Window:
+    raw = request.GET.get("page", "1")
+    number = int(raw) if raw.isdigit() and 0 < int(raw) < 100_000 else 1
+    start = (number - 1) * per_page
+    rows = list(items[start : start + per_page + 1])  # one more says a next page exists
+    return Window(object_list=rows[:per_page], number=number, has_next=len(rows) > per_page)
 
 
 # --- home, subjects ---------------------------------------------------------------
