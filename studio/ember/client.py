@@ -97,20 +97,32 @@ class EmberClient:
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self.base_url = (base_url or settings.EMBER_URL).rstrip("/")
+        headers = {"Authorization": f"Bearer {token or settings.EMBER_TOKEN}"}
         self._http = httpx.AsyncClient(
+            base_url=self.base_url, headers=headers, timeout=TIMEOUT, transport=transport
+        )
+        # Paid submits never ride a kept-alive connection: the server may close an idle
+        # one just as we send, and that failure cannot tell "never read" from "lost
+        # answer", which would leave an image `uncertain` for nothing. A fresh
+        # connection that fails before sending is plainly "not sent".
+        self._submit_http = httpx.AsyncClient(
             base_url=self.base_url,
-            headers={"Authorization": f"Bearer {token or settings.EMBER_TOKEN}"},
+            headers=headers,
             timeout=TIMEOUT,
             transport=transport,
+            limits=httpx.Limits(max_keepalive_connections=0),
         )
 
     async def aclose(self) -> None:
         await self._http.aclose()
+        await self._submit_http.aclose()
 
     async def submit(self, payload: Mapping[str, Any], *, idempotency_key: str = "") -> Submitted:
         """POST a job to the asynchronous door and return Ember's job id."""
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
-        response = await self._send("POST", SUBMIT_PATH, json=payload, headers=headers)
+        response = await self._send(
+            "POST", SUBMIT_PATH, json=payload, headers=headers, http=self._submit_http
+        )
         if response.status_code != 202:
             raise _refusal(response, unknown_outcome=True)
         body = _json_object(response)
@@ -179,9 +191,11 @@ class EmberClient:
             raise EmberBadAnswer("Ember's history answer has no list of items.")
         return items
 
-    async def _send(self, method: str, url: str, **kwargs: Any) -> httpx.Response:
+    async def _send(
+        self, method: str, url: str, *, http: httpx.AsyncClient | None = None, **kwargs: Any
+    ) -> httpx.Response:
         try:
-            return await self._http.request(method, url, **kwargs)
+            return await (http or self._http).request(method, url, **kwargs)
         except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
             # The request never left: nothing can have been accepted.
             raise EmberUnavailable(f"Ember could not be reached ({type(exc).__name__}).") from exc
