@@ -25,28 +25,30 @@ class Conflict(Exception):
 
 
 def update(obj: V, *, expected: int | None = None, **fields: Any) -> V:
-    """Write `fields` to `obj`'s row and bump its version; refresh `obj` to match.
+    """Write `fields` to `obj`'s row and bump its version; keep `obj` in step.
 
     With `expected`, the write happens only if the row's version is still
-    `expected`; otherwise `Conflict` is raised and nothing is written.
+    `expected`; otherwise `Conflict` is raised and nothing is written. Without it
+    the write always happens (it records something that must not be lost).
     """
     model = type(obj)
     if any(f.name == "updated_at" for f in model._meta.concrete_fields):
         fields.setdefault("updated_at", timezone.now())
     rows = model._default_manager.filter(pk=obj.pk)
     if expected is not None:
-        rows = rows.filter(version=expected)
-    changed = rows.update(version=F("version") + 1, **fields)
-    if changed == 0:
-        if expected is not None:
+        if rows.filter(version=expected).update(version=expected + 1, **fields) == 0:
             raise Conflict(f"{model.__name__} {obj.pk} moved past version {expected}")
+        obj.version = expected + 1
+    # Usually nobody wrote since `obj` was read: one statement, and the new version is
+    # known. If someone did, write anyway and read the version back.
+    elif rows.filter(version=obj.version).update(version=obj.version + 1, **fields):
+        obj.version += 1
+    elif rows.update(version=F("version") + 1, **fields):
+        obj.refresh_from_db(fields=["version"])
+    else:
         raise model.DoesNotExist(f"{model.__name__} {obj.pk} no longer exists")
     for name, value in fields.items():
         setattr(obj, name, value)
-    if expected is not None:
-        obj.version = expected + 1
-    else:
-        obj.refresh_from_db(fields=["version"])
     return obj
 
 

@@ -460,3 +460,16 @@ def test_it_does_not_overwrite_a_task_that_moved_while_history_was_read(subject,
     saved = row_of(task)
     assert (saved.state, saved.version) == (TaskState.QUEUED, moved_version)
     assert saved.result is None
+
+
+def test_an_unversioned_write_lands_even_after_a_second_writer_and_learns_the_version(subject):
+    task = a_task(subject)
+    second_writer_moves(task, TaskState.PREPARING)  # our copy is now one version behind
+
+    update(task, phase="Recorded anyway")
+
+    row = row_of(task)
+    assert row.phase == "Recorded anyway"
+    assert task.version == row.version  # the in-memory copy knows the real version
+    update(task, expected=task.version, error="and a versioned write still works")
+    assert row_of(task).error == "and a versioned write still works"
