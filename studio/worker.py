@@ -369,7 +369,9 @@ class Worker:
         result = task.result or {}
         image = result.get("image") or {}
         history = result.get("history") or {}
-        asset = await db(Asset.objects.filter(task=task).first)()
+        # The asset row and `task.asset` are written in one transaction (record_asset),
+        # so the task, read fresh by this coroutine, says whether the bytes are safe.
+        asset = None if task.asset_id is None else await db(Asset.objects.get)(pk=task.asset_id)
         if asset is None:
             try:
                 original = await self._copy(image)
@@ -470,8 +472,11 @@ def _record_accepted(task: Task, submitted: Submitted, number: int) -> Task:
     now = timezone.now()
     with transaction.atomic():
         # A clip re-sent under its key comes back with the same job: the same attempt.
-        attempt = task.attempts.filter(ember_job_id=submitted.job_id).first()
-        if attempt is None:
+        # (An image's accepted submit is always a new job.)
+        replay = (
+            task.kind == Kind.CLIP and task.attempts.filter(ember_job_id=submitted.job_id).exists()
+        )
+        if not replay:
             Attempt.objects.create(
                 task=task,
                 number=number,
@@ -575,7 +580,11 @@ def record_asset(task: Task, original: originals.Original) -> Asset:
             prompt=task.prompt,
             upstream=result,
         )
-        asset.subjects.set(task.subjects)
+        # A new row has no subjects yet: insert the links without reading them first.
+        Asset.subjects.through.objects.bulk_create(
+            Asset.subjects.through(asset_id=asset.pk, subject_id=subject_id)
+            for subject_id in task.subjects
+        )
         update(task, asset=asset)
     return asset
 
