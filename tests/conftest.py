@@ -1,6 +1,8 @@
 """The shared cast: a data dir per test, subjects with reference photos, a mocked Ember."""
 
+import hashlib
 import io
+import itertools
 import random
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,7 +16,7 @@ from PIL import Image
 
 from studio import originals
 from studio.ember.client import EmberClient
-from studio.models import Asset, Origin, Subject
+from studio.models import Asset, AvatarSet, Origin, SetItem, Subject, Task
 from studio.worker import Worker
 
 EMBER = "http://ember.test"
@@ -117,4 +119,32 @@ def batch_request(subject: Subject, **overrides: Any) -> dict[str, Any]:
     return request
 
 
-__all__ = ["EMBER", "batch_request", "drain", "png_bytes", "settings"]
+_shas = (hashlib.sha256(f"generated {i}".encode()).hexdigest() for i in itertools.count())
+
+
+def generated_asset(*, history_id: str = "", task: Task | None = None, **fields: Any) -> Asset:
+    """An Ember result's asset row (its file need not exist), history id optional."""
+    return Asset.objects.create(
+        sha256=next(_shas),
+        file_name="candidate.png",
+        mime="image/png",
+        width=1024,
+        height=1024,
+        size=1000,
+        origin=Origin.GENERATED,
+        ember_history_id=history_id,
+        task=task,
+        batch=task.batch if task else None,
+        **fields,
+    )
+
+
+def a_set(*assets: Asset, name: str = "Family 2026") -> AvatarSet:
+    """A set holding `assets` in order."""
+    chosen = AvatarSet.objects.create(name=name)
+    for position, asset in enumerate(assets):
+        SetItem.objects.create(avatar_set=chosen, asset=asset, position=position)
+    return chosen
+
+
+__all__ = ["EMBER", "a_set", "batch_request", "drain", "generated_asset", "png_bytes", "settings"]

@@ -1,8 +1,6 @@
 """The admin (SPEC §11): inspect every task, repair through the services, refuse stale edits."""
 
-import hashlib
 import html
-import itertools
 from datetime import timedelta
 from html.parser import HTMLParser
 from typing import Any
@@ -22,14 +20,13 @@ from studio.models import (
     AvatarSet,
     Batch,
     Origin,
-    SetItem,
     Subject,
     Task,
     TaskState,
     WorkerHeartbeat,
 )
 from studio.store import move, update
-from tests.conftest import batch_request, drain, png_bytes
+from tests.conftest import a_set, batch_request, drain, generated_asset, png_bytes
 from tests.fake_ember import FakeEmber
 
 pytestmark = pytest.mark.django_db
@@ -46,8 +43,6 @@ STALE_EDIT = (
     "This row changed while you were editing it (the worker moved it). Reload and try again."
 )
 RECONCILE_PHASE = "Reconcile before retry"
-
-_shas = (hashlib.sha256(f"admin generated {i}".encode()).hexdigest() for i in itertools.count())
 
 
 # --- the cast -------------------------------------------------------------------------
@@ -104,22 +99,6 @@ def uncertain(task: Task, *, sent_ago: timedelta = timedelta(minutes=1)) -> Task
     return move(task, TaskState.UNCERTAIN, submitted_at=sent, phase=RECONCILE_PHASE)
 
 
-def generated_asset(*, history_id: str = "", task: Task | None = None, **fields: Any) -> Asset:
-    return Asset.objects.create(
-        sha256=next(_shas),
-        file_name="candidate.png",
-        mime="image/png",
-        width=1024,
-        height=1024,
-        size=1000,
-        origin=Origin.GENERATED,
-        ember_history_id=history_id,
-        task=task,
-        batch=task.batch if task else None,
-        **fields,
-    )
-
-
 def stored_generated_asset(task: Task, *, history_id: str = "hist_1") -> Asset:
     """A generated original really in the store, as the worker's copy leaves it."""
     original = originals.save(png_bytes(77, size=(400, 300)))
@@ -137,13 +116,6 @@ def stored_generated_asset(task: Task, *, history_id: str = "hist_1") -> Asset:
         ember_history_id=history_id,
         upstream=ember_result("img_1", history_id),
     )
-
-
-def a_set(*assets: Asset, name: str = "Family 2026") -> AvatarSet:
-    chosen = AvatarSet.objects.create(name=name)
-    for position, asset in enumerate(assets):
-        SetItem.objects.create(avatar_set=chosen, asset=asset, position=position)
-    return chosen
 
 
 def row_of(obj: Any) -> Any:

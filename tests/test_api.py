@@ -1,8 +1,8 @@
 """The JSON API (API.md): every route, the shapes it answers, and what it refuses."""
 
 import hashlib
-import itertools
 import json
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -19,14 +19,14 @@ from studio.models import (
     Attempt,
     AvatarSet,
     Batch,
-    Origin,
     SetItem,
     Subject,
     Task,
     TaskState,
 )
 from studio.store import Conflict, move
-from tests.conftest import batch_request, png_bytes
+from tests import conftest
+from tests.conftest import a_set, batch_request, png_bytes
 
 pytestmark = pytest.mark.django_db
 
@@ -71,7 +71,11 @@ ASSET_KEYS = {
     "url",
 }
 
-_shas = (hashlib.sha256(f"generated {i}".encode()).hexdigest() for i in itertools.count())
+
+# Generated images as the API shows them: with a provider, model and Ember image id.
+generated_asset = partial(
+    conftest.generated_asset, provider="openai", model="gpt-image-1", ember_image_id="img_1"
+)
 
 
 def bearing(token: str) -> Client:
@@ -103,29 +107,6 @@ def upload(client: Client, subject: Subject, data: bytes, name: str = "ada.png")
 def a_batch(subject: Subject, candidates: int = 1) -> Batch:
     providers = [{"provider": "openai", "candidates": candidates}]
     return engine.generate(request=batch_request(subject, providers=providers))
-
-
-def generated_asset(*, history_id: str = "") -> Asset:
-    return Asset.objects.create(
-        sha256=next(_shas),
-        file_name="candidate.png",
-        mime="image/png",
-        width=1024,
-        height=1024,
-        size=1000,
-        origin=Origin.GENERATED,
-        provider="openai",
-        model="gpt-image-1",
-        ember_image_id="img_1",
-        ember_history_id=history_id,
-    )
-
-
-def a_set(*assets: Asset) -> AvatarSet:
-    chosen = AvatarSet.objects.create(name="Family 2026")
-    for position, asset in enumerate(assets):
-        SetItem.objects.create(avatar_set=chosen, asset=asset, position=position)
-    return chosen
 
 
 def stored_originals(data_dir: Path) -> list[str]:

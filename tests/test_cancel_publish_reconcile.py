@@ -1,8 +1,6 @@
 """Cancel (SPEC §9), publish (SPEC §10) and reconcile (SPEC §8): the services a person drives."""
 
 import contextlib
-import hashlib
-import itertools
 from typing import Any
 
 import pytest
@@ -13,17 +11,15 @@ from django.utils import timezone
 from studio import engine
 from studio.ember.client import EmberClient
 from studio.engine import PublishRefused, TooLate
-from studio.models import Asset, Attempt, AvatarSet, Origin, SetItem, Task, TaskState
+from studio.models import Attempt, AvatarSet, Origin, Task, TaskState
 from studio.store import Conflict, move, update
-from tests.conftest import batch_request
+from tests.conftest import a_set, batch_request, generated_asset
 
 pytestmark = pytest.mark.django_db
 
 HISTORY = "/api/v1/history"
 TOO_LATE = "This task has already been sent to Ember; the work is kept."
 PUBLISH_REFUSED = "Ember history must be recovered before publishing generated images."
-
-_shas = (hashlib.sha256(f"generated {i}".encode()).hexdigest() for i in itertools.count())
 
 
 def a_task(subject, **overrides: Any) -> Task:
@@ -68,27 +64,6 @@ def second_writer_moves(task: Task, state: TaskState) -> None:
         next_attempt_at=timezone.now() if state in (TaskState.QUEUED,) else None,
         version=F("version") + 1,
     )
-
-
-def generated_asset(*, history_id: str = "", **fields: Any) -> Asset:
-    return Asset.objects.create(
-        sha256=next(_shas),
-        file_name="candidate.png",
-        mime="image/png",
-        width=1024,
-        height=1024,
-        size=1000,
-        origin=Origin.GENERATED,
-        ember_history_id=history_id,
-        **fields,
-    )
-
-
-def a_set(*assets: Asset) -> AvatarSet:
-    chosen = AvatarSet.objects.create(name="Family 2026")
-    for position, asset in enumerate(assets):
-        SetItem.objects.create(avatar_set=chosen, asset=asset, position=position)
-    return chosen
 
 
 # --- cancel -------------------------------------------------------------------
