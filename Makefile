@@ -13,8 +13,12 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
+# Finds or gets a chromium for the browser tests first; the last line says what did not run.
 test: $(STAMP)
-	$(VENV)/bin/pytest
+	$(PY) -m tests.browsers ensure
+	status=0; AVATARS_BROWSER_SKIP_REPORT=$(VENV)/browser-skips $(VENV)/bin/pytest || status=$$?; \
+		AVATARS_BROWSER_SKIP_REPORT=$(VENV)/browser-skips $(PY) -m tests.browsers report; \
+		exit $$status
 
 # The same suite against a throwaway PostgreSQL cluster (scripts/pg.sh), then stopped.
 test-postgres: $(STAMP)

@@ -8,8 +8,14 @@ cmd=${1:-start}
 dir=${AVATARS_PG_DIR:-/tmp/avatars-pg}
 port=${AVATARS_PG_PORT:-54329}
 bin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
+if [ -z "$bin" ] && [ "$cmd" = start ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    # A fresh machine: get Debian's server binaries (as root only; nothing else is touched).
+    echo "Installing Debian's postgresql for the PostgreSQL suite..." >&2
+    apt-get update -qq >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >&2
+    bin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
+fi
 if [ -z "$bin" ]; then
-    echo "No PostgreSQL server binaries under /usr/lib/postgresql (apt-get install postgresql-15)." >&2
+    echo "No PostgreSQL server binaries under /usr/lib/postgresql. Fix: sudo apt-get install postgresql" >&2
     exit 1
 fi
 

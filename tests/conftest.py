@@ -3,6 +3,7 @@
 import hashlib
 import io
 import itertools
+import os
 import random
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +19,7 @@ from studio import originals
 from studio.ember.client import EmberClient
 from studio.models import Asset, AvatarSet, Origin, SetItem, Subject, Task
 from studio.worker import Worker
+from tests import browsers
 
 EMBER = "http://ember.test"
 
@@ -145,6 +147,22 @@ def a_set(*assets: Asset, name: str = "Family 2026") -> AvatarSet:
     for position, asset in enumerate(assets):
         SetItem.objects.create(avatar_set=chosen, asset=asset, position=position)
     return chosen
+
+
+# --- the browser tests that did not run (for the last line of `make test`) ---------------
+
+_browser_skips: set[str] = set()
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.skipped and report.nodeid.startswith("tests/test_browser.py"):
+        _browser_skips.add(report.nodeid)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    target = os.environ.get(browsers.SKIP_REPORT_ENV)
+    if target:
+        Path(target).write_text(str(len(_browser_skips)))
 
 
 __all__ = ["EMBER", "a_set", "batch_request", "drain", "generated_asset", "png_bytes", "settings"]

@@ -6,6 +6,7 @@ bounded; the assertions are what a person sees on the page.
 """
 
 import io
+import os
 import re
 import signal
 import subprocess
@@ -21,11 +22,11 @@ import pytest
 from PIL import Image, ImageDraw
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
+from tests import browsers
 from tests.processes import Simulator, free_port, migrated_template, new_stack
 
 pytestmark = pytest.mark.e2e
 
-CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
     "--no-sandbox",
     "--disable-gpu",
@@ -174,8 +175,13 @@ def studio(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Studio]:
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
+    found = browsers.find()
+    if found.path is None:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must run the browser tests: {found.how}")
+        pytest.skip(found.how)
     with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        launched = playwright.chromium.launch(executable_path=found.path, args=CHROMIUM_ARGS)
         try:
             yield launched
         finally:
