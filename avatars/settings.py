@@ -51,6 +51,10 @@ EMBER_TOKEN = env_str("EMBER_TOKEN", "dev-token")
 # caps keep one request from exhausting memory.
 AVATARS_MAX_IMAGE_BYTES = env_int("AVATARS_MAX_IMAGE_BYTES", 25 * 1024 * 1024, minimum=1)
 AVATARS_MAX_IMAGE_PIXELS = env_int("AVATARS_MAX_IMAGE_PIXELS", 40_000_000, minimum=1)
+# Every frame of an animation is decoded onto the whole canvas: cap the frames and the
+# pixels decoded across all of them, so a tiny file cannot cost minutes of CPU.
+AVATARS_MAX_FRAMES = env_int("AVATARS_MAX_FRAMES", 300, minimum=1)
+AVATARS_MAX_TOTAL_PIXELS = env_int("AVATARS_MAX_TOTAL_PIXELS", 200_000_000, minimum=1)
 
 # Request bodies other than files stay small (JSON, forms); files are capped at
 # AVATARS_MAX_IMAGE_BYTES while they stream in (studio.uploads).

@@ -98,10 +98,15 @@ def inspect(data: bytes) -> ImageInfo:
                         f"The image is {width} x {height} pixels; "
                         f"no side may be longer than {MAX_SIDE}."
                     )
+                # Counting frames only parses their headers; every frame is decoded onto
+                # the whole canvas, so a tiny file with many frames on a large canvas
+                # would cost minutes and gigabytes: refuse it before decoding any.
+                _check_frames(getattr(img, "n_frames", 1), width, height)
                 frames = 0
                 for frame in ImageSequence.Iterator(img):
-                    frame.load()
                     frames += 1
+                    _check_frames(frames, width, height)  # a declared count may lie
+                    frame.load()
     except NotAnImage:
         raise
     except (Image.DecompressionBombError, Image.DecompressionBombWarning):
@@ -112,6 +117,19 @@ def inspect(data: bytes) -> ImageInfo:
         raise NotAnImage(f"The image could not be decoded ({exc or type(exc).__name__}).") from None
     mime, extension = FORMATS[fmt]
     return ImageInfo(mime=mime, extension=extension, width=width, height=height, frames=frames)
+
+
+def _check_frames(frames: int, width: int, height: int) -> None:
+    """Refuse an animation with too many frames or too many pixels across its frames."""
+    if frames > settings.AVATARS_MAX_FRAMES:
+        raise NotAnImage(
+            f"The image has {frames} frames; at most {settings.AVATARS_MAX_FRAMES} are accepted."
+        )
+    if frames * width * height > settings.AVATARS_MAX_TOTAL_PIXELS:
+        raise NotAnImage(
+            f"The animation has too many pixels across its frames ({frames} frames of "
+            f"{width} x {height}; at most {settings.AVATARS_MAX_TOTAL_PIXELS:,} in all)."
+        )
 
 
 def too_large() -> str:

@@ -5,6 +5,9 @@ the originals store's checks.
 """
 
 import io
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +21,7 @@ from PIL import Image
 from studio.api.auth import issue_token
 from studio.models import Asset
 from tests.conftest import png_bytes
+from tests.hostile import animated, many_frame_gif
 
 pytestmark = pytest.mark.django_db
 
@@ -50,6 +54,14 @@ def corpus() -> dict[str, tuple[bytes, str]]:
             "no side may be longer",
         ),
         "BMP (not allowed)": (encoded(Image.new("RGB", (10, 10)), "BMP"), "not a PNG"),
+        # 23 KB: 1,000 one-pixel frames on a 6000 x 6000 canvas (36 billion pixels to decode).
+        "GIF with 1,000 frames on a huge canvas": (many_frame_gif(), "frames"),
+        "GIF with a huge canvas, few frames": (
+            many_frame_gif(frames=10),
+            "too many pixels across its frames",
+        ),
+        "APNG with too many frames": (animated("PNG", 301), "at most 300 are accepted"),
+        "animated WebP with too many frames": (animated("WEBP", 301), "at most 300 are accepted"),
     }
 
 
@@ -126,3 +138,56 @@ def test_an_oversize_body_is_refused_by_both_doors(client, person, make_subject,
     assert api.status_code == 400 and "too large" in api.json()["error"]["message"]
     assert page.status_code == 400 and "too large" in page.content.decode()
     assert stored() == before
+
+
+BOUND_PROBE = """
+import os, resource, sys, time
+import django
+django.setup()
+from studio import originals
+from studio.ember.simulator import Picture, render_clip
+from tests.hostile import many_frame_gif
+
+data = many_frame_gif()
+clip = render_clip(Picture(seed="1", provider="flux", frame="clip", candidate="1", stamp="job_1"))
+originals.inspect(clip)  # warm Pillow's plugins up before measuring
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+started = time.perf_counter()
+try:
+    originals.inspect(data)
+    print("accepted")
+except originals.NotAnImage as exc:
+    print("refused", exc)
+print(time.perf_counter() - started)
+print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024)
+"""
+
+
+def test_a_tiny_many_frame_gif_is_refused_in_bounded_time_and_memory(tmp_path):
+    """The 23 KB GIF that once cost 26 s of CPU and 300 MB: refused before decoding a frame."""
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "avatars.settings"}
+    env["AVATARS_DATA_DIR"] = str(tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-c", BOUND_PROBE],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=Path(__file__).resolve().parent.parent,
+        check=True,
+    )
+    verdict, seconds, grown_mb = done.stdout.strip().splitlines()
+    assert verdict.startswith("refused") and "frames" in verdict, verdict
+    assert float(seconds) < 1.0, f"inspecting took {float(seconds):.2f} s (bound: 1 s)"
+    assert float(grown_mb) < 50, f"memory grew by {float(grown_mb):.1f} MB (bound: 50 MB)"
+
+
+def test_ember_clips_stay_within_the_frame_caps(tmp_path):
+    from studio import originals
+    from studio.ember.simulator import Picture, render_clip
+
+    info = originals.inspect(
+        render_clip(Picture(seed="3", provider="flux", frame="clip", candidate="1", stamp="job_3"))
+    )
+
+    assert info.mime == "image/webp" and info.frames > 1
