@@ -20,6 +20,7 @@ Usage::
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import dataclasses
 import hashlib
@@ -28,7 +29,6 @@ import io
 import json
 import math
 import os
-import pickle
 import re
 import socket
 import socketserver
@@ -565,31 +565,54 @@ class SimulatorState:
 
     # ---- persistence (optional: a demo restarted must not forget its jobs, as Ember would not)
 
-    _PERSISTED = ("jobs", "images", "history_order", "idempotency", "charges")
-
     def save(self, path: Path) -> None:
-        """Write jobs, images, history and charges to `path` (atomically)."""
+        """Write jobs, images, history and charges to `path` as JSON (atomically)."""
         with self._lock:
             now = time.monotonic()
-            snapshot = {name: getattr(self, name) for name in self._PERSISTED}
-            # Monotonic clocks do not survive a restart: keep each job's age instead.
-            snapshot["ages"] = {job_id: now - job.created_mono for job_id, job in self.jobs.items()}
-            data = pickle.dumps(snapshot)
+            snapshot = {
+                # Monotonic clocks do not survive a restart: keep each job's age instead.
+                "jobs": [
+                    {**dataclasses.asdict(job), "age": now - job.created_mono}
+                    for job in self.jobs.values()
+                ],
+                "images": [
+                    {
+                        **dataclasses.asdict(image),
+                        "data": None
+                        if image.data is None
+                        else base64.b64encode(image.data).decode(),
+                    }
+                    for image in self.images.values()
+                ],
+                "history_order": self.history_order,
+                "idempotency": [[app, key, job] for (app, key), job in self.idempotency.items()],
+                "charges": self.charges,
+            }
+            data = json.dumps(snapshot).encode()
         temp = path.with_suffix(".tmp")
         temp.write_bytes(data)
         os.replace(temp, path)
 
     def load(self, path: Path) -> None:
-        """Read what `save` wrote, if the file exists."""
+        """Read what `save` wrote, if the file exists (JSON only: nothing in it is run)."""
         if not path.exists():
             return
-        snapshot = pickle.loads(path.read_bytes())  # our own file, written by save()
+        snapshot = json.loads(path.read_bytes())
         with self._lock:
             now = time.monotonic()
-            for name in self._PERSISTED:
-                setattr(self, name, snapshot[name])
-            for job_id, age in snapshot["ages"].items():
-                self.jobs[job_id].created_mono = now - age
+            self.jobs = {}
+            for raw in snapshot["jobs"]:
+                age = raw.pop("age")
+                job = Job(**{**raw, "spec": JobSpec(**raw["spec"])})
+                job.created_mono = now - age
+                self.jobs[job.id] = job
+            self.images = {}
+            for raw in snapshot["images"]:
+                data = None if raw["data"] is None else base64.b64decode(raw["data"])
+                self.images[raw["id"]] = StoredImage(**{**raw, "data": data})
+            self.history_order = list(snapshot["history_order"])
+            self.idempotency = {(app, key): job for app, key, job in snapshot["idempotency"]}
+            self.charges = dict(snapshot["charges"])
 
     # ---- bookkeeping
 
