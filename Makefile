@@ -30,7 +30,7 @@ bench: $(STAMP)
 	$(PY) -m bench.run $(ARGS)
 
 demo: $(STAMP)
-	$(PY) manage.py demo
+	DJANGO_DEBUG=true $(PY) manage.py demo
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -12,11 +12,14 @@ from avatars.env import env_bool, env_float, env_int, env_list, env_str
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 DEV_SECRET_KEY = "dev-only-secret-key-do-not-use-in-production"
+MIN_SECRET_LENGTH = 50  # characters, as Django's own deploy check asks
 SECRET_KEY = env_str("DJANGO_SECRET_KEY", DEV_SECRET_KEY)
-DEBUG = env_bool("DJANGO_DEBUG", True)
-if not DEBUG and SECRET_KEY == DEV_SECRET_KEY:
+# Off unless asked for: `make demo` and the tests turn it on.
+DEBUG = env_bool("DJANGO_DEBUG", False)
+if not DEBUG and (SECRET_KEY == DEV_SECRET_KEY or len(SECRET_KEY.strip()) < MIN_SECRET_LENGTH):
     raise ImproperlyConfigured(
-        "DJANGO_SECRET_KEY must be set to a real secret when DJANGO_DEBUG is off."
+        "DJANGO_SECRET_KEY must be set to a real secret of at least "
+        f"{MIN_SECRET_LENGTH} characters when DJANGO_DEBUG is off."
     )
 ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
 
@@ -28,7 +31,9 @@ SESSION_COOKIE_SECURE = env_bool("AVATARS_SECURE_COOKIES", _production)
 CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
 SECURE_HSTS_SECONDS = env_int("AVATARS_HSTS_SECONDS", 31_536_000 if _production else 0, minimum=0)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("AVATARS_HSTS_INCLUDE_SUBDOMAINS", _production)
-SECURE_HSTS_PRELOAD = env_bool("AVATARS_HSTS_PRELOAD", _production)
+# Preloading is a promise to browsers that is slow to take back: the operator opts in.
+SECURE_HSTS_PRELOAD = env_bool("AVATARS_HSTS_PRELOAD", False)
+SILENCED_SYSTEM_CHECKS = ["security.W021"]  # "preload is off": on purpose, see above
 if env_bool("AVATARS_BEHIND_TLS_PROXY", False):
     # Trust the proxy's X-Forwarded-Proto: only set this behind a proxy that sets it.
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
@@ -40,7 +45,8 @@ SESSION_COOKIE_HTTPONLY = True
 
 AVATARS_DATA_DIR = Path(env_str("AVATARS_DATA_DIR", str(BASE_DIR / "data"))).resolve()
 # The SQLite file lives here, so the directory must exist before the first connection.
-AVATARS_DATA_DIR.mkdir(parents=True, exist_ok=True)
+# It holds every original and the database: only the owner may look inside.
+AVATARS_DATA_DIR.mkdir(mode=0o700, parents=True, exist_ok=True)
 AVATARS_WORKERS = env_int("AVATARS_WORKERS", 4, minimum=1)
 # Seconds between polls of one running Ember job. Lower it only for tests and benchmarks.
 AVATARS_POLL_INTERVAL = env_float("AVATARS_POLL_INTERVAL", 3.0, minimum=0.0)
@@ -143,6 +149,11 @@ else:
     }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"].setdefault("OPTIONS", {}).update(SQLITE_OPTIONS)
+    _sqlite_file = Path(DATABASES["default"]["NAME"])
+    if _sqlite_file.parent.is_dir() and not _sqlite_file.exists():
+        # SQLite would create it world-readable (0644 under the usual umask); an empty
+        # file is a valid empty database, and its -wal and -shm files copy its mode.
+        os.close(os.open(_sqlite_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

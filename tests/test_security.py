@@ -76,6 +76,74 @@ def test_the_dev_secret_refuses_to_run_with_debug_off(tmp_path):
     assert "DJANGO_SECRET_KEY must be set to a real secret" in done.stderr
 
 
+def without(*names: str) -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k not in names}
+
+
+def settings_probe(code: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """Run `code` in a fresh process with the project's own settings and `env`."""
+    return subprocess.run(
+        [sys.executable, "-c", "import django; django.setup()\n" + code],
+        cwd=ROOT,
+        env={**without("DJANGO_DEBUG", "DJANGO_SECRET_KEY"), **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_debug_is_off_unless_asked_for(tmp_path):
+    done = settings_probe(
+        "from django.conf import settings; print(settings.DEBUG, settings.SECURE_HSTS_PRELOAD)",
+        DJANGO_SETTINGS_MODULE="avatars.settings",
+        AVATARS_DATA_DIR=str(tmp_path),
+        DJANGO_SECRET_KEY=REAL_SECRET,
+    )
+
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "False"]  # HSTS preload is opt-in too
+
+
+@pytest.mark.parametrize("secret", ["", "short-secret", "x" * 49])
+def test_an_empty_or_short_secret_refuses_to_start_with_debug_off(tmp_path, secret):
+    done = settings_probe(
+        "print('started')",
+        DJANGO_SETTINGS_MODULE="avatars.settings",
+        AVATARS_DATA_DIR=str(tmp_path),
+        DJANGO_SECRET_KEY=secret,
+    )
+
+    assert done.returncode != 0 and "started" not in done.stdout
+    assert "DJANGO_SECRET_KEY must be set to a real secret of at least 50 characters" in (
+        done.stderr
+    )
+
+
+def test_a_new_data_dir_is_private_and_so_is_its_database(tmp_path):
+    data_dir = tmp_path / "fresh" / "data"
+    done = manage("migrate", "--no-input", AVATARS_DATA_DIR=str(data_dir))
+
+    assert done.returncode == 0, done.stderr
+    assert oct(data_dir.stat().st_mode & 0o777) == oct(0o700)
+    assert oct((data_dir / "db.sqlite3").stat().st_mode & 0o777) == oct(0o600)
+    for journal in data_dir.glob("db.sqlite3-*"):  # WAL and shared memory copy its mode
+        assert oct(journal.stat().st_mode & 0o777) == oct(0o600), journal.name
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/accounts/password_reset/",
+        "/accounts/password_reset/done/",
+        "/accounts/reset/MQ/set-password/",
+        "/accounts/password_change/",
+    ],
+)
+def test_there_are_no_password_reset_or_change_pages(client, db, path):
+    assert client.get(path).status_code == 404
+    assert client.post(path, {"email": "ada@example.org"}).status_code in (403, 404)
+
+
 def test_a_bad_setting_value_stops_the_process_loudly(tmp_path):
     done = manage("check", AVATARS_DATA_DIR=str(tmp_path), AVATARS_WORKERS="many")
     assert done.returncode != 0
