@@ -15,7 +15,7 @@ from django.db.models import Count
 from django.utils import timezone
 from django.utils.text import slugify
 
-from studio import originals
+from studio import metadata, originals
 from studio.ember.client import EmberClient, EmberError, check_result
 from studio.models import (
     CANCELLABLE,
@@ -87,7 +87,8 @@ def add_reference(*, subject: Subject, data: bytes, file_name: str) -> Asset:
 
     The same photo uploaded twice is one original: the existing asset gains the subject.
     """
-    original = originals.save(data)
+    # Location data never reaches the store, the studio's pages or Ember (lossless).
+    original = originals.save(metadata.strip_location(data))
     with transaction.atomic():
         asset, _created = Asset.objects.get_or_create(
             sha256=original.sha256,

@@ -59,6 +59,9 @@ def render(data: bytes, size: int) -> bytes:
         has_alpha = img.mode in ("RGBA", "LA", "PA") or "transparency" in img.info
         still = img.convert("RGBA" if has_alpha else "RGB")
     still.thumbnail((size, size), Image.Resampling.LANCZOS)
+    # A thumbnail carries no metadata of its original (EXIF, XMP), only its colour profile.
+    icc = still.info.get("icc_profile")
+    still.info.clear()
     out = io.BytesIO()
-    still.save(out, "WEBP", quality=QUALITY, method=4)
+    still.save(out, "WEBP", quality=QUALITY, method=4, **({"icc_profile": icc} if icc else {}))
     return out.getvalue()
