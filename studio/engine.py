@@ -15,6 +15,7 @@ from django.db.models import Count
 from django.utils import timezone
 from django.utils.text import slugify
 
+from studio import ids as ids_module
 from studio import metadata, originals
 from studio.ember.client import EmberClient, EmberError, check_result
 from studio.models import (
@@ -226,28 +227,25 @@ def _validate(request: object) -> dict[str, Any]:
     }
 
 
-MAX_ID = 2**63 - 1  # the largest row id any database here can hold
-
-
 def _ids(value: object, what: str) -> list[int]:
-    """Return the distinct ids in `value`: whole numbers or digit strings, nothing else."""
+    """Return the distinct ids in `value`: whole numbers or ASCII digit strings, nothing else.
+
+    An id no row can have (0, or past the database's range) is kept, so that the caller
+    answers "Unknown ..." for it; only `_existing` ids are ever put to the database.
+    """
     if not isinstance(value, list):
         raise InvalidRequest(f"{what} must be a list of ids.")
     ids = []
     for item in value:
-        if isinstance(item, str) and item.strip().isdigit():
-            number = int(item)
-        elif isinstance(item, int) and not isinstance(item, bool):
-            number = item
-        else:
+        if not ids_module.looks_like_id(item):
             raise InvalidRequest(f"{what} must be a list of ids; {item!r} is not one.")
-        ids.append(number)
+        ids.append(int(item))
     return list(dict.fromkeys(ids))
 
 
 def _existing(ids: list[int]) -> list[int]:
     """Drop ids no row can have, so the database is never asked about them."""
-    return [i for i in ids if 0 < i <= MAX_ID]
+    return [i for i in ids if ids_module.row_id(i) is not None]
 
 
 def _subjects(value: object) -> list[Subject]:

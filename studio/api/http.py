@@ -6,12 +6,13 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from django.core.exceptions import RequestDataTooBig, ValidationError
-from django.db.models import Model, QuerySet
+from django.db.models import AutoField, Model, QuerySet
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
 from studio import engine, originals
 from studio.api.auth import authenticate
+from studio.ids import row_id
 from studio.store import Conflict
 
 M = TypeVar("M", bound=Model)
@@ -105,6 +106,8 @@ def read_json(request: HttpRequest) -> dict[str, Any]:
 def find(queryset: QuerySet[M], pk: str) -> M:
     """Return the row with primary key `pk`, or raise a 404 ApiError (also for a malformed id)."""
     try:
+        if isinstance(queryset.model._meta.pk, AutoField) and row_id(pk) is None:
+            raise ValueError(pk)  # " 1", "²" or a number past the column: no row has it
         row = queryset.filter(pk=pk).first()
     # A malformed UUID, a non-number, or a number beyond the column's range names no row.
     except (ValueError, ValidationError, OverflowError):

@@ -7,6 +7,7 @@ from django.conf import settings
 from django.core.files.uploadedfile import UploadedFile
 
 from studio import engine
+from studio.ids import row_id
 from studio.models import Asset, Origin, Subject
 
 
@@ -27,7 +28,21 @@ class ReferenceForm(forms.Form):
         return upload.read(settings.AVATARS_MAX_IMAGE_BYTES + 1), upload.name or ""
 
 
-class ReferenceChoiceField(forms.ModelMultipleChoiceField):
+class RowChoiceField(forms.ModelMultipleChoiceField):
+    """Ticked rows by id; an id no row can have is refused before the database sees it."""
+
+    def _check_values(self, value: Any) -> Any:  # type: ignore[misc]
+        for item in value:
+            if row_id(str(item)) is None:
+                raise forms.ValidationError(
+                    self.error_messages["invalid_pk_value"],
+                    code="invalid_pk_value",
+                    params={"pk": item},
+                )
+        return super()._check_values(value)
+
+
+class ReferenceChoiceField(RowChoiceField):
     def label_from_instance(self, obj: Any) -> str:
         names = ", ".join(subject.name for subject in obj.subjects.all())
         return f"{obj.file_name} ({names})" if names else str(obj.file_name)
@@ -39,7 +54,7 @@ class BatchForm(forms.Form):
     title = forms.CharField(max_length=200, required=False)
     prompt = forms.CharField(max_length=engine.MAX_PROMPT, widget=forms.Textarea(attrs={"rows": 3}))
     # Optional here: the engine answers "Choose at least one subject." in its own words.
-    subjects = forms.ModelMultipleChoiceField(
+    subjects = RowChoiceField(
         queryset=Subject.objects.all(), widget=forms.CheckboxSelectMultiple, required=False
     )
     references = ReferenceChoiceField(
@@ -102,10 +117,11 @@ class IdListField(forms.Field):
             value = [value]
         ids: list[int] = []
         for item in value:
-            if not str(item).isdigit() or int(item) < 1:
+            number = row_id(str(item))
+            if number is None:
                 raise forms.ValidationError(self.error_messages["invalid"], code="invalid")
-            if int(item) not in ids:
-                ids.append(int(item))
+            if number not in ids:
+                ids.append(number)
         return ids
 
 

@@ -1,0 +1,31 @@
+"""Row ids as people and programs send them: ASCII digits only, within the column's range.
+
+`str.isdigit()` is not enough: it accepts "²" and other Unicode digits, which `int()`
+then refuses or reads as a different number, and an id past the database's 64-bit
+column raises inside the query instead of naming no row.
+"""
+
+import re
+
+MAX_ID = 2**63 - 1  # the largest row id any database here can hold
+_DIGITS = re.compile(r"[0-9]{1,19}")
+
+
+def row_id(value: object) -> int | None:
+    """Return `value` as a row id some row could have, or None when it cannot be one."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        number = value
+    elif isinstance(value, str) and _DIGITS.fullmatch(value):
+        number = int(value)
+    else:
+        return None
+    return number if 0 < number <= MAX_ID else None
+
+
+def looks_like_id(value: object) -> bool:
+    """Say whether `value` is written as a row id (ASCII digits or an int), in range or not."""
+    if isinstance(value, str):
+        return value.isascii() and value.isdigit() and len(value) <= 100
+    return isinstance(value, int) and not isinstance(value, bool)

@@ -1,0 +1,100 @@
+"""No bad id gives a 500: odd digits, huge, negative and very long ids answer 400 or 404."""
+
+import json
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+
+from studio.api.auth import issue_token
+from studio.models import AvatarSet, Batch
+
+pytestmark = pytest.mark.django_db
+
+# Superscript two, Arabic-Indic one, fullwidth zero: digits to str.isdigit(), not ids.
+BAD_IDS = [
+    "\u00b2",
+    "\u0661",
+    "\uff10",
+    "99999999999999999999",
+    "-1",
+    "0",
+    "1" * 300,
+    "1e3",
+    " 1",
+    "1 ",
+]
+API_GETS = ["batches/{}", "tasks/{}", "assets/{}", "assets/{}/original", "sets/{}"]
+API_POSTS = ["subjects/{}/references", "batches/{}/cancel", "tasks/{}/cancel"]
+API_POSTS += ["tasks/{}/reconcile", "sets/{}/publish"]
+PAGES = ["/subjects/{}/", "/sets/{}/", "/assets/{}/original/", "/batches/{}/"]
+
+
+@pytest.fixture
+def staff() -> User:
+    return User.objects.create_superuser("ada", password="correct horse battery")
+
+
+@pytest.fixture
+def browser(staff) -> Client:
+    # A real server answers an unexpected exception with 500; so does this client.
+    client = Client(raise_request_exception=False)
+    client.force_login(staff)
+    return client
+
+
+def api_error(response) -> tuple[int, str]:
+    body = response.json()
+    return response.status_code, body["error"]["code"]
+
+
+@pytest.mark.parametrize("bad", BAD_IDS)
+def test_api_routes_answer_a_bad_id_with_a_json_404(browser, staff, subject, bad):
+    auth = {"HTTP_AUTHORIZATION": f"Bearer {issue_token(user=staff)}"}
+    # A row with id 1 exists, so " 1" or an Arabic-Indic one finding it would be a bug too.
+    assert subject.pk == 1
+    answers = [browser.get(f"/api/v1/{p.format(bad)}", **auth) for p in API_GETS]
+    answers += [browser.post(f"/api/v1/{p.format(bad)}", **auth) for p in API_POSTS]
+
+    for path, response in zip(API_GETS + API_POSTS, answers, strict=True):
+        assert response.status_code in (400, 404), (path, bad, response.status_code)
+        assert api_error(response)[0] in (400, 404)
+
+
+@pytest.mark.parametrize("bad", BAD_IDS)
+def test_ids_inside_api_bodies_answer_400(browser, staff, subject, bad):
+    auth = {"HTTP_AUTHORIZATION": f"Bearer {issue_token(user=staff)}"}
+    bodies = [
+        ("batches", {"prompt": "p", "subjects": [bad], "providers": [{"provider": "openai"}]}),
+        (
+            "batches",
+            {
+                "prompt": "p",
+                "subjects": [subject.pk],
+                "references": [bad],
+                "providers": [{"provider": "openai"}],
+            },
+        ),
+        ("sets", {"name": "Favourites", "assets": [bad]}),
+    ]
+    for path, body in bodies:
+        response = browser.post(
+            f"/api/v1/{path}", json.dumps(body), content_type="application/json", **auth
+        )
+        assert api_error(response) == (400, "invalid_request"), (path, bad, response.content)
+    assert not Batch.objects.exists() and not AvatarSet.objects.exists()
+
+
+@pytest.mark.parametrize("bad", BAD_IDS)
+def test_studio_pages_and_forms_answer_a_bad_id_without_a_500(browser, subject, bad):
+    pages = [browser.get(p.format(bad)) for p in PAGES]
+    batch = browser.post(
+        "/batches/new/",
+        {"prompt": "p", "subjects": [bad], "references": [bad], "candidates_openai": "1"},
+    )
+    chosen = browser.post("/sets/", {"name": "Favourites", "assets": [bad]})
+
+    assert all(page.status_code == 404 for page in pages), [p.status_code for p in pages]
+    assert batch.status_code in (200, 400), batch.status_code  # the form again, with errors
+    assert chosen.status_code in (200, 400, 302), chosen.status_code
+    assert not Batch.objects.exists() and not AvatarSet.objects.filter(items__isnull=False).exists()
