@@ -31,7 +31,7 @@ class ReferenceForm(forms.Form):
 class RowChoiceField(forms.ModelMultipleChoiceField):
     """Ticked rows by id; an id no row can have is refused before the database sees it."""
 
-    def _check_values(self, value: Any) -> Any:  # type: ignore[misc]
+    def _check_values(self, value: Any) -> Any:
         for item in value:
             if row_id(str(item)) is None:
                 raise forms.ValidationError(
@@ -39,7 +39,7 @@ class RowChoiceField(forms.ModelMultipleChoiceField):
                     code="invalid_pk_value",
                     params={"pk": item},
                 )
-        return super()._check_values(value)
+        return super()._check_values(value)  # type: ignore[misc]
 
 
 class ReferenceChoiceField(RowChoiceField):
