@@ -57,6 +57,11 @@ EMBER_TOKEN = env_str("EMBER_TOKEN", "dev-token")
 # caps keep one request from exhausting memory.
 AVATARS_MAX_IMAGE_BYTES = env_int("AVATARS_MAX_IMAGE_BYTES", 25 * 1024 * 1024, minimum=1)
 AVATARS_MAX_IMAGE_PIXELS = env_int("AVATARS_MAX_IMAGE_PIXELS", 40_000_000, minimum=1)
+# The largest request body read at all (checked before Django reads it): one image plus
+# room for the form fields around it.
+AVATARS_MAX_BODY_BYTES = env_int(
+    "AVATARS_MAX_BODY_BYTES", AVATARS_MAX_IMAGE_BYTES + 1024 * 1024, minimum=1
+)
 # Every frame of an animation is decoded onto the whole canvas: cap the frames and the
 # pixels decoded across all of them, so a tiny file cannot cost minutes of CPU.
 AVATARS_MAX_FRAMES = env_int("AVATARS_MAX_FRAMES", 300, minimum=1)
@@ -65,6 +70,9 @@ AVATARS_MAX_TOTAL_PIXELS = env_int("AVATARS_MAX_TOTAL_PIXELS", 200_000_000, mini
 # Request bodies other than files stay small (JSON, forms); files are capped at
 # AVATARS_MAX_IMAGE_BYTES while they stream in (studio.uploads).
 DATA_UPLOAD_MAX_MEMORY_SIZE = 2_621_440  # bytes
+# A reference upload takes exactly one file: a second part is refused before it is read,
+# so per-file caps cannot be multiplied by sending many parts.
+DATA_UPLOAD_MAX_NUMBER_FILES = 1
 FILE_UPLOAD_HANDLERS = [
     "studio.uploads.CappedMemoryUploadHandler",
     "studio.uploads.CappedTemporaryUploadHandler",

@@ -10,6 +10,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -249,3 +250,45 @@ def seed(stack: Stack, *, providers: list[dict[str, Any]], frames: list[str]) ->
 
 def snapshot(stack: Stack) -> list[dict[str, Any]]:
     return stack.django(SNAPSHOT)
+
+
+class Web:
+    """The studio served by uvicorn, as the README runs it, for one stack."""
+
+    def __init__(self, stack: Stack, **env: str) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "uvicorn",
+                "avatars.asgi:application",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--log-level",
+                "warning",
+            ],
+            cwd=ROOT,
+            env={**stack.env, **env},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                httpx.get(f"{self.url}/accounts/login/", timeout=5)
+                return
+            except httpx.TransportError:
+                assert self.proc.poll() is None, "uvicorn exited while starting"
+                time.sleep(0.2)
+        raise AssertionError("uvicorn did not answer within 60 s")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()

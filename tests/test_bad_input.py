@@ -191,3 +191,25 @@ def test_ember_clips_stay_within_the_frame_caps(tmp_path):
     )
 
     assert info.mime == "image/webp" and info.frames > 1
+
+
+def test_an_upload_takes_exactly_one_file_through_both_doors(person, make_subject):
+    subject = make_subject("Ada")
+    token = issue_token(user=person)
+    browser = Client(raise_request_exception=False)
+    browser.force_login(person)
+    two = [SimpleUploadedFile(f"p{i}.png", png_bytes(40 + i), "image/png") for i in range(2)]
+    before = stored()
+
+    api = browser.post(
+        f"/api/v1/subjects/{subject.pk}/references",
+        {"file": two},
+        HTTP_AUTHORIZATION=f"Bearer {token}",
+    )
+    for upload in two:
+        upload.seek(0)
+    page = browser.post(reverse("studio:subject", args=[subject.pk]), {"photo": two})
+
+    assert api.status_code == 400 and api.json()["error"]["code"] == "invalid_upload"
+    assert page.status_code == 400
+    assert stored() == before

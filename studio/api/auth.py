@@ -30,8 +30,22 @@ def issue_token(*, user: User) -> str:
 
 
 def authenticate(request: HttpRequest) -> User | None:
-    """Return the active user whose token the request bears, or None."""
-    token = _bearer_token(request.headers.get("Authorization", ""))
+    """Return the active user whose token the request bears (noting its use), or None."""
+    row = _token_row(request.headers.get("Authorization", ""))
+    if row is None:
+        return None
+    _touch(row)
+    return row.user
+
+
+def user_for_header(header: str) -> User | None:
+    """Return the active user an `Authorization` header's token belongs to, writing nothing."""
+    row = _token_row(header)
+    return None if row is None else row.user
+
+
+def _token_row(header: str) -> ApiToken | None:
+    token = _bearer_token(header)
     if token is None:
         return None
     digest = digest_of(token)
@@ -42,8 +56,7 @@ def authenticate(request: HttpRequest) -> User | None:
         return None
     if not row.user.is_active:
         return None
-    _touch(row)
-    return row.user
+    return row
 
 
 def _bearer_token(header: str) -> str | None:

@@ -1,0 +1,144 @@
+"""Refuse request bodies before they are read: the ASGI door in front of Django.
+
+Django reads a whole body (spooling it to a temporary file) before any view or
+authentication runs, so without this a stranger's 300 MB POST would be written to disk
+before its 401. Here, before the body is read:
+
+- a `Content-Length` over `AVATARS_MAX_BODY_BYTES` is answered 413 at once;
+- an API request that carries a body but no valid token is answered 401;
+- a body without a length (chunked) is counted as it streams and cut off with a 413 as
+  soon as it passes the limit.
+"""
+
+import json
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+
+from studio.api.auth import user_for_header
+from studio.api.http import UNAUTHORIZED
+
+Scope = dict[str, Any]
+Message = Mapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+API_PREFIX = "/api/"
+TOO_LARGE = "The request body is too large (the limit is {limit:g} MB)."
+
+
+class BodyLimit:
+    """Wrap an ASGI application so that no request body is read beyond what it may be."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        limit = settings.AVATARS_MAX_BODY_BYTES
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        length = headers.get("content-length")
+        if length is not None and (not length.isdigit() or int(length) > limit):
+            await _answer(send, scope, 413, "too_large", _too_large(limit))
+            return
+        has_body = int(length or 0) > 0 or "chunked" in headers.get("transfer-encoding", "")
+        api = scope["path"].startswith(API_PREFIX)
+        if has_body and api and not await _token_is_valid(headers.get("authorization", "")):
+            await _unauthorized(send)
+            return
+        await self._run_counting(scope, receive, send, limit)
+
+    async def _run_counting(self, scope: Scope, receive: Receive, send: Send, limit: int) -> None:
+        received = 0
+        cut_off = False
+        started = False
+
+        async def counting_receive() -> Message:
+            nonlocal received, cut_off
+            if cut_off:
+                return {"type": "http.disconnect"}
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > limit:
+                    # Django stops reading at a disconnect and answers nothing; we do.
+                    cut_off = True
+                    return {"type": "http.disconnect"}
+            return message
+
+        async def watching_send(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        await self.app(scope, counting_receive, watching_send)
+        if cut_off and not started:
+            await _answer(send, scope, 413, "too_large", _too_large(limit))
+
+
+def _too_large(limit: int) -> str:
+    return TOO_LARGE.format(limit=limit / (1024 * 1024))
+
+
+async def _token_is_valid(header: str) -> bool:
+    return await sync_to_async(user_for_header)(header) is not None
+
+
+async def _unauthorized(send: Send) -> None:
+    await _send_json(
+        send,
+        401,
+        "unauthorized",
+        UNAUTHORIZED,
+        extra=[(b"www-authenticate", b'Bearer realm="api"')],
+    )
+
+
+async def _answer(send: Send, scope: Scope, status: int, code: str, message: str) -> None:
+    if scope["path"].startswith(API_PREFIX):
+        await _send_json(send, status, code, message)
+        return
+    body = message.encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"text/plain; charset=utf-8"),
+                (b"content-length", str(len(body)).encode()),
+                (b"connection", b"close"),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _send_json(
+    send: Send,
+    status: int,
+    code: str,
+    message: str,
+    *,
+    extra: list[tuple[bytes, bytes]] | None = None,
+) -> None:
+    body = json.dumps({"error": {"code": code, "message": message}}).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                # The body was not read: the connection cannot carry another request.
+                (b"connection", b"close"),
+                *(extra or []),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
