@@ -85,19 +85,21 @@ def create_subject(*, name: str) -> Subject:
 def add_reference(*, subject: Subject, data: bytes, file_name: str) -> Asset:
     """Store an uploaded reference photo for `subject` (raises originals.NotAnImage).
 
-    The same photo uploaded twice is one original: the existing asset gains the subject.
+    The same photo uploaded twice is one reference: the existing upload gains the
+    subject. Bytes that only a generated asset has so far become a new reference row
+    (sharing the file); the generated row is left as it is.
     """
     original = originals.save(data)
     with transaction.atomic():
         asset, _created = Asset.objects.get_or_create(
             sha256=original.sha256,
+            origin=Origin.UPLOADED,
             defaults={
                 "file_name": (file_name or f"reference{original.info.extension}")[:255],
                 "mime": original.info.mime,
                 "width": original.info.width,
                 "height": original.info.height,
                 "size": original.size,
-                "origin": Origin.UPLOADED,
                 "label": subject.name,
             },
         )

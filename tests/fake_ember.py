@@ -28,6 +28,7 @@ class FakeEmber:
         self.charged: Counter[str] = Counter()
         self.history_rows: dict[str, str] = {}  # job id -> its history row's own id
         self.lose_answers = 0  # how many accepted submits' answers to drop on the way back
+        self.placeholder: bytes | None = None  # when set, every new image has these bytes
         self._ids = itertools.count(1)
         self.submit_route = router.post(JOBS).mock(side_effect=self._submit)
         self.poll_route = router.get(path__regex=rf"^{JOBS}/(?P<job_id>[^/]+)$").mock(
@@ -61,7 +62,7 @@ class FakeEmber:
         job_id = f"job_{n}"
         if key:
             self.keys[key] = job_id
-        data = png_bytes(n)
+        data = self.placeholder or png_bytes(n)
         image_id = f"img_{n}"
         self.images[image_id] = data
         self.jobs[job_id] = {
