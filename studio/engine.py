@@ -43,6 +43,8 @@ PUBLISH_REFUSED = "Ember history must be recovered before publishing generated i
 TOO_LATE = "This task has already been sent to Ember; the work is kept."
 ALREADY_ENDED = "This task has already ended; there is nothing to cancel."
 SET_PUBLISHED = "This set is published; its choice can no longer change."
+SET_KEPT_CHANGING = "This set kept changing while it was being published; publish it again."
+PUBLISH_TRIES = 3  # checks of a set whose choice keeps changing under the publish
 
 
 class InvalidRequest(ValueError):
@@ -54,8 +56,10 @@ class TooLate(Exception):
 
 
 class PublishRefused(Exception):
-    def __init__(self) -> None:
-        super().__init__(PUBLISH_REFUSED)
+    """The set cannot be published (yet); the message says why, for people."""
+
+    def __init__(self, message: str = PUBLISH_REFUSED) -> None:
+        super().__init__(message)
 
 
 @dataclass
@@ -119,22 +123,33 @@ def create_set(*, name: str, asset_ids: list[Any]) -> AvatarSet:
 
 
 def choose_assets(*, avatar_set: AvatarSet, asset_ids: list[Any]) -> AvatarSet:
-    """Replace the set's choice with `asset_ids`, in that order."""
-    if avatar_set.published_at is not None:
-        raise InvalidRequest(SET_PUBLISHED)
+    """Replace the set's choice with `asset_ids`, in that order, while the set is a draft.
+
+    The write is versioned against the row that was seen to be a draft: a publish
+    that lands in between moves the version, and the choice is then judged again.
+    """
     ids = _ids(asset_ids, "Assets")
     found = set(Asset.objects.filter(pk__in=_existing(ids)).values_list("pk", flat=True))
     missing = [i for i in ids if i not in found]
     if missing:
         raise InvalidRequest(f"Unknown asset: {missing[0]}.")
-    with transaction.atomic():
-        avatar_set.items.all().delete()
-        SetItem.objects.bulk_create(
-            SetItem(avatar_set=avatar_set, asset_id=asset_id, position=position)
-            for position, asset_id in enumerate(ids)
-        )
-        update(avatar_set)
-    return avatar_set
+    while True:
+        if avatar_set.published_at is not None:
+            raise InvalidRequest(SET_PUBLISHED)
+        try:
+            with transaction.atomic():
+                # Claim the version first: a publish's own versioned write cannot land
+                # until this transaction ends, and then finds the version moved.
+                update(avatar_set, expected=avatar_set.version)
+                avatar_set.items.all().delete()
+                SetItem.objects.bulk_create(
+                    SetItem(avatar_set=avatar_set, asset_id=asset_id, position=position)
+                    for position, asset_id in enumerate(ids)
+                )
+            return avatar_set
+        except Conflict:
+            # Another choice (whose order this one replaces whole) or a publish.
+            avatar_set.refresh_from_db(fields=["version", "published_at"])
 
 
 def progress(*, batch: Batch) -> dict[str, int]:
@@ -576,11 +591,20 @@ def resubmit(*, task: Task, confirmed_not_received: bool = False) -> Task:
 def publish(*, avatar_set: AvatarSet) -> AvatarSet:
     """Publish a set, refusing while any chosen generated image lacks its Ember history.
 
-    Publishing again keeps the first publication time.
+    The check and the write are about one version of the set: the write is versioned,
+    so a choice that changes in between makes this publish look again, never publish
+    unchecked. Publishing again keeps the first publication time.
     """
-    if avatar_set.published_at is not None:
-        return avatar_set
-    missing = avatar_set.assets.filter(origin=Origin.GENERATED, ember_history_id="").exists()
-    if missing:
-        raise PublishRefused()
-    return update(avatar_set, published_at=timezone.now())
+    for _ in range(PUBLISH_TRIES):
+        if avatar_set.published_at is not None:
+            return avatar_set
+        with transaction.atomic():
+            chosen = avatar_set.assets.filter(origin=Origin.GENERATED)
+            if chosen.filter(ember_history_id="").exists():
+                raise PublishRefused()
+            try:
+                return update(avatar_set, expected=avatar_set.version, published_at=timezone.now())
+            except Conflict:
+                pass  # nothing was written; the choice moved since it was read
+        avatar_set.refresh_from_db(fields=["version", "published_at"])
+    raise PublishRefused(SET_KEPT_CHANGING)

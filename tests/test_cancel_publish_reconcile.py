@@ -273,6 +273,105 @@ def test_it_publishes_once_the_missing_history_is_recovered(subject):
     assert AvatarSet.objects.get(pk=chosen.pk).published_at is not None
 
 
+def interleave(monkeypatch, name: str, other_writer, *, times: int = 1) -> None:
+    """Run `other_writer`, committed, just before the service's next `times` calls of `name`."""
+    real = getattr(engine, name)
+    left = [times]
+
+    def first_the_other_writer(*args: Any, **kwargs: Any) -> Any:
+        if left[0] > 0:
+            still, left[0] = left[0] - 1, 0  # the other writer's own calls go straight through
+            other_writer()
+            left[0] = still
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(engine, name, first_the_other_writer)
+
+
+def test_it_refuses_to_publish_an_unrecovered_image_chosen_after_its_check(subject, monkeypatch):
+    kept = generated_asset(history_id="hist_1")
+    unrecovered = generated_asset(history_id="")
+    chosen = a_set(kept)
+    # Another request changes the choice between publish's check and its write.
+    interleave(
+        monkeypatch,
+        "update",
+        lambda: engine.choose_assets(
+            avatar_set=AvatarSet.objects.get(pk=chosen.pk), asset_ids=[kept.pk, unrecovered.pk]
+        ),
+    )
+
+    with pytest.raises(PublishRefused) as refused:
+        engine.publish(avatar_set=AvatarSet.objects.get(pk=chosen.pk))
+
+    row = AvatarSet.objects.get(pk=chosen.pk)
+    assert str(refused.value) == PUBLISH_REFUSED
+    assert row.published_at is None
+    assert list(row.items.values_list("asset", flat=True)) == [kept.pk, unrecovered.pk]
+
+
+def test_it_publishes_the_newer_choice_only_after_checking_it(subject, monkeypatch):
+    first, second = generated_asset(history_id="hist_1"), generated_asset(history_id="hist_2")
+    chosen = a_set(first)
+    interleave(
+        monkeypatch,
+        "update",
+        lambda: engine.choose_assets(
+            avatar_set=AvatarSet.objects.get(pk=chosen.pk), asset_ids=[second.pk]
+        ),
+    )
+
+    published = engine.publish(avatar_set=AvatarSet.objects.get(pk=chosen.pk))
+
+    row = AvatarSet.objects.get(pk=chosen.pk)
+    assert row.published_at is not None
+    assert (published.version, published.published_at) == (row.version, row.published_at)
+    assert list(row.items.values_list("asset", flat=True)) == [second.pk]
+
+
+def test_it_gives_up_publishing_a_set_whose_choice_keeps_changing(subject, monkeypatch):
+    first, second = generated_asset(history_id="hist_1"), generated_asset(history_id="hist_2")
+    chosen = a_set(first)
+    orders = iter([[second.pk, first.pk], [first.pk, second.pk]] * 2)
+    interleave(
+        monkeypatch,
+        "update",
+        lambda: engine.choose_assets(
+            avatar_set=AvatarSet.objects.get(pk=chosen.pk), asset_ids=next(orders)
+        ),
+        times=engine.PUBLISH_TRIES,
+    )
+
+    with pytest.raises(PublishRefused) as refused:
+        engine.publish(avatar_set=AvatarSet.objects.get(pk=chosen.pk))
+
+    assert str(refused.value) == (
+        "This set kept changing while it was being published; publish it again."
+    )
+    assert AvatarSet.objects.get(pk=chosen.pk).published_at is None
+
+
+def test_it_refuses_to_change_a_set_published_while_the_choice_was_checked(subject, monkeypatch):
+    kept = generated_asset(history_id="hist_1")
+    sneaky = generated_asset(history_id="")
+    chosen = a_set(kept)
+    draft = AvatarSet.objects.get(pk=chosen.pk)  # read while still a draft
+    # Another request publishes the set while this choice is being checked.
+    interleave(
+        monkeypatch,
+        "_existing",
+        lambda: engine.publish(avatar_set=AvatarSet.objects.get(pk=chosen.pk)),
+    )
+
+    with pytest.raises(engine.InvalidRequest) as refused:
+        engine.choose_assets(avatar_set=draft, asset_ids=[sneaky.pk])
+
+    row = AvatarSet.objects.get(pk=chosen.pk)
+    assert str(refused.value) == "This set is published; its choice can no longer change."
+    assert row.published_at is not None
+    assert list(row.items.values_list("asset", flat=True)) == [kept.pk]
+
+
 # --- reconcile ----------------------------------------------------------------
 
 
