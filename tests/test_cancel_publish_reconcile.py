@@ -642,6 +642,24 @@ def test_it_adopts_the_one_row_no_other_attempt_of_the_task_has_recorded(subject
     ]
 
 
+def test_it_never_takes_the_row_of_an_earlier_lost_submit_for_the_latest(subject, ember):
+    task = an_uncertain_task(subject)  # attempt 1's answer was lost ...
+    Attempt.objects.create(  # ... and so was the resubmit's
+        task=task, number=2, submitted_at=timezone.now(), outcome=Attempt.Outcome.UNKNOWN
+    )
+    earlier = history_row(task, job_id="job_1", image_id="img_1")
+    earlier["source_metadata"]["attempt"] = 1  # what attempt 1 sent
+    history_route(ember, task, [earlier])
+
+    engine.reconcile(task=task)
+
+    saved = row_of(task)
+    assert saved.state == TaskState.UNCERTAIN
+    assert (saved.ember_job_id, saved.result) == ("", None)
+    assert list(saved.attempts.values_list("number", "ember_job_id")) == [(1, "job_1"), (2, "")]
+    assert "img_1" in saved.error and "still protected in Ember" in saved.error
+
+
 def test_it_never_takes_another_jobs_row_for_a_task_that_knows_its_job(subject, ember):
     task = move(a_task(subject), TaskState.RUNNING, ember_job_id="job_2")
     task = move(task, TaskState.UNCERTAIN, phase="Ember did not finish in time")
