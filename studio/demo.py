@@ -8,7 +8,7 @@ from django.db import transaction
 
 from studio import engine
 from studio.ember.simulator import Picture, render_png
-from studio.models import Batch, Subject
+from studio.models import Batch, Origin, Subject
 
 DEMO_USER = "demo"
 DEMO_SUBJECTS = ("Ada", "Bo")
@@ -55,7 +55,8 @@ def seed_demo() -> Seeded:
 
 def _subject(name: str) -> Subject:
     subject = Subject.objects.filter(name=name).first() or engine.create_subject(name=name)
-    if not subject.assets.exists():
+    # Its generated images are its assets too; only an upload is a reference photo.
+    if not subject.assets.filter(origin=Origin.UPLOADED).exists():
         photo = render_png(
             Picture(
                 seed=f"reference-{name}",

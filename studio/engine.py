@@ -44,6 +44,8 @@ PUBLISH_REFUSED = "Ember history must be recovered before publishing generated i
 TOO_LATE = "This task has already been sent to Ember; the work is kept."
 ALREADY_ENDED = "This task has already ended; there is nothing to cancel."
 SET_PUBLISHED = "This set is published; its choice can no longer change."
+SET_KEPT_CHANGING = "This set kept changing while it was being published; publish it again."
+PUBLISH_TRIES = 3  # checks of a set whose choice keeps changing under the publish
 
 
 class InvalidRequest(ValueError):
@@ -55,8 +57,10 @@ class TooLate(Exception):
 
 
 class PublishRefused(Exception):
-    def __init__(self) -> None:
-        super().__init__(PUBLISH_REFUSED)
+    """The set cannot be published (yet); the message says why, for people."""
+
+    def __init__(self, message: str = PUBLISH_REFUSED) -> None:
+        super().__init__(message)
 
 
 @dataclass
@@ -86,20 +90,22 @@ def create_subject(*, name: str) -> Subject:
 def add_reference(*, subject: Subject, data: bytes, file_name: str) -> Asset:
     """Store an uploaded reference photo for `subject` (raises originals.NotAnImage).
 
-    The same photo uploaded twice is one original: the existing asset gains the subject.
+    The same photo uploaded twice is one reference: the existing upload gains the
+    subject. Bytes that only a generated asset has so far become a new reference row
+    (sharing the file); the generated row is left as it is.
     """
     # Location data never reaches the store, the studio's pages or Ember (lossless).
     original = originals.save(metadata.strip_location(data))
     with transaction.atomic():
         asset, _created = Asset.objects.get_or_create(
             sha256=original.sha256,
+            origin=Origin.UPLOADED,
             defaults={
                 "file_name": (file_name or f"reference{original.info.extension}")[:255],
                 "mime": original.info.mime,
                 "width": original.info.width,
                 "height": original.info.height,
                 "size": original.size,
-                "origin": Origin.UPLOADED,
                 "label": subject.name,
             },
         )
@@ -119,22 +125,33 @@ def create_set(*, name: str, asset_ids: list[Any]) -> AvatarSet:
 
 
 def choose_assets(*, avatar_set: AvatarSet, asset_ids: list[Any]) -> AvatarSet:
-    """Replace the set's choice with `asset_ids`, in that order."""
-    if avatar_set.published_at is not None:
-        raise InvalidRequest(SET_PUBLISHED)
+    """Replace the set's choice with `asset_ids`, in that order, while the set is a draft.
+
+    The write is versioned against the row that was seen to be a draft: a publish
+    that lands in between moves the version, and the choice is then judged again.
+    """
     ids = _ids(asset_ids, "Assets")
     found = set(Asset.objects.filter(pk__in=_existing(ids)).values_list("pk", flat=True))
     missing = [i for i in ids if i not in found]
     if missing:
         raise InvalidRequest(f"Unknown asset: {missing[0]}.")
-    with transaction.atomic():
-        avatar_set.items.all().delete()
-        SetItem.objects.bulk_create(
-            SetItem(avatar_set=avatar_set, asset_id=asset_id, position=position)
-            for position, asset_id in enumerate(ids)
-        )
-        update(avatar_set)
-    return avatar_set
+    while True:
+        if avatar_set.published_at is not None:
+            raise InvalidRequest(SET_PUBLISHED)
+        try:
+            with transaction.atomic():
+                # Claim the version first: a publish's own versioned write cannot land
+                # until this transaction ends, and then finds the version moved.
+                update(avatar_set, expected=avatar_set.version)
+                avatar_set.items.all().delete()
+                SetItem.objects.bulk_create(
+                    SetItem(avatar_set=avatar_set, asset_id=asset_id, position=position)
+                    for position, asset_id in enumerate(ids)
+                )
+            return avatar_set
+        except Conflict:
+            # Another choice (whose order this one replaces whole) or a publish.
+            avatar_set.refresh_from_db(fields=["version", "published_at"])
 
 
 def progress(*, batch: Batch) -> dict[str, int]:
@@ -386,44 +403,145 @@ async def areconcile(*, task: Task, client: EmberClient | None = None) -> Task:
     finally:
         if own_client:
             await client.aclose()
-    row = _pick_row(task, rows)
-    if row is None:
-        return await sync_to_async(update)(
-            task,
-            expected=task.version,
-            phase="Ember's history has no row for this task yet",
-        )
-    return await sync_to_async(_back_to_copying)(task, row["result"], str(row.get("job_id") or ""))
+    return await sync_to_async(_record_history)(task, rows)
+
+
+def _record_history(task: Task, rows: list[dict[str, Any]]) -> Task:
+    """Adopt the task's own row from Ember's history, or say what the history holds instead.
+
+    Every other row is another paid original of this task (a submit whose answer
+    was lost, or an earlier attempt): it is shown on the task and recorded on the
+    attempt that sent it, but never copied, released or taken as this task's.
+    """
+    usable = [row for row in rows if _usable(row)]
+    with transaction.atomic():
+        _learn_attempts(task, usable)
+        own = _pick_row(task, usable)
+        others = [row for row in usable if row is not own]
+        if own is not None:
+            job_id = own.get("job_id") or ""
+            return _back_to_copying(task, _adopted(own), job_id, note=_others_note(others))
+        noted = {"error": _others_note(others)} if others else {}
+        return update(task, expected=task.version, phase=_no_row_phase(task, usable), **noted)
+
+
+def _usable(row: dict[str, Any]) -> bool:
+    """Say whether a history row has a succeeded job's answer about one image."""
+    try:
+        check_result(row.get("result"))
+    except EmberError:
+        return False
+    job_id, image_id = row.get("job_id"), row.get("image_id")
+    if not isinstance(job_id, str | None) or not isinstance(image_id, str | None):
+        return False
+    # A row naming two images cannot say which one it is about.
+    return not image_id or image_id == row["result"]["image"]["id"]
+
+
+def _row_image(row: dict[str, Any]) -> str:
+    return str(row.get("image_id") or row["result"]["image"]["id"])
 
 
 def _pick_row(task: Task, rows: list[dict[str, Any]]) -> dict[str, Any] | None:
-    usable = []
+    """Return the task's own row among `rows`, or None.
+
+    Once the task has an original, its own row is the one about that image: a row
+    of another attempt must never lend it a history id. Before that, the row of the
+    task's job; and when the last submit's answer was lost (no job id), the one row
+    that no other attempt of the task has recorded, if there is exactly one.
+    """
+    if task.asset_id is not None:
+        image_id = Asset.objects.filter(pk=task.asset_id).values_list("ember_image_id", flat=True)
+        own_image = image_id.first()
+        return next((r for r in rows if own_image and _row_image(r) == own_image), None)
+    if task.ember_job_id:
+        return next((r for r in rows if r.get("job_id") == task.ember_job_id), None)
+    candidates = _unclaimed(task, rows)
+    return candidates[0] if len(candidates) == 1 else None
+
+
+def _unclaimed(task: Task, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Return the rows whose job no attempt but the task's latest has recorded."""
+    jobs = list(task.attempts.order_by("number").values_list("ember_job_id", flat=True))
+    claimed = {job for job in jobs[:-1] if job}
+    return [row for row in rows if row.get("job_id") not in claimed]
+
+
+def _learn_attempts(task: Task, rows: list[dict[str, Any]]) -> None:
+    """Record a row's job on the attempt that sent it (its `source_metadata.attempt`).
+
+    Only an attempt whose answer was lost (no job id yet) learns its job this way,
+    so each paid original Ember's history shows ends up named on its own attempt.
+    """
+    lost = {a.number: a for a in task.attempts.filter(ember_job_id="")}
+    known = set(task.attempts.exclude(ember_job_id="").values_list("ember_job_id", flat=True))
     for row in rows:
-        try:
-            check_result(row.get("result"))
-        except EmberError:
+        number, job_id = (row.get("source_metadata") or {}).get("attempt"), row.get("job_id")
+        attempt = lost.get(number) if type(number) is int else None
+        if attempt is None or not job_id or job_id in known:
             continue
-        usable.append(row)
-    if not usable:
-        return None
-    for row in usable:
-        if task.ember_job_id and row.get("job_id") == task.ember_job_id:
-            return row
-    return usable[0]
+        seen = f"Ember's history shows it arrived: job {job_id}, image {_row_image(row)}."
+        update(attempt, ember_job_id=job_id, error=f"{attempt.error} {seen}".strip())
+        known.add(job_id)
+        del lost[attempt.number]
 
 
-def _back_to_copying(task: Task, result: dict[str, Any], job_id: str) -> Task:
+def _adopted(row: dict[str, Any]) -> dict[str, Any]:
+    """Return the row's answer with the history id taken from the row itself.
+
+    A repaired row has its own `id` while the answer nested in it may still say
+    `history: null`; finish() reads the id from the saved answer.
+    """
+    result = dict(row["result"])
+    own_id = row.get("id")
+    history_id = own_id if isinstance(own_id, str) and own_id else None
+    history_id = history_id or (result.get("history") or {}).get("id")
+    if history_id:
+        result["history"], result["history_error"] = {"id": history_id}, None
+    return result
+
+
+def _others_note(others: list[dict[str, Any]]) -> str:
+    """Describe, for people, paid originals of this task that Avatars did not take."""
+    if not others:
+        return ""
+    if len(others) == 1:
+        row = others[0]
+        return (
+            "Ember's history also holds another paid original of this task, still protected "
+            f"in Ember: job {row.get('job_id') or '?'}, image {_row_image(row)}. "
+            "Avatars did not copy it and does not release it."
+        )
+    listed = ", ".join(f"job {r.get('job_id') or '?'} (image {_row_image(r)})" for r in others)
+    return (
+        f"Ember's history also holds {len(others)} other paid originals of this task, still "
+        f"protected in Ember: {listed}. Avatars did not copy them and does not release them."
+    )
+
+
+def _no_row_phase(task: Task, rows: list[dict[str, Any]]) -> str:
+    if task.asset_id is not None:
+        return "Ember's history has no row for this task's image yet"
+    if not task.ember_job_id and len(_unclaimed(task, rows)) > 1:
+        return "Ember's history has several rows this submit could be; none was taken"
+    return "Ember's history has no row for this task yet"
+
+
+def _back_to_copying(task: Task, result: dict[str, Any], job_id: str, *, note: str = "") -> Task:
     with transaction.atomic():
-        if job_id and not task.ember_job_id:
-            task.attempts.filter(ember_job_id="").update(ember_job_id=job_id)
+        latest = task.attempts.order_by("-number").first()
+        if job_id and not task.ember_job_id and latest is not None and not latest.ember_job_id:
+            # The lost answer of the task's latest submit: this is its job.
+            update(latest, ember_job_id=job_id)
         return move(
             task,
             TaskState.COPYING,
             expected=task.version,
             result=result,
-            ember_job_id=job_id or task.ember_job_id,
+            # A job id the task already has is never replaced by another row's.
+            ember_job_id=task.ember_job_id or job_id,
             phase="Copying the original from Ember",
-            error="",
+            error=note,
         )
 
 
@@ -472,11 +590,20 @@ def resubmit(*, task: Task, confirmed_not_received: bool = False) -> Task:
 def publish(*, avatar_set: AvatarSet) -> AvatarSet:
     """Publish a set, refusing while any chosen generated image lacks its Ember history.
 
-    Publishing again keeps the first publication time.
+    The check and the write are about one version of the set: the write is versioned,
+    so a choice that changes in between makes this publish look again, never publish
+    unchecked. Publishing again keeps the first publication time.
     """
-    if avatar_set.published_at is not None:
-        return avatar_set
-    missing = avatar_set.assets.filter(origin=Origin.GENERATED, ember_history_id="").exists()
-    if missing:
-        raise PublishRefused()
-    return update(avatar_set, published_at=timezone.now())
+    for _ in range(PUBLISH_TRIES):
+        if avatar_set.published_at is not None:
+            return avatar_set
+        with transaction.atomic():
+            chosen = avatar_set.assets.filter(origin=Origin.GENERATED)
+            if chosen.filter(ember_history_id="").exists():
+                raise PublishRefused()
+            try:
+                return update(avatar_set, expected=avatar_set.version, published_at=timezone.now())
+            except Conflict:
+                pass  # nothing was written; the choice moved since it was read
+        avatar_set.refresh_from_db(fields=["version", "published_at"])
+    raise PublishRefused(SET_KEPT_CHANGING)

@@ -155,7 +155,11 @@ class Task(Versioned):
 
 
 class Asset(Versioned):
-    sha256 = models.CharField(max_length=64, unique=True)
+    # Not unique: two results may carry the same bytes (a provider's placeholder, a
+    # cached answer, a reference photo sent back), and each is its own asset row with
+    # its own Ember ids, sharing one content-addressed file. Only an upload is one row
+    # per photo (the constraint below).
+    sha256 = models.CharField(max_length=64)
     file_name = models.CharField(max_length=255)
     mime = models.CharField(max_length=60)
     width = models.PositiveIntegerField()
@@ -185,6 +189,16 @@ class Asset(Versioned):
         indexes = [
             # Serves the gallery's newest-first pages without sorting every asset.
             models.Index(fields=["-created_at", "-id"], name="asset_newest_idx"),
+            # Serves lookups by content: add_reference's get-or-create of an upload.
+            models.Index(fields=["sha256"], name="asset_sha256_idx"),
+        ]
+        constraints = [
+            # The same photo uploaded twice (for two subjects) is one reference row.
+            models.UniqueConstraint(
+                fields=["sha256"],
+                condition=Q(origin="uploaded"),
+                name="asset_uploaded_sha256_unique",
+            ),
         ]
 
     def __str__(self) -> str:

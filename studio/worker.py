@@ -384,24 +384,19 @@ class Worker:
                 )
                 return
             asset = await db(record_asset)(task, original)
-        elif history.get("id") and not asset.ember_history_id:
-            # The bytes are already safe: only the history id is new.
+        elif (
+            history.get("id")
+            and not asset.ember_history_id
+            and image.get("id") == asset.ember_image_id
+        ):
+            # The bytes are already safe: only the history id is new. An answer about
+            # another image (another attempt's) never lends this one its history.
             await db(update)(asset, ember_history_id=history["id"])
         released = task.protection_released
-        if released is not True:
-            released = await self.client.release(image["id"])
-        if asset.ember_history_id:
-            await db(move)(
-                task, TaskState.DONE, phase="Complete", error="", protection_released=released
-            )
-        else:
-            await db(move)(
-                task,
-                TaskState.HISTORY_MISSING,
-                phase="Original saved; history needs repair",
-                error=result.get("history_error") or "Ember did not write its history row.",
-                protection_released=released,
-            )
+        if released is not True and asset.ember_image_id:
+            # Always the image whose bytes Avatars holds, never one it did not copy.
+            released = await self.client.release(asset.ember_image_id)
+        await db(_rest)(task, asset, result, released)
 
     async def _copy(self, image: dict[str, Any]) -> originals.Original:
         """Fetch the image and save it as an original, retrying a few times."""
@@ -587,6 +582,27 @@ def record_asset(task: Task, original: originals.Original) -> Asset:
         )
         update(task, asset=asset)
     return asset
+
+
+def _rest(task: Task, asset: Asset, result: dict[str, Any], released: bool | None) -> Task:
+    """Write `done` when the asset has its history id, else `history_missing` saying why."""
+    if asset.ember_history_id:
+        return move(task, TaskState.DONE, phase="Complete", error="", protection_released=released)
+    image_id = (result.get("image") or {}).get("id")
+    if image_id != asset.ember_image_id:
+        error = (
+            f"The saved answer is about image {image_id}, not this task's image "
+            f"{asset.ember_image_id}; its history was not used."
+        )
+    else:
+        error = result.get("history_error") or "Ember did not write its history row."
+    return move(
+        task,
+        TaskState.HISTORY_MISSING,
+        phase="Original saved; history needs repair",
+        error=error,
+        protection_released=released,
+    )
 
 
 def _beat(started_at: datetime) -> None:

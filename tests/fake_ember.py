@@ -26,6 +26,9 @@ class FakeEmber:
         self.images: dict[str, bytes] = {}
         self.keys: dict[str, str] = {}
         self.charged: Counter[str] = Counter()
+        self.history_rows: dict[str, str] = {}  # job id -> its history row's own id
+        self.lose_answers = 0  # how many accepted submits' answers to drop on the way back
+        self.placeholder: bytes | None = None  # when set, every new image has these bytes
         self._ids = itertools.count(1)
         self.submit_route = router.post(JOBS).mock(side_effect=self._submit)
         self.poll_route = router.get(path__regex=rf"^{JOBS}/(?P<job_id>[^/]+)$").mock(
@@ -59,7 +62,7 @@ class FakeEmber:
         job_id = f"job_{n}"
         if key:
             self.keys[key] = job_id
-        data = png_bytes(n)
+        data = self.placeholder or png_bytes(n)
         image_id = f"img_{n}"
         self.images[image_id] = data
         self.jobs[job_id] = {
@@ -76,6 +79,12 @@ class FakeEmber:
                 "history_error": None if self.history else "history write failed",
             },
         }
+        if self.history:
+            self.history_rows[job_id] = f"hist_{n}"
+        if self.lose_answers:
+            # Ember took (and charged) the job; only its answer never reaches the caller.
+            self.lose_answers -= 1
+            raise httpx.ReadError("The connection dropped before Ember's answer arrived.")
         return httpx.Response(202, json={"id": job_id, "status": "queued"})
 
     def _poll(self, request: httpx.Request, job_id: str) -> httpx.Response:
@@ -95,21 +104,28 @@ class FakeEmber:
         task_id = request.url.params["task_id"]
         items = [
             {
-                "id": job["result"]["history"]["id"],
+                "id": row_id,
                 "job_id": job_id,
-                "image_id": job["result"]["image"]["id"],
-                "source_metadata": job["body"]["source_metadata"],
-                "result": job["result"],
+                "image_id": self.jobs[job_id]["result"]["image"]["id"],
+                "source_metadata": self.jobs[job_id]["body"]["source_metadata"],
+                "result": self.jobs[job_id]["result"],
             }
-            for job_id, job in self.jobs.items()
-            if job["body"]["source_metadata"]["task_id"] == task_id and job["result"]["history"]
+            for job_id, row_id in self.history_rows.items()
+            if self.jobs[job_id]["body"]["source_metadata"]["task_id"] == task_id
         ]
         return httpx.Response(200, json={"items": items})
 
-    def repair_history(self) -> None:
-        """Write the history rows Ember failed to write (as Ember's repair would)."""
+    def repair_history(self, *, result_too: bool = True) -> None:
+        """Write the history rows Ember failed to write (as Ember's repair would).
+
+        With `result_too=False` only the rows are written: their nested `result`
+        still says `history: null`, as the job's answer did.
+        """
         for job_id, job in self.jobs.items():
-            if job["result"]["history"] is None:
+            if job_id in self.history_rows:
+                continue
+            self.history_rows[job_id] = f"hist_{job_id}"
+            if result_too:
                 job["result"]["history"] = {"id": f"hist_{job_id}"}
                 job["result"]["history_error"] = None
 

@@ -19,6 +19,7 @@ from studio.models import (
     Attempt,
     AvatarSet,
     Batch,
+    Origin,
     SetItem,
     Subject,
     Task,
@@ -191,6 +192,31 @@ def test_it_stores_an_uploaded_reference_photo(api, make_subject, data_dir):
     assert body["subjects"] == [str(ada.pk)]
     assert body["url"] == f"{API}/assets/{asset.pk}/original"
     assert stored_originals(data_dir) == [f"{body['sha256']}.png"]
+
+
+def test_it_stores_a_generated_images_bytes_as_a_new_reference_photo(api, make_subject):
+    data = png_bytes(9)
+    original = originals.save(data)
+    generated = Asset.objects.create(
+        sha256=original.sha256,
+        file_name="openai-image-1.png",
+        mime="image/png",
+        width=64,
+        height=48,
+        size=len(data),
+        origin=Origin.GENERATED,
+    )
+    ada = make_subject("Ada")
+
+    response = upload(api, ada, data)
+
+    assert response.status_code == 201
+    body = response.json()
+    assert body["id"] != str(generated.pk)
+    assert (body["origin"], body["subjects"]) == ("uploaded", [str(ada.pk)])
+    assert list(ada.assets.filter(origin=Origin.UPLOADED).values_list("pk", flat=True)) == [
+        int(body["id"])
+    ]
 
 
 def test_it_serves_an_uploaded_photo_back_byte_for_byte(api, make_subject):

@@ -3,6 +3,7 @@
 import contextlib
 from typing import Any
 
+import httpx
 import pytest
 from asgiref.sync import async_to_sync, sync_to_async
 from django.db.models import F
@@ -11,13 +12,15 @@ from django.utils import timezone
 from studio import engine
 from studio.ember.client import EmberClient
 from studio.engine import PublishRefused, TooLate
-from studio.models import Attempt, AvatarSet, Origin, Task, TaskState
+from studio.models import Asset, Attempt, AvatarSet, Origin, Task, TaskState
 from studio.store import Conflict, move, update
-from tests.conftest import a_set, batch_request, generated_asset
+from tests.conftest import a_set, batch_request, drain, generated_asset
+from tests.fake_ember import FakeEmber
 
 pytestmark = pytest.mark.django_db
 
 HISTORY = "/api/v1/history"
+RELEASE = "/api/v1/explorations/{}/protection"
 TOO_LATE = "This task has already been sent to Ember; the work is kept."
 PUBLISH_REFUSED = "Ember history must be recovered before publishing generated images."
 
@@ -270,6 +273,105 @@ def test_it_publishes_once_the_missing_history_is_recovered(subject):
     assert AvatarSet.objects.get(pk=chosen.pk).published_at is not None
 
 
+def interleave(monkeypatch, name: str, other_writer, *, times: int = 1) -> None:
+    """Run `other_writer`, committed, just before the service's next `times` calls of `name`."""
+    real = getattr(engine, name)
+    left = [times]
+
+    def first_the_other_writer(*args: Any, **kwargs: Any) -> Any:
+        if left[0] > 0:
+            still, left[0] = left[0] - 1, 0  # the other writer's own calls go straight through
+            other_writer()
+            left[0] = still
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(engine, name, first_the_other_writer)
+
+
+def test_it_refuses_to_publish_an_unrecovered_image_chosen_after_its_check(subject, monkeypatch):
+    kept = generated_asset(history_id="hist_1")
+    unrecovered = generated_asset(history_id="")
+    chosen = a_set(kept)
+    # Another request changes the choice between publish's check and its write.
+    interleave(
+        monkeypatch,
+        "update",
+        lambda: engine.choose_assets(
+            avatar_set=AvatarSet.objects.get(pk=chosen.pk), asset_ids=[kept.pk, unrecovered.pk]
+        ),
+    )
+
+    with pytest.raises(PublishRefused) as refused:
+        engine.publish(avatar_set=AvatarSet.objects.get(pk=chosen.pk))
+
+    row = AvatarSet.objects.get(pk=chosen.pk)
+    assert str(refused.value) == PUBLISH_REFUSED
+    assert row.published_at is None
+    assert list(row.items.values_list("asset", flat=True)) == [kept.pk, unrecovered.pk]
+
+
+def test_it_publishes_the_newer_choice_only_after_checking_it(subject, monkeypatch):
+    first, second = generated_asset(history_id="hist_1"), generated_asset(history_id="hist_2")
+    chosen = a_set(first)
+    interleave(
+        monkeypatch,
+        "update",
+        lambda: engine.choose_assets(
+            avatar_set=AvatarSet.objects.get(pk=chosen.pk), asset_ids=[second.pk]
+        ),
+    )
+
+    published = engine.publish(avatar_set=AvatarSet.objects.get(pk=chosen.pk))
+
+    row = AvatarSet.objects.get(pk=chosen.pk)
+    assert row.published_at is not None
+    assert (published.version, published.published_at) == (row.version, row.published_at)
+    assert list(row.items.values_list("asset", flat=True)) == [second.pk]
+
+
+def test_it_gives_up_publishing_a_set_whose_choice_keeps_changing(subject, monkeypatch):
+    first, second = generated_asset(history_id="hist_1"), generated_asset(history_id="hist_2")
+    chosen = a_set(first)
+    orders = iter([[second.pk, first.pk], [first.pk, second.pk]] * 2)
+    interleave(
+        monkeypatch,
+        "update",
+        lambda: engine.choose_assets(
+            avatar_set=AvatarSet.objects.get(pk=chosen.pk), asset_ids=next(orders)
+        ),
+        times=engine.PUBLISH_TRIES,
+    )
+
+    with pytest.raises(PublishRefused) as refused:
+        engine.publish(avatar_set=AvatarSet.objects.get(pk=chosen.pk))
+
+    assert str(refused.value) == (
+        "This set kept changing while it was being published; publish it again."
+    )
+    assert AvatarSet.objects.get(pk=chosen.pk).published_at is None
+
+
+def test_it_refuses_to_change_a_set_published_while_the_choice_was_checked(subject, monkeypatch):
+    kept = generated_asset(history_id="hist_1")
+    sneaky = generated_asset(history_id="")
+    chosen = a_set(kept)
+    draft = AvatarSet.objects.get(pk=chosen.pk)  # read while still a draft
+    # Another request publishes the set while this choice is being checked.
+    interleave(
+        monkeypatch,
+        "_existing",
+        lambda: engine.publish(avatar_set=AvatarSet.objects.get(pk=chosen.pk)),
+    )
+
+    with pytest.raises(engine.InvalidRequest) as refused:
+        engine.choose_assets(avatar_set=draft, asset_ids=[sneaky.pk])
+
+    row = AvatarSet.objects.get(pk=chosen.pk)
+    assert str(refused.value) == "This set is published; its choice can no longer change."
+    assert row.published_at is not None
+    assert list(row.items.values_list("asset", flat=True)) == [kept.pk]
+
+
 # --- reconcile ----------------------------------------------------------------
 
 
@@ -448,3 +550,159 @@ def test_an_unversioned_write_lands_even_after_a_second_writer_and_learns_the_ve
     assert task.version == row.version  # the in-memory copy knows the real version
     update(task, expected=task.version, error="and a versioned write still works")
     assert row_of(task).error == "and a versioned write still works"
+
+
+# --- reconcile: only this task's own original -------------------------------------
+
+
+def released_images(fake: FakeEmber) -> list[str]:
+    """The image ids Ember was asked to release, in order."""
+    return [c.request.url.path.split("/")[-2] for c in fake.release_route.calls]
+
+
+def test_it_never_adopts_nor_releases_the_original_of_a_lost_submit(subject, ember, worker):
+    fake = FakeEmber(ember)
+    fake.lose_answers = 1  # job_1 reaches Ember (and is paid for); its answer is lost
+    task = a_task(subject)
+    drain(worker)
+    assert row_of(task).state == TaskState.UNCERTAIN
+    engine.resubmit(task=row_of(task), confirmed_not_received=True)
+    fake.history = False  # job_2's history write fails ...
+    fake.release_route.mock(return_value=httpx.Response(503))  # ... and its release is unsure
+    drain(worker)
+    task = row_of(task)
+    asset = Asset.objects.get(task=task)
+    assert (task.state, task.ember_job_id, asset.ember_image_id) == (
+        TaskState.HISTORY_MISSING,
+        "job_2",
+        "img_2",
+    )
+
+    engine.reconcile(task=task, client=worker.client)  # Ember's history: only job_1's row
+    drain(worker)
+
+    task, asset = row_of(task), Asset.objects.get(pk=asset.pk)
+    assert "img_1" not in released_images(fake)
+    assert asset.ember_history_id == ""  # not hist_1, job_1's row
+    assert task.state == TaskState.HISTORY_MISSING
+    assert task.ember_job_id == "job_2"
+    assert "job_1" in task.error and "img_1" in task.error
+    assert "still protected in Ember" in task.error
+    assert fake.file_route.call_count == 1  # img_2 only: img_1 was never fetched
+
+    fake.repair_history()  # Ember writes job_2's row; it releases again
+    fake.release_route.mock(return_value=httpx.Response(200, json={"protected": False}))
+    engine.reconcile(task=task, client=worker.client)
+    drain(worker)
+
+    task, asset = row_of(task), Asset.objects.get(pk=asset.pk)
+    assert task.state == TaskState.DONE
+    assert asset.ember_history_id == "hist_job_2"
+    assert task.protection_released is True
+    assert released_images(fake) == ["img_2", "img_2"]
+    assert list(task.attempts.values_list("number", "ember_job_id")) == [(1, "job_1"), (2, "job_2")]
+    assert fake.charges(str(task.pk)) == 2
+
+
+def test_it_adopts_no_row_when_two_could_be_the_lost_submit(subject, ember):
+    task = an_uncertain_task(subject)
+    rows = [
+        history_row(task, job_id="job_7", image_id="img_7"),
+        history_row(task, job_id="job_8", image_id="img_8"),
+    ]
+    history_route(ember, task, rows)
+
+    engine.reconcile(task=task)
+
+    saved = row_of(task)
+    assert saved.state == TaskState.UNCERTAIN
+    assert (saved.ember_job_id, saved.result) == ("", None)
+    assert "img_7" in saved.error and "img_8" in saved.error
+    assert list(saved.attempts.values_list("ember_job_id", flat=True)) == [""]
+
+
+def test_it_adopts_the_one_row_no_other_attempt_of_the_task_has_recorded(subject, ember):
+    task = an_uncertain_task(subject)  # attempt 1's answer was lost
+    Attempt.objects.filter(task=task).update(ember_job_id="job_7", outcome=Attempt.Outcome.ACCEPTED)
+    Attempt.objects.create(
+        task=task, number=2, submitted_at=timezone.now(), outcome=Attempt.Outcome.UNKNOWN
+    )
+    mine = history_row(task, job_id="job_8", image_id="img_8")
+    history_route(ember, task, [history_row(task, job_id="job_7", image_id="img_7"), mine])
+
+    engine.reconcile(task=task)
+
+    saved = row_of(task)
+    assert saved.state == TaskState.COPYING
+    assert saved.ember_job_id == "job_8"
+    assert saved.result["image"]["id"] == "img_8"
+    assert list(saved.attempts.values_list("number", "ember_job_id")) == [
+        (1, "job_7"),
+        (2, "job_8"),
+    ]
+
+
+def test_it_never_takes_the_row_of_an_earlier_lost_submit_for_the_latest(subject, ember):
+    task = an_uncertain_task(subject)  # attempt 1's answer was lost ...
+    Attempt.objects.create(  # ... and so was the resubmit's
+        task=task, number=2, submitted_at=timezone.now(), outcome=Attempt.Outcome.UNKNOWN
+    )
+    earlier = history_row(task, job_id="job_1", image_id="img_1")
+    earlier["source_metadata"]["attempt"] = 1  # what attempt 1 sent
+    history_route(ember, task, [earlier])
+
+    engine.reconcile(task=task)
+
+    saved = row_of(task)
+    assert saved.state == TaskState.UNCERTAIN
+    assert (saved.ember_job_id, saved.result) == ("", None)
+    assert list(saved.attempts.values_list("number", "ember_job_id")) == [(1, "job_1"), (2, "")]
+    assert "img_1" in saved.error and "still protected in Ember" in saved.error
+
+
+def test_it_never_takes_another_jobs_row_for_a_task_that_knows_its_job(subject, ember):
+    task = move(a_task(subject), TaskState.RUNNING, ember_job_id="job_2")
+    task = move(task, TaskState.UNCERTAIN, phase="Ember did not finish in time")
+    history_route(ember, task, [history_row(task, job_id="job_1", image_id="img_1")])
+
+    engine.reconcile(task=task)
+
+    saved = row_of(task)
+    assert saved.state == TaskState.UNCERTAIN
+    assert (saved.ember_job_id, saved.result) == ("job_2", None)
+    assert "job_1" in saved.error and "img_1" in saved.error
+
+
+def test_it_finishes_without_borrowing_the_history_or_release_of_another_image(
+    subject, ember, worker
+):
+    fake = FakeEmber(ember)
+    task = move(a_task(subject), TaskState.RUNNING, ember_job_id="job_2")
+    asset = generated_asset(task=task, ember_image_id="img_2")
+    # A saved answer that names another image than the one whose bytes are safe.
+    task = move(task, TaskState.COPYING, asset=asset, result=result("img_1", "hist_1"))
+
+    drain(worker)
+
+    task, asset = row_of(task), Asset.objects.get(pk=asset.pk)
+    assert task.state == TaskState.HISTORY_MISSING
+    assert asset.ember_history_id == ""
+    assert released_images(fake) == ["img_2"]
+    assert fake.file_route.call_count == 0
+
+
+def test_it_takes_the_history_id_from_the_repaired_rows_own_id(subject, ember, worker):
+    fake = FakeEmber(ember, history=False)
+    task = a_task(subject)
+    drain(worker)
+    assert row_of(task).state == TaskState.HISTORY_MISSING
+    # Ember repairs the row; the answer nested in it still says `history: null`.
+    fake.repair_history(result_too=False)
+
+    engine.reconcile(task=row_of(task), client=worker.client)
+    drain(worker)
+
+    task = row_of(task)
+    assert task.state == TaskState.DONE
+    assert Asset.objects.get(task=task).ember_history_id == "hist_job_1"
+    assert fake.file_route.call_count == 1  # the image file was not fetched again

@@ -4,11 +4,12 @@ import uuid
 from typing import Any
 
 import pytest
+from django.db import IntegrityError, transaction
 
-from studio import engine
+from studio import engine, originals
 from studio.engine import InvalidRequest
 from studio.models import Asset, Batch, Kind, Origin, Task, TaskState
-from tests.conftest import batch_request
+from tests.conftest import batch_request, png_bytes
 
 pytestmark = pytest.mark.django_db
 
@@ -408,6 +409,54 @@ def test_it_refuses_a_generated_image_as_a_reference_photo(subject):
 
     assert str(refused.value) == f"Unknown reference photo: {generated.pk}."
     assert nothing_created()
+
+
+def generated_from(data: bytes) -> Asset:
+    """A generated original whose file is on disk, as the worker's copy leaves it."""
+    original = originals.save(data)
+    return Asset.objects.create(
+        sha256=original.sha256,
+        file_name="openai-image-1.png",
+        mime=original.info.mime,
+        width=original.info.width,
+        height=original.info.height,
+        size=original.size,
+        origin=Origin.GENERATED,
+        ember_image_id="img_1",
+    )
+
+
+def test_it_makes_a_usable_reference_photo_of_an_uploaded_generated_image(subject, make_subject):
+    data = png_bytes(42)
+    generated = generated_from(data)
+    grace = make_subject("Grace")
+
+    photo = engine.add_reference(subject=grace, data=data, file_name="grace.png")
+
+    assert photo.pk != generated.pk
+    assert (photo.origin, photo.sha256) == (Origin.UPLOADED, generated.sha256)
+    assert list(grace.assets.filter(origin=Origin.UPLOADED)) == [photo]
+    assert list(generated.subjects.all()) == []  # the generated row is left as it was
+    batch = engine.generate(request=batch_request(grace, references=[photo.pk]))
+    assert batch.tasks.get().references == [frozen(photo)]
+
+
+def test_it_keeps_one_reference_photo_for_the_same_upload_to_two_subjects(make_subject):
+    data = png_bytes(43)
+    ada, grace = make_subject("Ada"), make_subject("Grace")
+
+    first = engine.add_reference(subject=ada, data=data, file_name="ada.png")
+    second = engine.add_reference(subject=grace, data=data, file_name="grace.png")
+
+    assert second.pk == first.pk
+    assert set(first.subjects.all()) == {ada, grace}
+    assert Asset.objects.filter(origin=Origin.UPLOADED).count() == 1
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Asset.objects.create(
+            **{f: getattr(first, f) for f in ("sha256", "file_name", "mime", "width", "height")},
+            size=first.size,
+            origin=Origin.UPLOADED,
+        )
 
 
 def test_it_refuses_more_than_two_hundred_tasks(subject, many_providers):

@@ -1,5 +1,6 @@
 """The worker's steps, driven one at a time against a mocked Ember (SPEC §6, EMBER.md)."""
 
+import hashlib
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from pathlib import Path
@@ -15,7 +16,7 @@ from studio import engine, originals
 from studio.models import Asset, Attempt, Kind, Task, TaskState
 from studio.store import move
 from studio.worker import MAY_HAVE_REACHED, RECONCILE_PHASE, REFERENCE_CHANGED, Worker
-from tests.conftest import batch_request, drain
+from tests.conftest import batch_request, drain, png_bytes
 from tests.fake_ember import JOBS, FakeEmber
 
 pytestmark = pytest.mark.django_db
@@ -592,8 +593,6 @@ def test_it_ends_copy_failed_on_bad_bytes_and_saves_and_releases_nothing(
             data = b"<html>oops</html>" if bad == "not an image" else data + b"!"
             if bad == "not an image":
                 # Ember's sha256 matches these bytes: only the image check can catch them.
-                import hashlib
-
                 fake.jobs["job_1"]["result"]["image"]["sha256"] = hashlib.sha256(data).hexdigest()
         return httpx.Response(200, content=data, headers={"Content-Type": "image/png"})
 
@@ -630,6 +629,45 @@ def test_it_copies_a_copy_failed_task_after_reconcile_without_generating_again(
     task.refresh_from_db()
     assert task.state == TaskState.DONE
     assert len(fake.submits) == 1
+
+
+def test_it_finishes_two_tasks_whose_results_have_the_same_bytes(subject, ember, worker):
+    fake = FakeEmber(ember)
+    fake.placeholder = png_bytes(99)  # a provider's placeholder, sent for both candidates
+    sha = hashlib.sha256(fake.placeholder).hexdigest()
+    tasks = plan(subject, candidates=2)
+    before = originals_on_disk()
+
+    drain(worker)
+
+    assert {Task.objects.get(pk=t.pk).state for t in tasks} == {TaskState.DONE}
+    assets = Asset.objects.filter(task__in=tasks).order_by("ember_image_id")
+    assert [(a.ember_image_id, a.ember_history_id, a.sha256) for a in assets] == [
+        ("img_1", "hist_1", sha),
+        ("img_2", "hist_2", sha),
+    ]
+    assert originals_on_disk() - before == {f"{sha}.png"}  # one file, two rows
+    released = sorted(c.request.url.path for c in fake.release_route.calls)
+    assert released == [f"/api/v1/explorations/img_{n}/protection" for n in (1, 2)]
+
+
+def test_it_finishes_a_task_whose_result_equals_a_reference_photo(subject, ember, worker):
+    fake = FakeEmber(ember)
+    reference = subject.assets.get()
+    fake.placeholder = originals.read(reference.sha256, reference.mime)
+    [task] = plan(subject)
+    before = originals_on_disk()
+
+    drain(worker)
+
+    task.refresh_from_db()
+    assert task.state == TaskState.DONE
+    generated = Asset.objects.get(task=task)
+    assert generated.pk != reference.pk
+    assert (generated.origin, generated.ember_image_id) == ("generated", "img_1")
+    assert generated.sha256 == reference.sha256
+    assert list(subject.assets.filter(origin="uploaded")) == [reference]
+    assert originals_on_disk() == before
 
 
 # --- the pump ---------------------------------------------------------------------------
