@@ -10,6 +10,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -31,32 +32,45 @@ def free_port() -> int:
 
 
 class Simulator:
-    """The Ember simulator as a subprocess (`manage.py ember_simulator`)."""
+    """The Ember simulator as a subprocess (`manage.py ember_simulator`).
 
-    def __init__(self, tmp: Path, *, job_seconds: float = 0.0) -> None:
+    Its output goes to `log` (a file in `tmp`): a pipe nobody reads fills up and
+    then blocks the simulator, and a file is still there to read after a failure.
+    """
+
+    def __init__(self, tmp: Path, *, job_seconds: float = 0.0, verbose: bool = False) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        tmp.mkdir(parents=True, exist_ok=True)
+        self.log = tmp / "simulator.log"
         env = {**os.environ, "AVATARS_DATA_DIR": str(tmp / "sim-data"), "PYTHONUNBUFFERED": "1"}
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "manage.py",
-                "ember_simulator",
-                "--port",
-                str(self.port),
-                "--job-seconds",
-                str(job_seconds),
-            ],
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        assert "listening" in line, line
+        argv = [
+            sys.executable,
+            "manage.py",
+            "ember_simulator",
+            "--port",
+            str(self.port),
+            "--job-seconds",
+            str(job_seconds),
+        ]
+        with self.log.open("w") as out:
+            self.proc = subprocess.Popen(
+                argv + (["--verbose"] if verbose else []),
+                cwd=ROOT,
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        self._wait_until_listening()
         self.http = httpx.Client(base_url=self.url, timeout=30)
+
+    def _wait_until_listening(self) -> None:
+        deadline = time.monotonic() + 60
+        while "listening" not in self.log.read_text():
+            assert self.proc.poll() is None, self.log.read_text()
+            assert time.monotonic() < deadline, "the simulator did not start"
+            time.sleep(0.05)
 
     def get(self, path: str) -> Any:
         response = self.http.get(path)

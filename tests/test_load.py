@@ -30,7 +30,8 @@ DEADLINE = 240.0  # seconds for everything to come to rest
 
 @pytest.fixture
 def stack(tmp_path: Path):
-    sim = Simulator(tmp_path / "sim", job_seconds=0.2)
+    # Verbose: every request the simulator answered is in its log, kept for a failure.
+    sim = Simulator(tmp_path / "sim", job_seconds=0.2, verbose=True)
     try:
         yield new_stack(migrated_template(tmp_path / "tpl"), tmp_path / "install", sim)
     finally:
@@ -171,7 +172,12 @@ def test_concurrent_clients_and_the_worker_lose_and_double_nothing(stack: Stack)
         web_out = (stack.data_dir / "web.log").read_text()
 
     resting = Counter(t["state"] for t in tasks)
-    assert set(resting) <= {"done", "cancelled"}, f"{resting}\n{worker_out[-5000:]}"
+    astray = [
+        (t["id"], t["state"], t["phase"], t["error"])
+        for t in tasks
+        if t["state"] not in ("done", "cancelled")
+    ]
+    assert set(resting) <= {"done", "cancelled"}, f"{resting}\n{astray}\n{worker_out[-5000:]}"
     assert len(tasks) == CLIENTS * BATCHES_PER_CLIENT * TASKS_PER_BATCH
     won = set().union(*(c.cancel_won for c in clients))
     refused = set().union(*(c.cancel_refused for c in clients))
