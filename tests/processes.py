@@ -138,6 +138,22 @@ class Stack:
             text=True,
         )
 
+    def serve_web(self, port: int, *, log: Path) -> subprocess.Popen[str]:
+        """Start the studio and API under uvicorn on `port`, as production serves them."""
+        return self.popen(
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "avatars.asgi:application",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--log-level",
+            "warning",
+            log=log,
+        )
+
     def django(self, code: str) -> Any:
         """Run `code` with Django set up in a fresh process; return its `result`, via JSON."""
         program = (
@@ -151,6 +167,18 @@ class Stack:
         assert done.returncode == 0, done.stdout + done.stderr
         line = next(x for x in done.stdout.splitlines() if x.startswith(RESULT))
         return json.loads(line[len(RESULT) :])
+
+
+def wait_for_http(base: str) -> None:
+    """Wait until a web server answers at `base` (any answer will do)."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            httpx.get(f"{base}/api/v1/subjects", timeout=2)
+            return
+        except httpx.TransportError:
+            time.sleep(0.2)
+    raise AssertionError("the web server did not start")
 
 
 @contextmanager

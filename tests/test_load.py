@@ -18,7 +18,14 @@ import httpx
 import pytest
 
 from tests.conftest import png_bytes
-from tests.processes import Simulator, Stack, free_port, migrated_template, new_stack
+from tests.processes import (
+    Simulator,
+    Stack,
+    free_port,
+    migrated_template,
+    new_stack,
+    wait_for_http,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -40,34 +47,11 @@ def stack(tmp_path: Path):
 
 def serve(stack: Stack, port: int):
     logs = stack.data_dir
-    web = stack.popen(
-        sys.executable,
-        "-m",
-        "uvicorn",
-        "avatars.asgi:application",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--log-level",
-        "warning",
-        log=logs / "web.log",
-    )
+    web = stack.serve_web(port, log=logs / "web.log")
     worker = stack.popen(
         sys.executable, "manage.py", "run_worker", "--workers", "16", log=logs / "worker.log"
     )
     return web, worker
-
-
-def wait_for_http(base: str) -> None:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            httpx.get(f"{base}/api/v1/subjects", timeout=2)
-            return
-        except httpx.TransportError:
-            time.sleep(0.2)
-    raise AssertionError("the web server did not start")
 
 
 class Client(threading.Thread):
