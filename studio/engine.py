@@ -3,6 +3,8 @@
 Views, admin actions and commands call these; they never change task state themselves.
 """
 
+import hashlib
+import json
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -10,7 +12,7 @@ from typing import Any
 from asgiref.sync import async_to_sync, sync_to_async
 from django.conf import settings
 from django.contrib.auth.models import User
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.models import Count
 from django.utils import timezone
 from django.utils.text import slugify
@@ -26,6 +28,7 @@ from studio.models import (
     Attempt,
     AvatarSet,
     Batch,
+    BatchKey,
     Kind,
     Origin,
     SetItem,
@@ -46,10 +49,19 @@ ALREADY_ENDED = "This task has already ended; there is nothing to cancel."
 SET_PUBLISHED = "This set is published; its choice can no longer change."
 SET_KEPT_CHANGING = "This set kept changing while it was being published; publish it again."
 PUBLISH_TRIES = 3  # checks of a set whose choice keeps changing under the publish
+KEY_REUSED = "This key already planned a batch from a different request."
 
 
 class InvalidRequest(ValueError):
     """A request that cannot be planned; the message says why, for people."""
+
+
+class KeyReused(Exception):
+    """The idempotency key already planned a batch from another request: `batch`."""
+
+    def __init__(self, batch: Batch) -> None:
+        super().__init__(KEY_REUSED)
+        self.batch = batch
 
 
 class TooLate(Exception):
@@ -168,38 +180,99 @@ def progress(*, batch: Batch) -> dict[str, int]:
 # --- generate ---------------------------------------------------------------
 
 
-def generate(*, request: dict[str, Any], user: User | None = None) -> Batch:
+def generate(*, request: dict[str, Any], user: User | None = None, key: str = "") -> Batch:
     """Validate `request` and write the batch with all its tasks queued, in one transaction.
 
-    Nothing is sent to Ember here: the worker picks the tasks up.
+    With `key` (one of `user`'s idempotency keys), the same key with the same request
+    within `BatchKey.LIFETIME` returns the batch the first one planned and plans
+    nothing; the same key with another request raises KeyReused. Nothing is sent to
+    Ember here: the worker picks the tasks up.
     """
+    if key:
+        if user is None:
+            raise ValueError("An idempotency key belongs to a user.")
+        return _generate_once(request=request, user=user, key=key)
     plan = _validate(request)
-    now = timezone.now()
     with transaction.atomic():
-        batch = Batch.objects.create(title=plan["title"], request=plan["request"], created_by=user)
-        Task.objects.bulk_create(
-            Task(
-                batch=batch,
-                kind=Kind.CLIP if frame == "clip" else Kind.IMAGE,
-                state=TaskState.QUEUED,
-                phase="Waiting for the worker",
-                provider=provider["provider"],
-                provider_label=provider["label"],
-                model=provider["model"],
-                frame=frame,
-                ordinal=ordinal,
-                prompt=plan["prompt"],
-                subjects=plan["subjects"],
-                references=plan["references"],
-                # A clip's key is chosen once, here: every re-send of this
-                # intent carries it, so Ember never charges for it twice.
-                idempotency_key=uuid.uuid4().hex if frame == "clip" else "",
-                next_attempt_at=now,
-            )
-            for provider in plan["providers"]
-            for frame in plan["frames"]
-            for ordinal in range(1, provider["candidates"] + 1)
+        return _write_plan(plan, user)
+
+
+def _generate_once(*, request: dict[str, Any], user: User, key: str) -> Batch:
+    """Plan `request` unless `key` already did; the plan and the key commit together."""
+    body_sha256 = canonical_sha256(request)
+    first = _keyed_batch(user=user, key=key, body_sha256=body_sha256)
+    if first is not None:
+        return first
+    plan = _validate(request)
+    try:
+        with transaction.atomic():
+            batch = _write_plan(plan, user)
+            _record_key(user=user, key=key, body_sha256=body_sha256, batch=batch)
+    except IntegrityError:
+        # A concurrent request with this key committed first (the key is unique per
+        # user): this transaction planned nothing, and the first batch stands.
+        first = _keyed_batch(user=user, key=key, body_sha256=body_sha256)
+        if first is None:
+            raise
+        return first
+    return batch
+
+
+def canonical_sha256(request: object) -> str:
+    """Hash `request` as canonical JSON: the same fields and values hash alike in any order."""
+    text = json.dumps(request, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _keyed_batch(*, user: User, key: str, body_sha256: str) -> Batch | None:
+    """Return the batch `key` planned within its lifetime, or None; KeyReused for another body."""
+    row = (
+        BatchKey.objects.select_related("batch")
+        .filter(user=user, key=key, created_at__gt=timezone.now() - BatchKey.LIFETIME)
+        .first()
+    )
+    if row is None:
+        return None
+    if row.body_sha256 != body_sha256:
+        raise KeyReused(row.batch)
+    return row.batch
+
+
+def _record_key(*, user: User, key: str, body_sha256: str, batch: Batch) -> None:
+    now = timezone.now()
+    # Forget the user's expired keys first: an expired row would block this one.
+    BatchKey.objects.filter(user=user, created_at__lte=now - BatchKey.LIFETIME).delete()
+    BatchKey.objects.create(
+        user=user, key=key, body_sha256=body_sha256, batch=batch, created_at=now
+    )
+
+
+def _write_plan(plan: dict[str, Any], user: User | None) -> Batch:
+    now = timezone.now()
+    batch = Batch.objects.create(title=plan["title"], request=plan["request"], created_by=user)
+    Task.objects.bulk_create(
+        Task(
+            batch=batch,
+            kind=Kind.CLIP if frame == "clip" else Kind.IMAGE,
+            state=TaskState.QUEUED,
+            phase="Waiting for the worker",
+            provider=provider["provider"],
+            provider_label=provider["label"],
+            model=provider["model"],
+            frame=frame,
+            ordinal=ordinal,
+            prompt=plan["prompt"],
+            subjects=plan["subjects"],
+            references=plan["references"],
+            # A clip's key is chosen once, here: every re-send of this
+            # intent carries it, so Ember never charges for it twice.
+            idempotency_key=uuid.uuid4().hex if frame == "clip" else "",
+            next_attempt_at=now,
         )
+        for provider in plan["providers"]
+        for frame in plan["frames"]
+        for ordinal in range(1, provider["candidates"] + 1)
+    )
     return batch
 
 

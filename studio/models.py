@@ -5,6 +5,7 @@ so that a writer can say "only if nobody moved this row since I read it".
 """
 
 import uuid
+from datetime import timedelta
 
 from django.conf import settings
 from django.db import models
@@ -203,6 +204,34 @@ class Asset(Versioned):
 
     def __str__(self) -> str:
         return self.label or self.file_name
+
+
+class BatchKey(models.Model):
+    """The batch a person's request planned under an idempotency key, kept for `LIFETIME`.
+
+    API clients send the key as `Idempotency-Key`; the new-batch form sends a one-time
+    token under the `form:` prefix. The same key again answers with this batch.
+    """
+
+    LIFETIME = timedelta(hours=24)
+    MAX_LENGTH = 200  # characters, the longest key a client may send
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    key = models.CharField(max_length=MAX_LENGTH)
+    # The canonical JSON of the request: the same key with another body is refused.
+    body_sha256 = models.CharField(max_length=64)
+    batch = models.ForeignKey(Batch, on_delete=models.CASCADE, related_name="+")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            # Two requests racing with one key: the second insert fails, and its
+            # request answers with the first one's batch (it also serves the lookup).
+            models.UniqueConstraint(fields=["user", "key"], name="batch_key_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"key {self.key!r} of {self.user_id} → batch {self.batch_id}"
 
 
 class Attempt(Versioned):

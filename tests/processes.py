@@ -32,32 +32,45 @@ def free_port() -> int:
 
 
 class Simulator:
-    """The Ember simulator as a subprocess (`manage.py ember_simulator`)."""
+    """The Ember simulator as a subprocess (`manage.py ember_simulator`).
 
-    def __init__(self, tmp: Path, *, job_seconds: float = 0.0) -> None:
+    Its output goes to `log` (a file in `tmp`): a pipe nobody reads fills up and
+    then blocks the simulator, and a file is still there to read after a failure.
+    """
+
+    def __init__(self, tmp: Path, *, job_seconds: float = 0.0, verbose: bool = False) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        tmp.mkdir(parents=True, exist_ok=True)
+        self.log = tmp / "simulator.log"
         env = {**os.environ, "AVATARS_DATA_DIR": str(tmp / "sim-data"), "PYTHONUNBUFFERED": "1"}
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "manage.py",
-                "ember_simulator",
-                "--port",
-                str(self.port),
-                "--job-seconds",
-                str(job_seconds),
-            ],
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        assert "listening" in line, line
+        argv = [
+            sys.executable,
+            "manage.py",
+            "ember_simulator",
+            "--port",
+            str(self.port),
+            "--job-seconds",
+            str(job_seconds),
+        ]
+        with self.log.open("w") as out:
+            self.proc = subprocess.Popen(
+                argv + (["--verbose"] if verbose else []),
+                cwd=ROOT,
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        self._wait_until_listening()
         self.http = httpx.Client(base_url=self.url, timeout=30)
+
+    def _wait_until_listening(self) -> None:
+        deadline = time.monotonic() + 60
+        while "listening" not in self.log.read_text():
+            assert self.proc.poll() is None, self.log.read_text()
+            assert time.monotonic() < deadline, "the simulator did not start"
+            time.sleep(0.05)
 
     def get(self, path: str) -> Any:
         response = self.http.get(path)
@@ -109,7 +122,9 @@ class Stack:
         )
         return done.stdout
 
-    def popen(self, *argv: str, log: Path | None = None) -> subprocess.Popen[str]:
+    def popen(
+        self, *argv: str, log: Path | None = None, env: dict[str, str] | None = None
+    ) -> subprocess.Popen[str]:
         """Start a process; its output goes to a pipe, or to `log` for chatty long runs.
 
         A pipe nobody reads fills up (64 KiB) and then blocks the writer: a worker
@@ -119,10 +134,27 @@ class Stack:
         return subprocess.Popen(
             list(argv),
             cwd=ROOT,
-            env=self.env,
+            env={**self.env, **(env or {})},
             stdout=output,
             stderr=subprocess.STDOUT,
             text=True,
+        )
+
+    def serve_web(self, port: int, *, log: Path, **env: str) -> subprocess.Popen[str]:
+        """Start the studio and API under uvicorn on `port`, as production serves them."""
+        return self.popen(
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "avatars.asgi:application",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--log-level",
+            "warning",
+            log=log,
+            env=env,
         )
 
     def django(self, code: str) -> Any:
@@ -138,6 +170,18 @@ class Stack:
         assert done.returncode == 0, done.stdout + done.stderr
         line = next(x for x in done.stdout.splitlines() if x.startswith(RESULT))
         return json.loads(line[len(RESULT) :])
+
+
+def wait_for_http(base: str) -> None:
+    """Wait until a web server answers at `base` (any answer will do)."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            httpx.get(f"{base}/api/v1/subjects", timeout=2)
+            return
+        except httpx.TransportError:
+            time.sleep(0.2)
+    raise AssertionError("the web server did not start")
 
 
 @contextmanager
@@ -258,33 +302,8 @@ class Web:
     def __init__(self, stack: Stack, **env: str) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "uvicorn",
-                "avatars.asgi:application",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(self.port),
-                "--log-level",
-                "warning",
-            ],
-            cwd=ROOT,
-            env={**stack.env, **env},
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                httpx.get(f"{self.url}/accounts/login/", timeout=5)
-                return
-            except httpx.TransportError:
-                assert self.proc.poll() is None, "uvicorn exited while starting"
-                time.sleep(0.2)
-        raise AssertionError("uvicorn did not answer within 60 s")
+        self.proc = stack.serve_web(self.port, log=stack.data_dir / "web.log", **env)
+        wait_for_http(self.url)
 
     def stop(self) -> None:
         self.proc.terminate()

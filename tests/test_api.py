@@ -2,13 +2,18 @@
 
 import hashlib
 import json
+import socket
+import threading
+from datetime import timedelta
 from functools import partial
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from django.contrib.auth.models import User
 from django.core.files.uploadedfile import SimpleUploadedFile
+from django.db import connection
 from django.test import Client
 from django.utils import timezone
 
@@ -28,6 +33,13 @@ from studio.models import (
 from studio.store import Conflict, move
 from tests import conftest
 from tests.conftest import a_set, batch_request, png_bytes
+from tests.processes import (
+    free_port,
+    migrated_template,
+    new_stack,
+    simulator,
+    wait_for_http,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -520,6 +532,226 @@ def test_it_refuses_a_body_too_large_to_read_with_413(api, settings):
     assert response.status_code == 413
     assert error(response)["code"] == "too_large"
     assert not Subject.objects.exists()
+
+
+# --- idempotency keys -------------------------------------------------------------
+
+
+def post_keyed(client: Client, body: object, key: str) -> Any:
+    return client.post(
+        f"{API}/batches",
+        json.dumps(body),
+        content_type="application/json",
+        headers={"Idempotency-Key": key},
+    )
+
+
+def test_it_answers_a_repeated_idempotency_key_with_the_first_batch_and_plans_nothing(
+    api, subject, ember
+):
+    request = batch_request(subject, providers=[{"provider": "openai", "candidates": 2}])
+    first = post_keyed(api, request, "spring-2026-retry-1")
+
+    again = post_keyed(api, request, "spring-2026-retry-1")
+
+    assert (first.status_code, again.status_code) == (202, 202)
+    batch = Batch.objects.get()
+    assert again["Location"] == first["Location"] == f"{API}/batches/{batch.pk}"
+    assert again.json() == first.json()
+    assert Task.objects.count() == 2
+    assert len(ember.calls) == 0
+
+
+def test_it_takes_the_same_body_with_its_fields_in_another_order_as_the_same_request(api, subject):
+    request = batch_request(subject)
+    first = post_keyed(api, request, "k-1")
+
+    again = post_keyed(api, dict(reversed(list(request.items()))), "k-1")
+
+    assert again.status_code == 202
+    assert again["Location"] == first["Location"]
+    assert Batch.objects.count() == 1
+
+
+def test_it_refuses_an_idempotency_key_reused_with_a_different_body_and_plans_nothing(api, subject):
+    first = post_keyed(api, batch_request(subject), "k-1")
+
+    other = post_keyed(api, batch_request(subject, prompt="a different portrait"), "k-1")
+
+    assert other.status_code == 422
+    assert error(other) == {
+        "code": "idempotency_key_reused",
+        "message": "This Idempotency-Key was already used with a different request body; "
+        "send a new key to plan another batch.",
+    }
+    assert [str(b.pk) for b in Batch.objects.all()] == [first.json()["id"]]
+    assert Task.objects.count() == 1
+
+
+def test_it_keeps_each_users_idempotency_keys_apart(api, subject):
+    other = bearing(issue_token(user=User.objects.create_user("other-script")))
+    first = post_keyed(api, batch_request(subject), "k-1")
+
+    theirs = post_keyed(other, batch_request(subject), "k-1")
+
+    assert theirs.status_code == 202
+    assert theirs["Location"] != first["Location"]
+    assert Batch.objects.count() == 2
+    assert {b.created_by.username for b in Batch.objects.all()} == {"family-script", "other-script"}
+
+
+def test_it_forgets_an_idempotency_key_after_24_hours(api, subject, monkeypatch):
+    first = post_keyed(api, batch_request(subject), "k-1")
+    later = timezone.now() + timedelta(hours=24, minutes=1)
+    monkeypatch.setattr(timezone, "now", lambda: later)
+
+    again = post_keyed(api, batch_request(subject), "k-1")
+    once_more = post_keyed(api, batch_request(subject), "k-1")
+
+    assert again.status_code == 202
+    assert again["Location"] != first["Location"]
+    assert once_more["Location"] == again["Location"]  # remembered again, from now on
+    assert Batch.objects.count() == 2
+
+
+def test_it_still_remembers_an_idempotency_key_just_inside_24_hours(api, subject, monkeypatch):
+    first = post_keyed(api, batch_request(subject), "k-1")
+    later = timezone.now() + timedelta(hours=23, minutes=59)
+    monkeypatch.setattr(timezone, "now", lambda: later)
+
+    again = post_keyed(api, batch_request(subject), "k-1")
+
+    assert again["Location"] == first["Location"]
+    assert Batch.objects.count() == 1
+
+
+@pytest.mark.parametrize(
+    ("key", "message"),
+    [
+        ("k" * 201, "The Idempotency-Key must be at most 200 characters."),
+        ("", "The Idempotency-Key must not be empty."),
+    ],
+    ids=["too-long", "empty"],
+)
+def test_it_refuses_an_unusable_idempotency_key_and_plans_nothing(api, subject, key, message):
+    response = post_keyed(api, batch_request(subject), key)
+
+    assert response.status_code == 400
+    assert error(response) == {"code": "invalid_idempotency_key", "message": message}
+    assert not Batch.objects.exists()
+
+
+def test_it_accepts_an_idempotency_key_of_200_characters(api, subject):
+    key = "k" * 200
+    first = post_keyed(api, batch_request(subject), key)
+
+    again = post_keyed(api, batch_request(subject), key)
+
+    assert (first.status_code, again.status_code) == (202, 202)
+    assert again["Location"] == first["Location"]
+
+
+def test_it_records_no_key_for_a_refused_batch(api, subject):
+    refused = post_keyed(api, batch_request(subject, prompt=" "), "k-1")
+
+    accepted = post_keyed(api, batch_request(subject), "k-1")
+
+    assert refused.status_code == 400
+    assert accepted.status_code == 202
+    assert Batch.objects.count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_plans_one_batch_for_two_concurrent_requests_with_the_same_key(subject, monkeypatch):
+    token = issue_token(user=User.objects.create_user("family-script"))
+    request = batch_request(subject, providers=[{"provider": "openai", "candidates": 3}])
+    # Both requests have looked for the key (and found none) before either plans:
+    # the race the unique (user, key) constraint must settle.
+    both_checked = threading.Barrier(2, timeout=10)
+    validate = engine._validate
+
+    def validate_in_step(body: Any) -> Any:
+        both_checked.wait()
+        return validate(body)
+
+    monkeypatch.setattr(engine, "_validate", validate_in_step)
+    answers: list[Any] = []
+
+    def post() -> None:
+        try:
+            answers.append(post_keyed(bearing(token), request, "double-click"))
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=post) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+
+    assert [a.status_code for a in answers] == [202, 202]
+    batch = Batch.objects.get()
+    assert {a["Location"] for a in answers} == {f"{API}/batches/{batch.pk}"}
+    assert answers[0].json()["id"] == answers[1].json()["id"] == str(batch.pk)
+    assert Task.objects.count() == 3
+
+
+def raw_post(path: str, body: bytes, headers: dict[str, str]) -> bytes:
+    """Return the bytes of one HTTP/1.1 POST, as a client puts them on the wire."""
+    lines = [f"POST {path} HTTP/1.1", "Host: 127.0.0.1", f"Content-Length: {len(body)}"]
+    lines += [f"{name}: {value}" for name, value in headers.items()]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
+
+
+@pytest.mark.e2e
+def test_it_plans_one_batch_when_a_client_retries_with_its_key_after_losing_the_answer(
+    tmp_path,
+):
+    with simulator(tmp_path / "sim") as sim:
+        stack = new_stack(migrated_template(tmp_path / "tpl"), tmp_path / "install", sim)
+        token = stack.manage("api_token", "retrier", "--create-user").strip().splitlines()[-1]
+        port = free_port()
+        web = stack.serve_web(port, log=stack.data_dir / "web.log")
+        try:
+            retry = lose_the_answer_then_retry(f"http://127.0.0.1:{port}", token)
+        finally:
+            web.terminate()
+            web.wait(timeout=60)
+
+    planned = stack.django(
+        "from studio.models import Batch\n"
+        "result = [[str(b.pk), b.tasks.count()] for b in Batch.objects.all()]"
+    )
+    assert retry.status_code == 202, retry.text
+    assert planned == [[retry.json()["id"], 2]]
+    assert retry.headers["Location"] == f"{API}/batches/{planned[0][0]}"
+
+
+def lose_the_answer_then_retry(base: str, token: str) -> httpx.Response:
+    """POST a batch whose answer the client never reads, then retry it under the same key."""
+    wait_for_http(base)
+    auth = {"Authorization": f"Bearer {token}"}
+    subject = httpx.post(f"{base}{API}/subjects", json={"name": "Ada"}, headers=auth).json()
+    httpx.post(
+        f"{base}{API}/subjects/{subject['id']}/references",
+        files={"file": ("ada.png", png_bytes(7), "image/png")},
+        headers=auth,
+    ).raise_for_status()
+    body = json.dumps(
+        {
+            "prompt": "a friendly portrait",
+            "subjects": [subject["id"]],
+            "providers": [{"provider": "openai", "candidates": 2}],
+        }
+    ).encode()
+    headers = {**auth, "Content-Type": "application/json", "Idempotency-Key": "nightly-7"}
+    port = int(base.rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port), timeout=60) as lost:
+        lost.sendall(raw_post(f"{API}/batches", body, headers))
+        # The answer has arrived: the batch is planned. The client never reads it,
+        # as when a connection drops or a read times out on the way back.
+        assert lost.recv(1, socket.MSG_PEEK) == b"H"
+    return httpx.post(f"{base}{API}/batches", content=body, headers=headers, timeout=60)
 
 
 # --- tasks ----------------------------------------------------------------------

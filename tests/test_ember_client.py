@@ -475,11 +475,3 @@ def test_it_reports_a_history_answer_it_cannot_read_as_a_bad_answer(ember, respo
 
     with pytest.raises(EmberBadAnswer):
         call("history", TASK_ID)
-
-
-def test_it_sends_each_paid_submit_on_a_fresh_connection():
-    """A kept-alive connection the server closed would make a submit look 'maybe sent'."""
-    client = EmberClient()
-    assert client._submit_http._transport._pool._max_keepalive_connections == 0
-    assert client._http._transport._pool._max_keepalive_connections > 0
-    async_to_sync(client.aclose)()

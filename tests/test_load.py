@@ -18,7 +18,14 @@ import httpx
 import pytest
 
 from tests.conftest import png_bytes
-from tests.processes import Simulator, Stack, free_port, migrated_template, new_stack
+from tests.processes import (
+    Simulator,
+    Stack,
+    free_port,
+    migrated_template,
+    new_stack,
+    wait_for_http,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -30,7 +37,8 @@ DEADLINE = 240.0  # seconds for everything to come to rest
 
 @pytest.fixture
 def stack(tmp_path: Path):
-    sim = Simulator(tmp_path / "sim", job_seconds=0.2)
+    # Verbose: every request the simulator answered is in its log, kept for a failure.
+    sim = Simulator(tmp_path / "sim", job_seconds=0.2, verbose=True)
     try:
         yield new_stack(migrated_template(tmp_path / "tpl"), tmp_path / "install", sim)
     finally:
@@ -39,34 +47,11 @@ def stack(tmp_path: Path):
 
 def serve(stack: Stack, port: int):
     logs = stack.data_dir
-    web = stack.popen(
-        sys.executable,
-        "-m",
-        "uvicorn",
-        "avatars.asgi:application",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--log-level",
-        "warning",
-        log=logs / "web.log",
-    )
+    web = stack.serve_web(port, log=logs / "web.log")
     worker = stack.popen(
         sys.executable, "manage.py", "run_worker", "--workers", "16", log=logs / "worker.log"
     )
     return web, worker
-
-
-def wait_for_http(base: str) -> None:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            httpx.get(f"{base}/api/v1/subjects", timeout=2)
-            return
-        except httpx.TransportError:
-            time.sleep(0.2)
-    raise AssertionError("the web server did not start")
 
 
 class Client(threading.Thread):
@@ -171,7 +156,12 @@ def test_concurrent_clients_and_the_worker_lose_and_double_nothing(stack: Stack)
         web_out = (stack.data_dir / "web.log").read_text()
 
     resting = Counter(t["state"] for t in tasks)
-    assert set(resting) <= {"done", "cancelled"}, f"{resting}\n{worker_out[-5000:]}"
+    astray = [
+        (t["id"], t["state"], t["phase"], t["error"])
+        for t in tasks
+        if t["state"] not in ("done", "cancelled")
+    ]
+    assert set(resting) <= {"done", "cancelled"}, f"{resting}\n{astray}\n{worker_out[-5000:]}"
     assert len(tasks) == CLIENTS * BATCHES_PER_CLIENT * TASKS_PER_BATCH
     won = set().union(*(c.cancel_won for c in clients))
     refused = set().union(*(c.cancel_refused for c in clients))

@@ -3,6 +3,7 @@
 import html
 import io
 import re
+import secrets
 import uuid
 from datetime import timedelta
 from typing import Any
@@ -284,9 +285,17 @@ def batch_form(subject: Subject, **overrides: Any) -> dict[str, Any]:
         "candidates_openai": 2,
         "candidates_flux": 1,
         "candidates_google": 0,
+        # A fresh one-time token, as a newly rendered form carries.
+        "token": secrets.token_urlsafe(24),
     }
     form.update(overrides)
     return form
+
+
+def form_token(response: Any) -> str:
+    found = re.search(r'name="token" value="([^"]+)"', response.content.decode())
+    assert found, "the form carries no one-time token"
+    return found.group(1)
 
 
 def test_it_plans_a_batch_from_the_form_and_answers_with_its_page(
@@ -333,6 +342,61 @@ def test_it_offers_every_provider_with_a_candidate_count(signed_in: Client, subj
         assert f'name="candidates_{key}"' in body
         assert entry in text(page)
     assert 'name="prompt"' in body and "Ada" in text(page)
+
+
+def test_it_gives_each_new_batch_form_its_own_one_time_token(signed_in: Client, subject):
+    first, second = signed_in.get("/batches/new/"), signed_in.get("/batches/new/")
+
+    assert 'type="hidden" name="token"' in first.content.decode()
+    assert form_token(first) != form_token(second)
+
+
+def test_it_plans_one_batch_when_the_same_form_is_posted_twice(signed_in: Client, subject):
+    form = batch_form(subject, token=form_token(signed_in.get("/batches/new/")))
+    first = signed_in.post("/batches/new/", form)
+
+    again = signed_in.post("/batches/new/", form)  # a double click, or Back and submit
+
+    batch = Batch.objects.get()
+    assert (first.status_code, again.status_code) == (302, 302)
+    assert again["Location"] == first["Location"] == f"/batches/{batch.pk}/"
+    assert batch.tasks.count() == (2 + 1) * 2
+
+
+def test_it_sends_a_form_resubmitted_with_changes_to_the_batch_it_planned(
+    signed_in: Client, subject
+):
+    form = batch_form(subject)
+    first = signed_in.post("/batches/new/", form)
+
+    again = signed_in.post("/batches/new/", {**form, "prompt": "an oil painting"}, follow=True)
+
+    batch = Batch.objects.get()
+    assert again.redirect_chain == [(first["Location"], 302)]
+    assert batch.request["prompt"] == "a friendly portrait, watercolour"
+    assert messages_of(again) == [
+        "This form had already planned this batch; nothing new was planned. "
+        "Open a new form to plan another batch."
+    ]
+
+
+def test_it_plans_again_from_a_form_with_a_new_token(signed_in: Client, subject):
+    signed_in.post("/batches/new/", batch_form(subject))
+
+    signed_in.post("/batches/new/", batch_form(subject))
+
+    assert Batch.objects.count() == 2
+
+
+def test_it_refuses_a_batch_form_without_its_token_and_plans_nothing(signed_in: Client, subject):
+    form = batch_form(subject)
+    del form["token"]
+
+    response = signed_in.post("/batches/new/", form)
+
+    assert response.status_code == 400
+    assert "This form has expired; reload the page and submit it again." in text(response)
+    assert not Batch.objects.exists()
 
 
 @pytest.mark.parametrize(

@@ -20,12 +20,17 @@ View = Callable[..., HttpResponse]
 
 UNAUTHORIZED = "A valid API token is required."
 CONFLICT = "The row changed while this request was served; read it again and retry."
+KEY_REUSED = (
+    "This Idempotency-Key was already used with a different request body; "
+    "send a new key to plan another batch."
+)
 
 # How the services' refusals are stated over HTTP: (status, code, message or None
 # for the exception's own). Anything else escaping a view is a bug: a 500.
 REFUSALS: list[tuple[type[Exception], int, str, str | None]] = [
     (engine.InvalidRequest, 400, "invalid_request", None),
     (originals.NotAnImage, 400, "not_an_image", None),
+    (engine.KeyReused, 422, "idempotency_key_reused", KEY_REUSED),
     (engine.TooLate, 409, "too_late", None),
     (engine.PublishRefused, 409, "publish_refused", None),
     (Conflict, 409, "conflict", CONFLICT),

@@ -13,7 +13,7 @@ from django.urls import reverse
 from studio import engine, originals, uploads
 from studio.api.http import ApiError, endpoint, find, read_json
 from studio.api.serializers import asset_json, batch_json, set_json, subject_json, task_json
-from studio.models import Asset, AvatarSet, Batch, Subject, Task
+from studio.models import Asset, AvatarSet, Batch, BatchKey, Subject, Task
 
 # A year: an original never changes under its URL (it is named by its hash).
 ORIGINAL_CACHE_CONTROL = "private, max-age=31536000, immutable"
@@ -42,8 +42,12 @@ def references(request: HttpRequest, subject_id: str) -> HttpResponse:
 
 @endpoint("POST")
 def batches(request: HttpRequest) -> HttpResponse:
-    """Plan a batch; the worker sends it to Ember later, hence 202 Accepted."""
-    batch = engine.generate(request=read_json(request), user=_user(request))
+    """Plan a batch; the worker sends it to Ember later, hence 202 Accepted.
+
+    A retry under the same `Idempotency-Key` answers with the batch planned first.
+    """
+    key = _idempotency_key(request)
+    batch = engine.generate(request=read_json(request), user=_user(request), key=key)
     response = JsonResponse(batch_json(batch), status=202)
     response["Location"] = reverse("api:batch", args=[batch.pk])
     return response
@@ -143,6 +147,22 @@ def _user(request: HttpRequest) -> User:
     user = request.user
     assert isinstance(user, User)
     return user
+
+
+def _idempotency_key(request: HttpRequest) -> str:
+    """Return the request's `Idempotency-Key` ("" without one), or refuse an unusable one."""
+    key = request.headers.get("Idempotency-Key")
+    if key is None:
+        return ""
+    if not key.strip():
+        raise ApiError(400, "invalid_idempotency_key", "The Idempotency-Key must not be empty.")
+    if len(key) > BatchKey.MAX_LENGTH:
+        raise ApiError(
+            400,
+            "invalid_idempotency_key",
+            f"The Idempotency-Key must be at most {BatchKey.MAX_LENGTH} characters.",
+        )
+    return key
 
 
 def _upload(request: HttpRequest) -> UploadedFile:

@@ -1229,6 +1229,13 @@ class _EmberServer(ThreadingHTTPServer):
     """Carry the shared state to handlers; one daemon thread per connection."""
 
     daemon_threads = True
+    # socketserver listens with a backlog of 5. Every paid submit opens a fresh
+    # connection, so a burst of them overflows that queue; the kernel then answers
+    # with SYN cookies and later resets connections whose request it never handed
+    # to us. The client sees "reset after sending", which for a paid image means
+    # `uncertain`, although Ember never read the request. Real servers listen
+    # with a deep backlog (uvicorn and gunicorn: 2048); so does this stand-in.
+    request_queue_size = 2048
 
     def __init__(self, address: tuple[str, int], state: SimulatorState, verbose: bool) -> None:
         self.state = state

@@ -1,5 +1,6 @@
 """Forms for the studio pages: they check the shape of what people send; services judge the rest."""
 
+import secrets
 from typing import Any
 
 from django import forms
@@ -48,9 +49,22 @@ class ReferenceChoiceField(RowChoiceField):
         return f"{obj.file_name} ({names})" if names else str(obj.file_name)
 
 
-class BatchForm(forms.Form):
-    """A new batch: one prompt, subjects and their photos, providers x frames x candidates."""
+FORM_EXPIRED = "This form has expired; reload the page and submit it again."
 
+
+class BatchForm(forms.Form):
+    """A new batch: one prompt, subjects and their photos, providers x frames x candidates.
+
+    Each rendered form carries a one-time token: posting it twice (a double click, or
+    Back and submit again) plans one batch, because the token is the batch's
+    idempotency key.
+    """
+
+    token = forms.RegexField(
+        regex=r"^[A-Za-z0-9_-]{16,64}$",
+        widget=forms.HiddenInput,
+        error_messages={"required": FORM_EXPIRED, "invalid": FORM_EXPIRED},
+    )
     title = forms.CharField(max_length=200, required=False)
     prompt = forms.CharField(max_length=engine.MAX_PROMPT, widget=forms.Textarea(attrs={"rows": 3}))
     # Optional here: the engine answers "Choose at least one subject." in its own words.
@@ -72,6 +86,8 @@ class BatchForm(forms.Form):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        # A new one each time the form is rendered empty; a posted form keeps its own.
+        self.fields["token"].initial = secrets.token_urlsafe(24)
         for index, (key, entry) in enumerate(settings.AVATARS_PROVIDERS.items()):
             self.fields[f"candidates_{key}"] = forms.IntegerField(
                 label=entry["label"],
@@ -84,6 +100,10 @@ class BatchForm(forms.Form):
 
     def provider_fields(self) -> list[forms.BoundField]:
         return [self[f"candidates_{key}"] for key in settings.AVATARS_PROVIDERS]
+
+    def key(self) -> str:
+        """Return the idempotency key this form plans under (apart from API clients' keys)."""
+        return f"form:{self.cleaned_data['token']}"
 
     def to_request(self) -> dict[str, Any]:
         """Build the request `engine.generate` takes from the cleaned data."""

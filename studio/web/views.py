@@ -42,6 +42,10 @@ IMMUTABLE = "private, max-age=31536000, immutable"
 GALLERY_PAGE = 60  # thumbnails per gallery page
 PICKER_PAGE = 48  # thumbnails offered per page when adding to a set
 RECENT_BATCHES = 20
+FORM_REUSED = (
+    "This form had already planned this batch; nothing new was planned. "
+    "Open a new form to plan another batch."
+)
 # The tasks a person may ask to stop: cancel answers for those already with Ember.
 STOPPABLE = frozenset((*ACTIVE, TaskState.PREPARING, TaskState.SUBMITTING))
 
@@ -185,14 +189,19 @@ def subject(request: HttpRequest, subject_id: int) -> HttpResponse:
 @login_required
 @require_http_methods(["GET", "POST"])
 def batch_new(request: HttpRequest) -> HttpResponse:
-    """Offer the new-batch form; plan the batch and answer with its page."""
+    """Offer the new-batch form; plan the batch (once per form) and answer with its page."""
     form = BatchForm(*_posted(request))
     if request.method == "POST" and form.is_valid():
         try:
-            batch = engine.generate(request=form.to_request(), user=_user(request))
+            batch = engine.generate(request=form.to_request(), user=_user(request), key=form.key())
         except engine.InvalidRequest as exc:
             form.add_error(None, str(exc))
+        except engine.KeyReused as exc:
+            # Back, a change, and submit again: this form's token already planned a batch.
+            messages.info(request, FORM_REUSED)
+            return redirect("studio:batch", batch_id=exc.batch.pk)
         else:
+            # A second post of the same form lands here too, with the first batch.
             return redirect("studio:batch", batch_id=batch.pk)
     return render(
         request, "studio/batch_new.html", {"form": form}, status=400 if form.errors else 200

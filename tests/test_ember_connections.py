@@ -1,0 +1,167 @@
+"""The Ember client against real servers on loopback: what connections do, not what mocks say.
+
+A paid image submit that fails after sending is `uncertain` and needs a person, so a
+submit must only ever fail that way when Ember may really have read it. These tests
+hold the client to that with servers that close connections and refuse bursts, as
+real ones do.
+"""
+
+import asyncio
+import json
+import socketserver
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from asgiref.sync import async_to_sync
+
+from studio.ember.client import EmberClient, EmberError, Job, Submitted
+from studio.ember.simulator import Simulator
+
+JOBS = "/api/v1/api-generators/jobs"
+CLOSE_AFTER = 0.3  # seconds the test server keeps a connection open after its one answer
+
+PAYLOAD: dict[str, Any] = {
+    "kind": "image",
+    "provider": "openai",
+    "model": None,
+    "prompt": "a friendly portrait, watercolour",
+    "frame": "image",
+    "references": [],
+    "source_metadata": {
+        "source_app": "cwkAvatars",
+        "purpose": "exploration",
+        "batch_id": "0b9a8c7d-6e5f-4a3b-2c1d-0e9f8a7b6c5d",
+        "task_id": "6f1c2d3e-4b5a-4c7d-8e9f-0a1b2c3d4e5f",
+        "attempt": 1,
+        "subjects": [1],
+        "frame": "image",
+        "candidate": 1,
+    },
+}
+
+
+class AnswerOnceThenClose(socketserver.StreamRequestHandler):
+    """Answer one request with keep-alive advertised, then close the socket shortly after.
+
+    A request sent on the connection in the meantime is never read: to the client it
+    looks exactly like a server closing an idle kept-alive connection as it sends.
+    """
+
+    server: "OneAnswerServer"
+
+    def handle(self) -> None:
+        request_line = self.rfile.readline().decode("latin-1")
+        if not request_line:
+            return
+        method, path, _version = request_line.split(" ", 2)
+        length = 0
+        while (line := self.rfile.readline()) not in (b"\r\n", b"\n", b""):
+            name, _, value = line.decode("latin-1").partition(":")
+            if name.strip().lower() == "content-length":
+                length = int(value)
+        self.rfile.read(length)
+        if method == "POST":
+            status, body = "202 Accepted", {"id": self.server.new_job(), "status": "queued"}
+        else:
+            status, body = "200 OK", {"id": path.rsplit("/", 1)[-1], "status": "running"}
+        data = json.dumps(body).encode()
+        self.wfile.write(
+            f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(data)}\r\nConnection: keep-alive\r\n"
+            "Keep-Alive: timeout=60\r\n\r\n".encode()
+            + data
+        )
+        self.wfile.flush()
+        time.sleep(CLOSE_AFTER)
+
+
+class OneAnswerServer(socketserver.ThreadingTCPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 128
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), AnswerOnceThenClose)
+        self.jobs: list[str] = []
+        self._lock = threading.Lock()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+    def new_job(self) -> str:
+        with self._lock:
+            self.jobs.append(f"job_{len(self.jobs) + 1}")
+            return self.jobs[-1]
+
+
+@contextmanager
+def one_answer_server() -> Iterator[OneAnswerServer]:
+    server = OneAnswerServer()
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+async def poll_until_answered(client: EmberClient, job_id: str, tries: int = 3) -> Job:
+    """Poll as the worker does: a failed poll is only a reason to poll again."""
+    for _ in range(tries - 1):
+        try:
+            return await client.poll(job_id)
+        except EmberError:
+            continue
+    return await client.poll(job_id)
+
+
+def test_it_gets_every_submit_answered_by_a_server_that_closes_kept_alive_connections():
+    with one_answer_server() as server:
+
+        async def go() -> tuple[list[Submitted], list[Job]]:
+            client = EmberClient(base_url=server.url, token="test-token")
+            submitted, polled = [], []
+            try:
+                # Each call goes out at once after the previous answer, while the server
+                # still holds that connection open and will never read from it again.
+                for _ in range(5):
+                    submitted.append(await client.submit(PAYLOAD))
+                    polled.append(await poll_until_answered(client, submitted[-1].job_id))
+            finally:
+                await client.aclose()
+            return submitted, polled
+
+        submitted, polled = async_to_sync(go)()
+
+    # Every submit was read and accepted once: none is "unknown outcome".
+    assert [s.job_id for s in submitted] == server.jobs == [f"job_{n}" for n in range(1, 6)]
+    assert [j.id for j in polled] == server.jobs
+
+
+def test_it_gets_every_submit_of_a_burst_accepted_by_the_simulator():
+    simulator = Simulator(port=0, job_seconds=0).start()
+
+    async def go() -> list[Submitted | BaseException]:
+        client = EmberClient(base_url=simulator.url, token="dev-token")
+        try:
+            # As many fresh connections at once as a busy worker opens.
+            return await asyncio.gather(
+                *(client.submit(PAYLOAD) for _ in range(100)), return_exceptions=True
+            )
+        finally:
+            await client.aclose()
+
+    try:
+        answers = async_to_sync(go)()
+    finally:
+        simulator.stop()
+
+    refused = [repr(a) for a in answers if not isinstance(a, Submitted)]
+    assert refused == []
+    assert simulator.state.charges == {PAYLOAD["source_metadata"]["task_id"]: 100}
