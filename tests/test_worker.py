@@ -1,5 +1,6 @@
 """The worker's steps, driven one at a time against a mocked Ember (SPEC §6, EMBER.md)."""
 
+import asyncio
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from pathlib import Path
@@ -282,6 +283,34 @@ def test_it_requeues_until_retry_after_when_ember_is_busy(subject, ember, worker
     wait = (task.next_attempt_at - timezone.now()).total_seconds()
     assert 110 < wait <= 120
     assert task.attempts.count() == 0
+
+
+def run_for(worker: Worker, seconds: float) -> None:
+    """Run the worker as `run_worker` does (not `--once`), then ask it to stop."""
+
+    async def go() -> None:
+        asyncio.get_running_loop().call_later(seconds, worker.request_stop)
+        await worker.run()
+
+    async_to_sync(go)()
+
+
+def test_it_waits_at_least_a_second_when_ember_says_retry_after_zero(subject, ember, worker):
+    fake = FakeEmber(ember)
+    fake.submit_route.mock(
+        return_value=httpx.Response(
+            429, headers={"Retry-After": "0"}, json={"error": {"code": "busy", "message": "x"}}
+        )
+    )
+    [task] = plan(subject)
+
+    run_for(worker, 0.5)
+
+    sent = fake.submit_route.call_count
+    assert sent == 1, f"Ember saw {sent} submits for one task in 0.5 s"
+    task.refresh_from_db()
+    assert task.state == TaskState.QUEUED
+    assert task.next_attempt_at > timezone.now()
 
 
 @pytest.mark.parametrize("frame", ["image", "clip"])
