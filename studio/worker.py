@@ -31,6 +31,7 @@ from studio.ember.client import (
     EmberNotFound,
     EmberRejected,
     EmberUnavailable,
+    Job,
     Submitted,
 )
 from studio.models import ACTIVE, Asset, Attempt, Kind, Origin, Task, TaskState, WorkerHeartbeat
@@ -313,20 +314,12 @@ class Worker:
 
         Errors while polling are transient (EMBER.md): polling goes on within the
         bound, and the latest problem is shown on the task so people see why it waits.
+        The bound is applied only after an answer that does not end the job: a worker
+        back from a long outage asks Ember first, since the job may well have finished.
         """
         assert task.submitted_at is not None
         deadline = task.submitted_at + timedelta(seconds=self.poll_bound)
         while not self.stopping:
-            if timezone.now() > deadline:
-                last = f" Ember's last answer: {task.error}" if task.error else ""
-                await db(move)(
-                    task,
-                    TaskState.UNCERTAIN,
-                    phase="Ember did not finish in time; reconcile before retry",
-                    error=f"Ember's job {task.ember_job_id} did not finish within "
-                    f"{self.poll_bound:.0f} seconds. Nothing was resubmitted.{last}",
-                )
-                return False
             try:
                 job = await self.client.poll(task.ember_job_id)
             except EmberNotFound:
@@ -344,25 +337,24 @@ class Worker:
                         task, phase="Ember's answer was unusable; still polling", error=exc.message
                     )
             else:
-                if job.status == "succeeded":
-                    await db(move)(
-                        task,
-                        TaskState.COPYING,
-                        result=job.result,
-                        phase="Copying the original from Ember",
-                        error="",
-                    )
-                    return True
-                if job.status == "failed":
-                    await db(move)(
-                        task,
-                        TaskState.FAILED,
-                        phase="Ember could not generate this",
-                        error=job.error,
-                    )
-                    return False
+                if job.status in ("succeeded", "failed"):
+                    return await db(_record_ended)(task, job)
+            if timezone.now() > deadline:
+                await db(self._give_up)(task)
+                return False
             await self._sleep(self.poll_interval)
         return False
+
+    def _give_up(self, task: Task) -> None:
+        """Past the bound with the job unfinished: rest `uncertain`, resubmitting nothing."""
+        last = f" Ember's last answer: {task.error}" if task.error else ""
+        move(
+            task,
+            TaskState.UNCERTAIN,
+            phase="Ember did not finish in time; reconcile before retry",
+            error=f"Ember's job {task.ember_job_id} did not finish within "
+            f"{self.poll_bound:.0f} seconds. Nothing was resubmitted.{last}",
+        )
 
     async def finish(self, task: Task) -> None:
         """Copy first, release last (SPEC §6): the original and its row, then the PATCH."""
@@ -423,6 +415,21 @@ class Worker:
 
 
 # --- steps that touch only the database or files, run in threads ---------------
+
+
+def _record_ended(task: Task, job: Job) -> bool:
+    """Record a job Ember ended: `copying` with its answer saved, or `failed`; True for copying."""
+    if job.status == "succeeded":
+        move(
+            task,
+            TaskState.COPYING,
+            result=job.result,
+            phase="Copying the original from Ember",
+            error="",
+        )
+        return True
+    move(task, TaskState.FAILED, phase="Ember could not generate this", error=job.error)
+    return False
 
 
 def build_payload(task: Task, references: list[dict[str, Any]], *, attempt: int) -> dict[str, Any]:

@@ -452,6 +452,40 @@ def test_it_gives_up_polling_at_the_bound_as_uncertain_without_resubmitting(subj
     assert len(fake.submits) == 1
 
 
+def test_it_polls_a_job_sent_long_before_a_worker_outage_and_finishes_it(subject, ember, worker):
+    fake = FakeEmber(ember)
+    [task] = plan(subject)
+    async_to_sync(fake_submit)(worker, task)
+    two_hours_ago = timezone.now() - timedelta(hours=2)
+    move(task, TaskState.RUNNING, ember_job_id="job_1", submitted_at=two_hours_ago)
+
+    drain(worker)
+
+    task.refresh_from_db()
+    assert task.state == TaskState.DONE
+    assert fake.poll_route.call_count == 1
+    assert len(fake.submits) == 1
+
+
+def test_it_polls_once_before_giving_up_on_a_job_past_the_bound(subject, ember, worker):
+    fake = FakeEmber(ember)
+    fake.poll_route.mock(
+        return_value=httpx.Response(200, json={"id": "job_1", "status": "running"})
+    )
+    [task] = plan(subject)
+    async_to_sync(fake_submit)(worker, task)
+    two_hours_ago = timezone.now() - timedelta(hours=2)
+    move(task, TaskState.RUNNING, ember_job_id="job_1", submitted_at=two_hours_ago)
+
+    drain(worker)
+
+    task.refresh_from_db()
+    assert task.state == TaskState.UNCERTAIN
+    assert "did not finish in time" in task.phase
+    assert fake.poll_route.call_count == 1
+    assert len(fake.submits) == 1
+
+
 def test_it_keeps_polling_through_transient_errors(subject, ember, worker):
     fake = FakeEmber(ember)
     answers = iter(
