@@ -111,19 +111,7 @@ class Worker:
     def recover(self) -> dict[str, int]:
         """Apply the wake-up table to tasks a dead worker left mid-step; return counts."""
         counts = {"temp_files": originals.remove_stale_temp_files()}
-        # Nothing left the building from `preparing`; a clip's key makes a restart free.
-        counts["preparing"] = 0
-        for task in Task.objects.filter(state=TaskState.PREPARING):
-            move(task, TaskState.QUEUED, phase="Waiting for the worker")
-            counts["preparing"] += 1
-        for task in Task.objects.filter(state=TaskState.SUBMITTING):
-            if task.kind == Kind.CLIP:
-                move(task, TaskState.QUEUED, phase="Re-sending under the same key")
-            else:
-                with transaction.atomic():
-                    _record_unknown_attempt(task, MAY_HAVE_REACHED)
-                    move(task, TaskState.UNCERTAIN, phase=RECONCILE_PHASE, error=MAY_HAVE_REACHED)
-            counts["submitting"] = counts.get("submitting", 0) + 1
+        counts.update(_wake_stranded(in_hand=[]))
         # `running` resumes polling its job id; `copying` runs finish() again.
         return counts
 
@@ -279,7 +267,14 @@ class Worker:
         )
         references = await self.load_references(task)
         if references is None:
-            await db(move)(task, TaskState.FAILED, phase="Failed", error=REFERENCE_CHANGED)
+            # Versioned: a cancel that won while the references were read stands.
+            await db(move)(
+                task,
+                TaskState.FAILED,
+                expected=task.version,
+                phase="Failed",
+                error=REFERENCE_CHANGED,
+            )
             return False
         if self.stopping:
             # Nothing has been sent: a stopping worker does not start a paid request.
@@ -613,10 +608,50 @@ def _postpone(task_id: str, error: str) -> None:
 
     A task caught in `preparing` goes back to `queued` (nothing was sent); one
     caught in `submitting` is left for the wake-up table, which knows what an
-    interrupted submit may mean.
+    interrupted submit may mean. The write is versioned: a cancel that lands
+    between this read and this write stands.
     """
     task = Task.objects.get(pk=task_id)
     state = TaskState.QUEUED if task.state == TaskState.PREPARING else task.state
     if state in ACTIVE:
         due = timezone.now() + timedelta(seconds=CRASH_BACKOFF)
-        move(task, TaskState(state), due=due, error=error[:2000])
+        with contextlib.suppress(Conflict):
+            move(task, TaskState(state), expected=task.version, due=due, error=error[:2000])
+
+
+# --- the wake-up table -------------------------------------------------------------
+
+STRANDED = (TaskState.PREPARING, TaskState.SUBMITTING)  # states that only a coroutine holds
+
+
+def _wake_stranded(*, in_hand: list[str]) -> dict[str, int]:
+    """Apply the wake-up table to each task mid-step that no coroutine holds; return counts."""
+    counts = {"preparing": 0, "submitting": 0}
+    for task in Task.objects.filter(state__in=STRANDED).exclude(pk__in=in_hand):
+        state = task.state
+        try:
+            _wake(task)
+        except Conflict:
+            continue  # a cancel (or another writer) moved it first: its write stands
+        counts[state] += 1
+    return counts
+
+
+def _wake(task: Task) -> None:
+    """Move a task left mid-step to where the wake-up table says, with versioned writes."""
+    expected = task.version
+    if task.state == TaskState.PREPARING:
+        # Nothing left the building; a clip's key makes a restart free.
+        move(task, TaskState.QUEUED, expected=expected, phase="Waiting for the worker")
+    elif task.kind == Kind.CLIP:
+        move(task, TaskState.QUEUED, expected=expected, phase="Re-sending under the same key")
+    else:
+        with transaction.atomic():
+            _record_unknown_attempt(task, MAY_HAVE_REACHED)
+            move(
+                task,
+                TaskState.UNCERTAIN,
+                expected=expected,
+                phase=RECONCILE_PHASE,
+                error=MAY_HAVE_REACHED,
+            )

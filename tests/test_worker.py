@@ -7,12 +7,13 @@ from pathlib import Path
 
 import httpx
 import pytest
-from asgiref.sync import async_to_sync
+from asgiref.sync import async_to_sync, sync_to_async
 from django.conf import settings
 from django.db import connection, connections
 from django.utils import timezone
 
 from studio import engine, originals
+from studio import worker as worker_module
 from studio.models import Asset, Attempt, Kind, Task, TaskState
 from studio.store import move
 from studio.worker import MAY_HAVE_REACHED, RECONCILE_PHASE, REFERENCE_CHANGED, Worker
@@ -217,6 +218,81 @@ def test_it_loses_the_race_to_a_cancel_during_preparation_and_sends_nothing(subj
 
     task.refresh_from_db()
     assert task.state == TaskState.CANCELLED
+    assert fake.submits == []
+
+
+def cancel_before_the_worker_writes(monkeypatch, *, source: TaskState, target: TaskState) -> None:
+    """A person's cancel commits between the worker's read of a task and its write.
+
+    The worker's `move` from `source` to `target` first lets the cancel land on the
+    row, then writes from the copy the worker read (with that copy's version).
+    """
+    real = worker_module.move
+
+    def racing(task: Task, state: TaskState, **fields):
+        if task.state == source and state == target:
+            engine.cancel_task(task=Task.objects.get(pk=task.pk))
+        return real(task, state, **fields)
+
+    monkeypatch.setattr(worker_module, "move", racing)
+
+
+def test_it_keeps_a_cancel_that_won_against_the_wake_up_and_sends_nothing(
+    subject, ember, worker, monkeypatch
+):
+    fake = FakeEmber(ember)
+    [task] = plan(subject)
+    move(task, TaskState.PREPARING)  # a dead worker was checking its references
+    cancel_before_the_worker_writes(
+        monkeypatch, source=TaskState.PREPARING, target=TaskState.QUEUED
+    )
+
+    drain(worker)
+
+    task.refresh_from_db()
+    assert task.state == TaskState.CANCELLED
+    assert fake.submits == []
+
+
+def test_it_keeps_a_cancel_that_won_against_parking_a_failed_step_and_sends_nothing(
+    subject, ember, worker, monkeypatch
+):
+    fake = FakeEmber(ember)
+    [task] = plan(subject)
+
+    async def explode(self, task):
+        raise RuntimeError("disk on fire")
+
+    monkeypatch.setattr(Worker, "load_references", explode)
+    cancel_before_the_worker_writes(
+        monkeypatch, source=TaskState.PREPARING, target=TaskState.QUEUED
+    )
+
+    drain(worker)
+
+    task.refresh_from_db()
+    assert task.state == TaskState.CANCELLED
+    assert fake.submits == []
+
+
+def test_it_keeps_a_cancel_that_won_while_a_changed_reference_was_read(subject, ember, worker):
+    fake = FakeEmber(ember)
+    [task] = plan(subject)
+    ref = task.references[0]
+    originals.path_for(ref["sha256"], ".png").write_bytes(b"someone edited this photo")
+
+    class CancelledWhilePreparing(Worker):
+        async def load_references(self, task):
+            await sync_to_async(engine.cancel_task)(
+                task=await sync_to_async(Task.objects.get)(pk=task.pk)
+            )
+            return await super().load_references(task)
+
+    drain(CancelledWhilePreparing(client=worker.client, poll_interval=0, tick=0))
+
+    task.refresh_from_db()
+    assert task.state == TaskState.CANCELLED
+    assert task.error == "Cancelled before anything was sent to Ember."
     assert fake.submits == []
 
 
