@@ -57,6 +57,9 @@ MAY_HAVE_REACHED = (
 )
 RECONCILE_PHASE = "Reconcile before retry"
 
+# What a submit got back: a job, a typed refusal, or None when the answer could not be read.
+Answer = Submitted | EmberError | None
+
 P = ParamSpec("P")
 R = TypeVar("R")
 
@@ -95,6 +98,9 @@ class Worker:
         self._stop_event: asyncio.Event | None = None
         self._slot_freed: asyncio.Event | None = None
         self._recycled_at = float("-inf")  # time.monotonic() of the last connection check
+        self._swept_at = float("-inf")  # time.monotonic() of the last sweep
+        # Ember's answers whose recording failed, by task id, until the task is settled.
+        self.unrecorded: dict[str, Answer] = {}
         self._ownership = Ownership()
 
     # --- ownership ------------------------------------------------------------
@@ -111,7 +117,7 @@ class Worker:
     def recover(self) -> dict[str, int]:
         """Apply the wake-up table to tasks a dead worker left mid-step; return counts."""
         counts = {"temp_files": originals.remove_stale_temp_files()}
-        counts.update(_wake_stranded(in_hand=[]))
+        counts.update(_wake_stranded(in_hand=[], answers={}))
         # `running` resumes polling its job id; `copying` runs finish() again.
         return counts
 
@@ -147,6 +153,7 @@ class Worker:
         if self._slot_freed is not None:
             self._slot_freed.clear()  # this pass reaps every coroutine that ended until now
         self._reap()
+        await self.sweep()
         room = self.workers - len(self.in_hand)
         if room <= 0 or self.stopping:
             return 0
@@ -156,6 +163,29 @@ class Worker:
             job.add_done_callback(self._freed)
             self.in_hand[task_id] = job
         return len(ids)
+
+    async def sweep(self) -> None:
+        """Settle tasks left `preparing`/`submitting` that no coroutine holds (once a tick).
+
+        Only a coroutine holds those states; one that ended without moving its task on
+        (a write that failed, say) would leave it where nothing moves it while this
+        worker lives. Ember's answer, when one came, decides where it goes.
+        """
+        now = time.monotonic()
+        if now - self._swept_at < self.tick:
+            return
+        self._swept_at = now
+        answers = dict(self.unrecorded)
+        try:
+            counts = await db(_wake_stranded)(in_hand=list(self.in_hand), answers=answers)
+        except Exception:
+            log.exception("sweeping tasks left mid-step failed; trying again next tick")
+            return
+        for task_id in answers:
+            if task_id not in self.in_hand:
+                self.unrecorded.pop(task_id, None)
+        if any(counts.values()):
+            log.warning("settled tasks left mid-step: %s", counts)
 
     def _due(self, limit: int) -> list[str]:
         checked = time.monotonic()
@@ -291,14 +321,51 @@ class Worker:
             submitted_at=timezone.now(),
             phase="Sending to Ember",
         )
+        return await self._send(task, payload, number)
+
+    async def _send(self, task: Task, payload: dict[str, Any], number: int) -> bool:
+        """POST the job and record what the answer proves; True when it went on to `running`.
+
+        Nothing that goes wrong here leaves the task `submitting`, where nothing would
+        move it while this worker lives: an answer that cannot be read, or one whose
+        recording fails, puts the task where the wake-up table would, at once.
+        """
+        task_id = str(task.pk)
+        answer: Answer = None
         try:
             submitted = await self.client.submit(payload, idempotency_key=task.idempotency_key)
         except EmberError as exc:
+            answer, detail = exc, exc.message
+        except Exception as exc:
+            log.exception("task=%s Ember's answer to a submit could not be read", task_id)
+            detail = f"Ember's answer could not be read ({type(exc).__name__})."
+        else:
+            answer = submitted
+            detail = f"Ember accepted job {submitted.job_id}, but recording it failed."
+        try:
             # Shielded: Ember's answer is recorded even if we are being cancelled.
-            await asyncio.shield(db(_record_refusal)(task, exc, number))
-            return False
-        await asyncio.shield(db(_record_accepted)(task, submitted, number))
-        return True
+            if isinstance(answer, Submitted):
+                await asyncio.shield(db(_record_accepted)(task, answer, number))
+                return True
+            if isinstance(answer, EmberError):
+                await asyncio.shield(db(_record_refusal)(task, answer, number))
+                return False
+        except Exception:
+            if isinstance(answer, Submitted):
+                # A person may need this job id to find the paid job: say it loudly.
+                log.error(
+                    "task=%s Ember accepted job %s, but recording it failed",
+                    task_id,
+                    answer.job_id,
+                    exc_info=True,
+                )
+            else:
+                log.exception("task=%s recording Ember's answer failed", task_id)
+        # If this write fails too, the pump's sweep settles the task from `unrecorded`.
+        self.unrecorded[task_id] = answer
+        await asyncio.shield(db(_settle_unrecorded)(task_id, answer, detail))
+        del self.unrecorded[task_id]
+        return False
 
     async def load_references(self, task: Task) -> list[dict[str, Any]] | None:
         """Read and re-hash each frozen reference; None when one is missing or changed."""
@@ -622,23 +689,59 @@ def _postpone(task_id: str, error: str) -> None:
 # --- the wake-up table -------------------------------------------------------------
 
 STRANDED = (TaskState.PREPARING, TaskState.SUBMITTING)  # states that only a coroutine holds
+NOT_SENT_PHASE = "Ember did not take it; will try again"
 
 
-def _wake_stranded(*, in_hand: list[str]) -> dict[str, int]:
-    """Apply the wake-up table to each task mid-step that no coroutine holds; return counts."""
+def _wake_stranded(*, in_hand: list[str], answers: dict[str, Answer]) -> dict[str, int]:
+    """Settle each task mid-step that no coroutine holds; return counts by state.
+
+    `answers` holds what Ember answered to submits whose recording failed: an answer
+    that proves nothing was accepted must not read as "may have reached Ember".
+    """
     counts = {"preparing": 0, "submitting": 0}
     for task in Task.objects.filter(state__in=STRANDED).exclude(pk__in=in_hand):
         state = task.state
         try:
-            _wake(task)
+            if state == TaskState.SUBMITTING and str(task.pk) in answers:
+                _settle(task, answers[str(task.pk)])
+            else:
+                _wake(task)
         except Conflict:
             continue  # a cancel (or another writer) moved it first: its write stands
         counts[state] += 1
     return counts
 
 
-def _wake(task: Task) -> None:
-    """Move a task left mid-step to where the wake-up table says, with versioned writes."""
+def _settle_unrecorded(task_id: str, answer: Answer, detail: str) -> None:
+    """Settle a `submitting` task whose answer could not be read or recorded."""
+    task = Task.objects.get(pk=task_id)
+    if task.state != TaskState.SUBMITTING:
+        return  # the answer was recorded after all, or another writer moved it
+    with contextlib.suppress(Conflict):
+        _settle(task, answer, detail=detail)
+
+
+def _settle(task: Task, answer: Answer, *, detail: str = "") -> None:
+    """Put a `submitting` task where Ember's answer (if it proves anything) or the table says."""
+    if isinstance(answer, EmberError) and not answer.may_have_arrived:
+        # Nothing was accepted: back to `queued` after a pause, never "may have reached".
+        move(
+            task,
+            TaskState.QUEUED,
+            expected=task.version,
+            due=timezone.now() + timedelta(seconds=CRASH_BACKOFF),
+            phase=NOT_SENT_PHASE,
+            error=answer.message,
+        )
+    else:
+        _wake(task, detail=detail)
+
+
+def _wake(task: Task, *, detail: str = "") -> None:
+    """Move a task left mid-step to where the wake-up table says, with versioned writes.
+
+    `detail`, when known, says on the attempt why its outcome is unknown.
+    """
     expected = task.version
     if task.state == TaskState.PREPARING:
         # Nothing left the building; a clip's key makes a restart free.
@@ -647,7 +750,7 @@ def _wake(task: Task) -> None:
         move(task, TaskState.QUEUED, expected=expected, phase="Re-sending under the same key")
     else:
         with transaction.atomic():
-            _record_unknown_attempt(task, MAY_HAVE_REACHED)
+            _record_unknown_attempt(task, detail or MAY_HAVE_REACHED)
             move(
                 task,
                 TaskState.UNCERTAIN,

@@ -1,6 +1,7 @@
 """The worker's steps, driven one at a time against a mocked Ember (SPEC §6, EMBER.md)."""
 
 import asyncio
+import logging
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from pathlib import Path
@@ -9,7 +10,7 @@ import httpx
 import pytest
 from asgiref.sync import async_to_sync, sync_to_async
 from django.conf import settings
-from django.db import connection, connections
+from django.db import DatabaseError, connection, connections
 from django.utils import timezone
 
 from studio import engine, originals
@@ -484,6 +485,229 @@ def test_it_resends_a_clip_under_the_same_key_when_the_submit_may_have_arrived(
     assert keys == [task.idempotency_key, task.idempotency_key]
     assert fake.charges(str(task.pk)) == 1
     assert task.attempts.count() == 1
+
+
+# --- whatever goes wrong on the submit path, the task does not stay `submitting` ------
+
+
+def drive_once(worker: Worker, task: Task) -> Task:
+    """Drive one task as the pump would, until it rests or waits."""
+    async_to_sync(worker.drive)(str(task.pk))
+    task.refresh_from_db()
+    return task
+
+
+def gzip_that_is_not(request: httpx.Request) -> httpx.Response:
+    return httpx.Response(
+        202, stream=httpx.ByteStream(b"not gzip at all"), headers={"Content-Encoding": "gzip"}
+    )
+
+
+UNDECODABLE_202S = {
+    "a body that fails its content encoding": gzip_that_is_not,
+    "JSON nested too deep to decode": lambda request: httpx.Response(202, text="[" * 100_000),
+}
+
+
+@pytest.mark.parametrize("answer", UNDECODABLE_202S.values(), ids=UNDECODABLE_202S.keys())
+def test_it_marks_an_image_uncertain_at_once_when_a_202_cannot_be_decoded(
+    subject, ember, worker, answer
+):
+    fake = FakeEmber(ember)
+    fake.submit_route.mock(side_effect=answer)
+    [task] = plan(subject)
+
+    task = drive_once(worker, task)
+
+    assert task.state == TaskState.UNCERTAIN
+    assert task.phase == RECONCILE_PHASE
+    assert task.error == MAY_HAVE_REACHED
+    assert [a.outcome for a in task.attempts.all()] == [Attempt.Outcome.UNKNOWN]
+    assert fake.submit_route.call_count == 1
+
+
+@pytest.mark.parametrize("answer", UNDECODABLE_202S.values(), ids=UNDECODABLE_202S.keys())
+def test_it_requeues_a_clip_under_its_key_at_once_when_a_202_cannot_be_decoded(
+    subject, ember, worker, answer
+):
+    fake = FakeEmber(ember)
+    first = True
+
+    def took_it_but_the_answer_is_broken(request: httpx.Request) -> httpx.Response:
+        nonlocal first
+        response = fake._submit(request)
+        if first:
+            first = False
+            return answer(request)
+        return response
+
+    fake.submit_route.mock(side_effect=took_it_but_the_answer_is_broken)
+    [task] = plan(subject, frames=("clip",))
+    key = task.idempotency_key
+
+    task = drive_once(worker, task)
+    assert task.state == TaskState.QUEUED
+    assert task.next_attempt_at is not None
+    move(task, TaskState.QUEUED)  # due now rather than after the back-off
+    drain(worker)
+
+    task.refresh_from_db()
+    assert task.state == TaskState.DONE
+    assert [h["Idempotency-Key"] for h in fake.submit_headers] == [key, key]
+    assert fake.charges(str(task.pk)) == 1
+
+
+@pytest.mark.parametrize("frame", ["image", "clip"])
+def test_it_requeues_with_a_back_off_when_retry_after_is_absurd(subject, ember, worker, frame):
+    fake = FakeEmber(ember)
+    fake.submit_route.mock(
+        return_value=httpx.Response(
+            429, headers={"Retry-After": "1e400"}, json={"error": {"code": "busy", "message": "x"}}
+        )
+    )
+    [task] = plan(subject, frames=(frame,))
+
+    task = drive_once(worker, task)
+
+    assert task.state == TaskState.QUEUED
+    wait = (task.next_attempt_at - timezone.now()).total_seconds()
+    assert 3500 < wait <= 3600
+    assert task.attempts.count() == 0
+
+
+def database_error(*args, **kwargs):
+    raise DatabaseError("disk I/O error")
+
+
+@pytest.mark.parametrize("frame", ["image", "clip"])
+def test_it_logs_the_job_id_when_recording_an_accepted_submit_fails(
+    subject, ember, worker, frame, monkeypatch, caplog
+):
+    fake = FakeEmber(ember)
+    [task] = plan(subject, frames=(frame,))
+    monkeypatch.setattr(worker_module, "_record_accepted", database_error)
+
+    task = drive_once(worker, task)
+
+    assert fake.submit_route.call_count == 1
+    if frame == "image":
+        assert task.state == TaskState.UNCERTAIN
+        assert task.phase == RECONCILE_PHASE
+        assert task.error == MAY_HAVE_REACHED
+        [attempt] = task.attempts.all()
+        assert attempt.outcome == Attempt.Outcome.UNKNOWN
+        assert "job_1" in attempt.error  # a person finds the job from the task's history
+    else:
+        assert task.state == TaskState.QUEUED  # re-sent under its key: Ember replays job_1
+        assert task.idempotency_key == fake.submit_headers[0]["Idempotency-Key"]
+    [logged] = [
+        r for r in caplog.records if r.levelno >= logging.ERROR and "job_1" in r.getMessage()
+    ]
+    assert str(task.pk) in logged.getMessage()
+
+
+REFUSALS = {
+    "429": httpx.Response(429, headers={"Retry-After": "5"}),
+    "503": httpx.Response(503),
+    "401": httpx.Response(401),
+    "403": httpx.Response(403),
+    "400": httpx.Response(400, json={"error": {"code": "invalid", "message": "no"}}),
+    "refused": httpx.ConnectError("refused"),
+}
+
+
+@pytest.mark.parametrize("frame", ["image", "clip"])
+@pytest.mark.parametrize("answer", REFUSALS.values(), ids=REFUSALS.keys())
+def test_it_never_suspects_a_submit_ember_refused_when_recording_the_refusal_fails(
+    subject, ember, worker, frame, answer, monkeypatch
+):
+    route = ember.post(JOBS)
+    route.mock(side_effect=answer) if isinstance(answer, Exception) else route.mock(
+        return_value=answer
+    )
+    [task] = plan(subject, frames=(frame,))
+    monkeypatch.setattr(worker_module, "_record_refusal", database_error)
+
+    task = drive_once(worker, task)
+
+    assert task.state == TaskState.QUEUED
+    assert task.next_attempt_at > timezone.now() + timedelta(seconds=5)
+    assert task.attempts.count() == 0
+    assert MAY_HAVE_REACHED not in task.error
+
+
+@pytest.mark.parametrize("frame", ["image", "clip"])
+def test_it_repairs_a_task_left_submitting_while_the_worker_lives(
+    subject, ember, worker, frame, monkeypatch
+):
+    fake = FakeEmber(ember)
+    [task] = plan(subject, frames=(frame,))
+    # The database refuses every write that would record Ember's answer, once.
+    monkeypatch.setattr(worker_module, "_record_accepted", database_error)
+    monkeypatch.setattr(worker_module, "_settle_unrecorded", database_error, raising=False)
+    stuck = {}
+
+    async def two_passes() -> None:
+        await worker.pump()
+        await asyncio.gather(*worker.in_hand.values(), return_exceptions=True)
+        stuck["state"] = await sync_to_async(lambda: Task.objects.get(pk=task.pk).state)()
+        monkeypatch.undo()  # the database is back
+        worker.request_stop()  # start nothing new: this pass only sweeps
+        await worker.pump()  # the next pass sweeps what no coroutine holds
+
+    async_to_sync(two_passes)()
+
+    assert stuck["state"] == TaskState.SUBMITTING
+
+    task.refresh_from_db()
+    if frame == "image":
+        assert task.state == TaskState.UNCERTAIN
+        assert task.error == MAY_HAVE_REACHED
+        assert [a.outcome for a in task.attempts.all()] == [Attempt.Outcome.UNKNOWN]
+    else:
+        assert task.state == TaskState.QUEUED
+    assert fake.submit_route.call_count == 1
+
+
+def test_the_sweep_leaves_alone_a_task_whose_coroutine_is_still_sending(subject, worker):
+    [task] = plan(subject)
+    move(task, TaskState.SUBMITTING, submitted_at=timezone.now())
+
+    async def sweep_while_in_hand() -> None:
+        sending = asyncio.get_running_loop().create_future()
+        worker.in_hand[str(task.pk)] = sending  # type: ignore[assignment]
+        await worker.sweep()
+        sending.cancel()
+
+    async_to_sync(sweep_while_in_hand)()
+
+    task.refresh_from_db()
+    assert task.state == TaskState.SUBMITTING
+    assert task.attempts.count() == 0
+
+
+def test_it_repairs_a_task_left_preparing_while_the_worker_lives(
+    subject, ember, worker, monkeypatch
+):
+    fake = FakeEmber(ember)
+    [task] = plan(subject)
+    real = Worker.load_references
+    failures = iter([RuntimeError("disk on fire")])
+
+    async def flaky(self, task):
+        failure = next(failures, None)
+        if failure:
+            raise failure
+        return await real(self, task)
+
+    monkeypatch.setattr(Worker, "load_references", flaky)
+    monkeypatch.setattr(worker_module, "_postpone", database_error)
+
+    drain(worker)
+
+    task.refresh_from_db()
+    assert task.state == TaskState.DONE
+    assert fake.charges(str(task.pk)) == 1
 
 
 # --- running --------------------------------------------------------------------------
