@@ -312,7 +312,7 @@ class Worker:
                 task, TaskState.QUEUED, expected=task.version, phase="Waiting for the worker"
             )
             return False
-        number = await db(task.attempts.count)() + 1
+        number = await db(_attempt_number)(task)
         payload = build_payload(task, references, attempt=number)
         await db(move)(
             task,
@@ -540,17 +540,24 @@ def _record_accepted(task: Task, submitted: Submitted, number: int) -> Task:
     """202: the very next write is `running` with the job id, and its Attempt."""
     now = timezone.now()
     with transaction.atomic():
-        # A clip re-sent under its key comes back with the same job: the same attempt.
-        # (An image's accepted submit is always a new job.)
-        replay = (
-            task.kind == Kind.CLIP and task.attempts.filter(ember_job_id=submitted.job_id).exists()
-        )
-        if not replay:
+        # A clip sent before under its key is that attempt, now with its job (Ember
+        # answers every send under one key with the same job). An image's accepted
+        # submit is always a new job.
+        sent = task.attempt_under_key()
+        if sent is None:
             Attempt.objects.create(
                 task=task,
                 number=number,
+                idempotency_key=task.idempotency_key,
                 ember_job_id=submitted.job_id,
                 submitted_at=task.submitted_at or now,
+                answered_at=now,
+                outcome=Attempt.Outcome.ACCEPTED,
+            )
+        else:
+            update(
+                sent,
+                ember_job_id=submitted.job_id,
                 answered_at=now,
                 outcome=Attempt.Outcome.ACCEPTED,
             )
@@ -592,17 +599,17 @@ def _record_refusal(task: Task, exc: EmberError, number: int) -> Task:
         )
     if isinstance(exc, EmberRejected | EmberNotFound):
         return move(task, TaskState.FAILED, phase="Ember refused this request", error=exc.message)
-    # The request may have reached Ember.
-    if task.kind == Kind.CLIP:
-        return move(
-            task,
-            TaskState.QUEUED,
-            due=now + timedelta(seconds=RESEND_BACKOFF),
-            phase="Ember's answer was lost; re-sending under the same key",
-            error=exc.message,
-        )
+    # The request may have reached Ember: it is an attempt, and may have been paid for.
     with transaction.atomic():
         _record_unknown_attempt(task, exc.message, number=number)
+        if task.kind == Kind.CLIP:
+            return move(
+                task,
+                TaskState.QUEUED,
+                due=now + timedelta(seconds=RESEND_BACKOFF),
+                phase="Ember's answer was lost; re-sending under the same key",
+                error=exc.message,
+            )
         return move(
             task,
             TaskState.UNCERTAIN,
@@ -612,14 +619,26 @@ def _record_refusal(task: Task, exc: EmberError, number: int) -> Task:
 
 
 def _record_unknown_attempt(task: Task, error: str, *, number: int | None = None) -> None:
-    """An image submit that may have been paid for is an attempt, with no job id yet."""
+    """A submit that may have been paid for is an attempt, with no job id yet.
+
+    A clip already sent under its key is already that attempt: nothing new is recorded.
+    """
+    if task.attempt_under_key() is not None:
+        return
     Attempt.objects.create(
         task=task,
         number=number or task.attempts.count() + 1,
+        idempotency_key=task.idempotency_key,
         submitted_at=task.submitted_at or timezone.now(),
         outcome=Attempt.Outcome.UNKNOWN,
         error=error,
     )
+
+
+def _attempt_number(task: Task) -> int:
+    """Return the number the next send is: a clip re-sent under its key keeps its number."""
+    sent = task.attempt_under_key()
+    return sent.number if sent is not None else task.attempts.count() + 1
 
 
 def record_asset(task: Task, original: originals.Original) -> Asset:
@@ -746,11 +765,14 @@ def _wake(task: Task, *, detail: str = "") -> None:
     if task.state == TaskState.PREPARING:
         # Nothing left the building; a clip's key makes a restart free.
         move(task, TaskState.QUEUED, expected=expected, phase="Waiting for the worker")
-    elif task.kind == Kind.CLIP:
-        move(task, TaskState.QUEUED, expected=expected, phase="Re-sending under the same key")
-    else:
-        with transaction.atomic():
-            _record_unknown_attempt(task, detail or MAY_HAVE_REACHED)
+        return
+    with transaction.atomic():
+        # Either kind may have been paid for: the send is an attempt (for a clip, the one
+        # its key stands for, which also makes it too late to cancel).
+        _record_unknown_attempt(task, detail or MAY_HAVE_REACHED)
+        if task.kind == Kind.CLIP:
+            move(task, TaskState.QUEUED, expected=expected, phase="Re-sending under the same key")
+        else:
             move(
                 task,
                 TaskState.UNCERTAIN,

@@ -160,6 +160,25 @@ def test_it_wakes_a_submitting_clip_to_queued_and_resends_it_under_the_same_key(
     assert task.attempts.count() == 1
 
 
+def test_it_records_a_woken_clips_send_so_it_can_no_longer_be_cancelled(subject, ember, worker):
+    [task] = plan(subject, frames=("clip",))
+    move(task, TaskState.SUBMITTING, submitted_at=timezone.now())
+
+    worker.recover()
+
+    task.refresh_from_db()
+    assert task.state == TaskState.QUEUED
+    [attempt] = task.attempts.all()
+    assert (attempt.outcome, attempt.ember_job_id, attempt.idempotency_key) == (
+        Attempt.Outcome.UNKNOWN,
+        "",
+        task.idempotency_key,
+    )
+    with pytest.raises(engine.TooLate, match="already been sent to Ember"):
+        engine.cancel_task(task=task)
+    assert Task.objects.get(pk=task.pk).state == TaskState.QUEUED
+
+
 def test_it_wakes_running_by_polling_the_recorded_job_without_submitting(subject, ember, worker):
     fake = FakeEmber(ember)
     [task] = plan(subject)
@@ -548,6 +567,9 @@ def test_it_requeues_a_clip_under_its_key_at_once_when_a_202_cannot_be_decoded(
     task = drive_once(worker, task)
     assert task.state == TaskState.QUEUED
     assert task.next_attempt_at is not None
+    assert [(a.outcome, a.idempotency_key) for a in task.attempts.all()] == [
+        (Attempt.Outcome.UNKNOWN, key)
+    ]
     move(task, TaskState.QUEUED)  # due now rather than after the back-off
     drain(worker)
 
@@ -708,6 +730,47 @@ def test_it_repairs_a_task_left_preparing_while_the_worker_lives(
     task.refresh_from_db()
     assert task.state == TaskState.DONE
     assert fake.charges(str(task.pk)) == 1
+
+
+def test_it_refuses_to_cancel_a_clip_whose_answer_was_lost_and_finishes_it_as_one_attempt(
+    subject, ember, worker
+):
+    fake = FakeEmber(ember)
+    lost = iter([httpx.Response(502)])
+
+    def lose_the_first_answer(request: httpx.Request) -> httpx.Response:
+        response = fake._submit(request)  # Ember took the job and charged it ...
+        return next(lost, response)  # ... but the first answer never arrived
+
+    fake.submit_route.mock(side_effect=lose_the_first_answer)
+    [task] = plan(subject, frames=("clip",))
+
+    task = submit_once(worker, task)
+
+    assert task.state == TaskState.QUEUED
+    [sent] = task.attempts.all()
+    assert (sent.outcome, sent.ember_job_id, sent.idempotency_key) == (
+        Attempt.Outcome.UNKNOWN,
+        "",
+        task.idempotency_key,
+    )
+    with pytest.raises(engine.TooLate, match="already been sent to Ember"):
+        engine.cancel_task(task=task)
+
+    move(task, TaskState.QUEUED)  # due now rather than after the back-off
+    drain(worker)
+
+    task.refresh_from_db()
+    assert task.state == TaskState.DONE
+    [accepted] = task.attempts.all()
+    assert (accepted.pk, accepted.number, accepted.outcome, accepted.ember_job_id) == (
+        sent.pk,
+        1,
+        Attempt.Outcome.ACCEPTED,
+        "job_1",
+    )
+    assert fake.charges(str(task.pk)) == 1
+    assert [body["source_metadata"]["attempt"] for body in fake.submits] == [1, 1]
 
 
 # --- running --------------------------------------------------------------------------
