@@ -13,7 +13,7 @@ import os
 import socket
 import time
 from collections.abc import Awaitable, Callable
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, ParamSpec, TypeVar
 
 from asgiref.sync import sync_to_async
@@ -292,6 +292,8 @@ class Worker:
 
         Returns True when the task went on to `running`.
         """
+        if await db(self._stop_resending)(task):
+            return False
         await db(move)(
             task, TaskState.PREPARING, expected=task.version, phase="Checking reference photos"
         )
@@ -322,6 +324,28 @@ class Worker:
             phase="Sending to Ember",
         )
         return await self._send(task, payload, number)
+
+    def _stop_resending(self, task: Task) -> bool:
+        """Rest a clip `uncertain` once its key was first sent longer than the poll bound ago.
+
+        Re-sending under the key is free, but one whose answers keep getting lost
+        would otherwise be sent every few seconds for ever. Returns True when it rests.
+        """
+        sent = task.attempt_under_key()
+        if sent is None:
+            return False
+        if (timezone.now() - sent.submitted_at).total_seconds() <= self.poll_bound:
+            return False
+        since = sent.submitted_at.astimezone(UTC)
+        move(
+            task,
+            TaskState.UNCERTAIN,
+            expected=task.version,
+            phase=RECONCILE_PHASE,
+            error=f"Ember's answer to this clip never arrived: it was re-sent under key "
+            f"{task.idempotency_key} since {since:%Y-%m-%d %H:%M:%S} UTC; nothing more was sent.",
+        )
+        return True
 
     async def _send(self, task: Task, payload: dict[str, Any], number: int) -> bool:
         """POST the job and record what the answer proves; True when it went on to `running`.

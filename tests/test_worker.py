@@ -2,6 +2,7 @@
 
 import asyncio
 import logging
+import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from pathlib import Path
@@ -771,6 +772,63 @@ def test_it_refuses_to_cancel_a_clip_whose_answer_was_lost_and_finishes_it_as_on
     )
     assert fake.charges(str(task.pk)) == 1
     assert [body["source_metadata"]["attempt"] for body in fake.submits] == [1, 1]
+
+
+def test_it_stops_re_sending_a_clip_once_its_key_was_first_sent_past_the_poll_bound(
+    subject, ember, worker
+):
+    fake = FakeEmber(ember)
+
+    def always_lost(request: httpx.Request) -> httpx.Response:
+        fake._submit(request)
+        return httpx.Response(502)
+
+    fake.submit_route.mock(side_effect=always_lost)
+    [task] = plan(subject, frames=("clip",))
+    key = task.idempotency_key
+    first_sent = timezone.now() - timedelta(hours=2)
+    Attempt.objects.create(
+        task=task,
+        number=1,
+        idempotency_key=key,
+        submitted_at=first_sent,
+        outcome=Attempt.Outcome.UNKNOWN,
+    )
+
+    drain(worker)
+
+    task.refresh_from_db()
+    assert task.state == TaskState.UNCERTAIN
+    assert task.next_attempt_at is None
+    assert f"re-sent under key {key} since {first_sent:%Y-%m-%d %H:%M:%S} UTC" in task.error
+    assert task.error.endswith("nothing more was sent.")
+    assert fake.submits == []
+    assert task.attempts.count() == 1
+
+
+def test_it_re_sends_a_lost_clip_only_while_within_the_poll_bound(subject, ember, worker):
+    fake = FakeEmber(ember)
+
+    def always_lost(request: httpx.Request) -> httpx.Response:
+        fake._submit(request)
+        return httpx.Response(502)
+
+    fake.submit_route.mock(side_effect=always_lost)
+    [task] = plan(subject, frames=("clip",))
+    hasty = Worker(client=worker.client, poll_interval=0, poll_bound=0.3, tick=0)
+
+    for _ in range(20):  # 20 passes of at least 0.05 s: past the 0.3 s bound
+        drain(hasty)
+        task.refresh_from_db()
+        if task.state != TaskState.QUEUED:
+            break
+        time.sleep(0.05)
+        move(task, TaskState.QUEUED)  # due now rather than after the back-off
+
+    assert task.state == TaskState.UNCERTAIN
+    assert task.idempotency_key in task.error
+    assert 1 <= len(fake.submits) < 20
+    assert fake.charges(str(task.pk)) == 1
 
 
 # --- running --------------------------------------------------------------------------
