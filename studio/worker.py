@@ -149,7 +149,7 @@ class Worker:
             log.info("worker stopped")
 
     async def pump(self) -> int:
-        """Reap finished coroutines and start due tasks up to the limit; return how many started."""
+        """Reap, settle stranded tasks, start due ones up to the limit; return how many started."""
         if self._slot_freed is not None:
             self._slot_freed.clear()  # this pass reaps every coroutine that ended until now
         self._reap()
@@ -568,6 +568,9 @@ def _record_accepted(task: Task, submitted: Submitted, number: int) -> Task:
         # answers every send under one key with the same job). An image's accepted
         # submit is always a new job.
         sent = task.attempt_under_key()
+        if sent is None and task.kind == Kind.CLIP:
+            # Recorded before attempts carried the key: the same job is the same attempt.
+            sent = task.attempts.filter(ember_job_id=submitted.job_id).first()
         if sent is None:
             Attempt.objects.create(
                 task=task,
@@ -581,6 +584,7 @@ def _record_accepted(task: Task, submitted: Submitted, number: int) -> Task:
         else:
             update(
                 sent,
+                idempotency_key=task.idempotency_key,
                 ember_job_id=submitted.job_id,
                 answered_at=now,
                 outcome=Attempt.Outcome.ACCEPTED,
@@ -717,9 +721,9 @@ def _postpone(task_id: str, error: str) -> None:
     """Park a task whose step raised, so it is not retried in a tight loop.
 
     A task caught in `preparing` goes back to `queued` (nothing was sent); one
-    caught in `submitting` is left for the wake-up table, which knows what an
-    interrupted submit may mean. The write is versioned: a cancel that lands
-    between this read and this write stands.
+    caught in `submitting` is left to the pump's sweep (the wake-up table), which
+    knows what an interrupted submit may mean. The write is versioned: a cancel
+    that lands between this read and this write stands.
     """
     task = Task.objects.get(pk=task_id)
     state = TaskState.QUEUED if task.state == TaskState.PREPARING else task.state

@@ -774,6 +774,32 @@ def test_it_refuses_to_cancel_a_clip_whose_answer_was_lost_and_finishes_it_as_on
     assert [body["source_metadata"]["attempt"] for body in fake.submits] == [1, 1]
 
 
+def test_it_counts_a_replayed_clip_recorded_before_attempts_carried_keys_once(
+    subject, ember, worker
+):
+    fake = FakeEmber(ember)
+    [task] = plan(subject, frames=("clip",))
+    async_to_sync(worker.client.submit)(
+        {"source_metadata": {"task_id": str(task.pk)}, "provider": "openai", "model": None},
+        idempotency_key=task.idempotency_key,
+    )
+    Attempt.objects.create(  # as recorded before the upgrade: no key on the attempt
+        task=task,
+        number=1,
+        ember_job_id="job_1",
+        submitted_at=timezone.now(),
+        outcome=Attempt.Outcome.ACCEPTED,
+    )
+
+    drain(worker)
+
+    task.refresh_from_db()
+    assert task.state == TaskState.DONE
+    [attempt] = task.attempts.all()
+    assert (attempt.ember_job_id, attempt.idempotency_key) == ("job_1", task.idempotency_key)
+    assert fake.charges(str(task.pk)) == 1
+
+
 def test_it_stops_re_sending_a_clip_once_its_key_was_first_sent_past_the_poll_bound(
     subject, ember, worker
 ):
