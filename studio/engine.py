@@ -411,7 +411,7 @@ def _frames(value: object) -> list[str]:
 
 
 def cancel_task(*, task: Task) -> Task:
-    """Cancel a task that has sent nothing to Ember, or raise TooLate.
+    """Cancel a task that has sent nothing to Ember (under its current key), or raise TooLate.
 
     The write is versioned: if the worker moves the task at the same moment,
     exactly one side wins, and a lost race is re-read and judged again.
@@ -421,7 +421,10 @@ def cancel_task(*, task: Task) -> Task:
             return task
         if task.state == TaskState.FAILED:
             raise TooLate(ALREADY_ENDED)
-        if task.state not in CANCELLABLE:
+        # A clip sent under its current key may be with Ember (its answer was lost): it
+        # goes on under that key. Every such send is recorded together with a version
+        # bump, so the versioned write below cannot miss one that lands meanwhile.
+        if task.state not in CANCELLABLE or task.attempt_under_key() is not None:
             raise TooLate(TOO_LATE)
         try:
             return move(

@@ -154,6 +154,16 @@ class Task(Versioned):
     def __str__(self) -> str:
         return f"{self.provider} {self.frame} #{self.ordinal} ({self.state})"
 
+    def attempt_under_key(self) -> "Attempt | None":
+        """Return the attempt a clip was sent as under its current key, if it was sent.
+
+        Such a clip may already be with Ember: it can no longer be cancelled, and every
+        re-send under the key is the same attempt. Images have no key: always None.
+        """
+        if self.kind != Kind.CLIP or not self.idempotency_key:
+            return None
+        return Attempt.objects.filter(task=self, idempotency_key=self.idempotency_key).first()
+
 
 class Asset(Versioned):
     # Not unique: two results may carry the same bytes (a provider's placeholder, a
@@ -241,6 +251,9 @@ class Attempt(Versioned):
 
     task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="attempts")
     number = models.PositiveSmallIntegerField()
+    # A clip's key when sent (blank for images): every send under one key is one attempt,
+    # since Ember answers them all with the same job and charges it once.
+    idempotency_key = models.CharField(max_length=64, blank=True, default="")
     ember_job_id = models.CharField(max_length=120, blank=True, default="")
     submitted_at = models.DateTimeField()
     answered_at = models.DateTimeField(null=True, blank=True)

@@ -13,7 +13,7 @@ import os
 import socket
 import time
 from collections.abc import Awaitable, Callable
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, ParamSpec, TypeVar
 
 from asgiref.sync import sync_to_async
@@ -31,6 +31,7 @@ from studio.ember.client import (
     EmberNotFound,
     EmberRejected,
     EmberUnavailable,
+    Job,
     Submitted,
 )
 from studio.models import ACTIVE, Asset, Attempt, Kind, Origin, Task, TaskState, WorkerHeartbeat
@@ -55,6 +56,9 @@ MAY_HAVE_REACHED = (
     "The previous submit may have reached Ember. Check history before submitting again."
 )
 RECONCILE_PHASE = "Reconcile before retry"
+
+# What a submit got back: a job, a typed refusal, or None when the answer could not be read.
+Answer = Submitted | EmberError | None
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -94,6 +98,9 @@ class Worker:
         self._stop_event: asyncio.Event | None = None
         self._slot_freed: asyncio.Event | None = None
         self._recycled_at = float("-inf")  # time.monotonic() of the last connection check
+        self._swept_at = float("-inf")  # time.monotonic() of the last sweep
+        # Ember's answers whose recording failed, by task id, until the task is settled.
+        self.unrecorded: dict[str, Answer] = {}
         self._ownership = Ownership()
 
     # --- ownership ------------------------------------------------------------
@@ -110,19 +117,7 @@ class Worker:
     def recover(self) -> dict[str, int]:
         """Apply the wake-up table to tasks a dead worker left mid-step; return counts."""
         counts = {"temp_files": originals.remove_stale_temp_files()}
-        # Nothing left the building from `preparing`; a clip's key makes a restart free.
-        counts["preparing"] = 0
-        for task in Task.objects.filter(state=TaskState.PREPARING):
-            move(task, TaskState.QUEUED, phase="Waiting for the worker")
-            counts["preparing"] += 1
-        for task in Task.objects.filter(state=TaskState.SUBMITTING):
-            if task.kind == Kind.CLIP:
-                move(task, TaskState.QUEUED, phase="Re-sending under the same key")
-            else:
-                with transaction.atomic():
-                    _record_unknown_attempt(task, MAY_HAVE_REACHED)
-                    move(task, TaskState.UNCERTAIN, phase=RECONCILE_PHASE, error=MAY_HAVE_REACHED)
-            counts["submitting"] = counts.get("submitting", 0) + 1
+        counts.update(_wake_stranded(in_hand=[], answers={}))
         # `running` resumes polling its job id; `copying` runs finish() again.
         return counts
 
@@ -154,10 +149,11 @@ class Worker:
             log.info("worker stopped")
 
     async def pump(self) -> int:
-        """Reap finished coroutines and start due tasks up to the limit; return how many started."""
+        """Reap, settle stranded tasks, start due ones up to the limit; return how many started."""
         if self._slot_freed is not None:
             self._slot_freed.clear()  # this pass reaps every coroutine that ended until now
         self._reap()
+        await self.sweep()
         room = self.workers - len(self.in_hand)
         if room <= 0 or self.stopping:
             return 0
@@ -167,6 +163,29 @@ class Worker:
             job.add_done_callback(self._freed)
             self.in_hand[task_id] = job
         return len(ids)
+
+    async def sweep(self) -> None:
+        """Settle tasks left `preparing`/`submitting` that no coroutine holds (once a tick).
+
+        Only a coroutine holds those states; one that ended without moving its task on
+        (a write that failed, say) would leave it where nothing moves it while this
+        worker lives. Ember's answer, when one came, decides where it goes.
+        """
+        now = time.monotonic()
+        if now - self._swept_at < self.tick:
+            return
+        self._swept_at = now
+        answers = dict(self.unrecorded)
+        try:
+            counts = await db(_wake_stranded)(in_hand=list(self.in_hand), answers=answers)
+        except Exception:
+            log.exception("sweeping tasks left mid-step failed; trying again next tick")
+            return
+        for task_id in answers:
+            if task_id not in self.in_hand:
+                self.unrecorded.pop(task_id, None)
+        if any(counts.values()):
+            log.warning("settled tasks left mid-step: %s", counts)
 
     def _due(self, limit: int) -> list[str]:
         checked = time.monotonic()
@@ -273,12 +292,21 @@ class Worker:
 
         Returns True when the task went on to `running`.
         """
+        if await db(self._stop_resending)(task):
+            return False
         await db(move)(
             task, TaskState.PREPARING, expected=task.version, phase="Checking reference photos"
         )
         references = await self.load_references(task)
         if references is None:
-            await db(move)(task, TaskState.FAILED, phase="Failed", error=REFERENCE_CHANGED)
+            # Versioned: a cancel that won while the references were read stands.
+            await db(move)(
+                task,
+                TaskState.FAILED,
+                expected=task.version,
+                phase="Failed",
+                error=REFERENCE_CHANGED,
+            )
             return False
         if self.stopping:
             # Nothing has been sent: a stopping worker does not start a paid request.
@@ -286,7 +314,7 @@ class Worker:
                 task, TaskState.QUEUED, expected=task.version, phase="Waiting for the worker"
             )
             return False
-        number = await db(task.attempts.count)() + 1
+        number = await db(_attempt_number)(task)
         payload = build_payload(task, references, attempt=number)
         await db(move)(
             task,
@@ -295,14 +323,73 @@ class Worker:
             submitted_at=timezone.now(),
             phase="Sending to Ember",
         )
+        return await self._send(task, payload, number)
+
+    def _stop_resending(self, task: Task) -> bool:
+        """Rest a clip `uncertain` once its key was first sent longer than the poll bound ago.
+
+        Re-sending under the key is free, but one whose answers keep getting lost
+        would otherwise be sent every few seconds for ever. Returns True when it rests.
+        """
+        sent = task.attempt_under_key()
+        if sent is None:
+            return False
+        if (timezone.now() - sent.submitted_at).total_seconds() <= self.poll_bound:
+            return False
+        since = sent.submitted_at.astimezone(UTC)
+        move(
+            task,
+            TaskState.UNCERTAIN,
+            expected=task.version,
+            phase=RECONCILE_PHASE,
+            error=f"Ember's answer to this clip never arrived: it was re-sent under key "
+            f"{task.idempotency_key} since {since:%Y-%m-%d %H:%M:%S} UTC; nothing more was sent.",
+        )
+        return True
+
+    async def _send(self, task: Task, payload: dict[str, Any], number: int) -> bool:
+        """POST the job and record what the answer proves; True when it went on to `running`.
+
+        Nothing that goes wrong here leaves the task `submitting`, where nothing would
+        move it while this worker lives: an answer that cannot be read, or one whose
+        recording fails, puts the task where the wake-up table would, at once.
+        """
+        task_id = str(task.pk)
+        answer: Answer = None
         try:
             submitted = await self.client.submit(payload, idempotency_key=task.idempotency_key)
         except EmberError as exc:
+            answer, detail = exc, exc.message
+        except Exception as exc:
+            log.exception("task=%s Ember's answer to a submit could not be read", task_id)
+            detail = f"Ember's answer could not be read ({type(exc).__name__})."
+        else:
+            answer = submitted
+            detail = f"Ember accepted job {submitted.job_id}, but recording it failed."
+        try:
             # Shielded: Ember's answer is recorded even if we are being cancelled.
-            await asyncio.shield(db(_record_refusal)(task, exc, number))
-            return False
-        await asyncio.shield(db(_record_accepted)(task, submitted, number))
-        return True
+            if isinstance(answer, Submitted):
+                await asyncio.shield(db(_record_accepted)(task, answer, number))
+                return True
+            if isinstance(answer, EmberError):
+                await asyncio.shield(db(_record_refusal)(task, answer, number))
+                return False
+        except Exception:
+            if isinstance(answer, Submitted):
+                # A person may need this job id to find the paid job: say it loudly.
+                log.error(
+                    "task=%s Ember accepted job %s, but recording it failed",
+                    task_id,
+                    answer.job_id,
+                    exc_info=True,
+                )
+            else:
+                log.exception("task=%s recording Ember's answer failed", task_id)
+        # If this write fails too, the pump's sweep settles the task from `unrecorded`.
+        self.unrecorded[task_id] = answer
+        await asyncio.shield(db(_settle_unrecorded)(task_id, answer, detail))
+        del self.unrecorded[task_id]
+        return False
 
     async def load_references(self, task: Task) -> list[dict[str, Any]] | None:
         """Read and re-hash each frozen reference; None when one is missing or changed."""
@@ -313,20 +400,12 @@ class Worker:
 
         Errors while polling are transient (EMBER.md): polling goes on within the
         bound, and the latest problem is shown on the task so people see why it waits.
+        The bound is applied only after an answer that does not end the job: a worker
+        back from a long outage asks Ember first, since the job may well have finished.
         """
         assert task.submitted_at is not None
         deadline = task.submitted_at + timedelta(seconds=self.poll_bound)
         while not self.stopping:
-            if timezone.now() > deadline:
-                last = f" Ember's last answer: {task.error}" if task.error else ""
-                await db(move)(
-                    task,
-                    TaskState.UNCERTAIN,
-                    phase="Ember did not finish in time; reconcile before retry",
-                    error=f"Ember's job {task.ember_job_id} did not finish within "
-                    f"{self.poll_bound:.0f} seconds. Nothing was resubmitted.{last}",
-                )
-                return False
             try:
                 job = await self.client.poll(task.ember_job_id)
             except EmberNotFound:
@@ -344,25 +423,24 @@ class Worker:
                         task, phase="Ember's answer was unusable; still polling", error=exc.message
                     )
             else:
-                if job.status == "succeeded":
-                    await db(move)(
-                        task,
-                        TaskState.COPYING,
-                        result=job.result,
-                        phase="Copying the original from Ember",
-                        error="",
-                    )
-                    return True
-                if job.status == "failed":
-                    await db(move)(
-                        task,
-                        TaskState.FAILED,
-                        phase="Ember could not generate this",
-                        error=job.error,
-                    )
-                    return False
+                if job.status in ("succeeded", "failed"):
+                    return await db(_record_ended)(task, job)
+            if timezone.now() > deadline:
+                await db(self._give_up)(task)
+                return False
             await self._sleep(self.poll_interval)
         return False
+
+    def _give_up(self, task: Task) -> None:
+        """Past the bound with the job unfinished: rest `uncertain`, resubmitting nothing."""
+        last = f" Ember's last answer: {task.error}" if task.error else ""
+        move(
+            task,
+            TaskState.UNCERTAIN,
+            phase="Ember did not finish in time; reconcile before retry",
+            error=f"Ember's job {task.ember_job_id} did not finish within "
+            f"{self.poll_bound:.0f} seconds. Nothing was resubmitted.{last}",
+        )
 
     async def finish(self, task: Task) -> None:
         """Copy first, release last (SPEC §6): the original and its row, then the PATCH."""
@@ -420,6 +498,21 @@ class Worker:
 # --- steps that touch only the database or files, run in threads ---------------
 
 
+def _record_ended(task: Task, job: Job) -> bool:
+    """Record a job Ember ended: `copying` with its answer saved, or `failed`; True for copying."""
+    if job.status == "succeeded":
+        move(
+            task,
+            TaskState.COPYING,
+            result=job.result,
+            phase="Copying the original from Ember",
+            error="",
+        )
+        return True
+    move(task, TaskState.FAILED, phase="Ember could not generate this", error=job.error)
+    return False
+
+
 def build_payload(task: Task, references: list[dict[str, Any]], *, attempt: int) -> dict[str, Any]:
     """Return the asynchronous door's request body for `task` (EMBER.md)."""
     return {
@@ -466,17 +559,28 @@ def _record_accepted(task: Task, submitted: Submitted, number: int) -> Task:
     """202: the very next write is `running` with the job id, and its Attempt."""
     now = timezone.now()
     with transaction.atomic():
-        # A clip re-sent under its key comes back with the same job: the same attempt.
-        # (An image's accepted submit is always a new job.)
-        replay = (
-            task.kind == Kind.CLIP and task.attempts.filter(ember_job_id=submitted.job_id).exists()
-        )
-        if not replay:
+        # A clip sent before under its key is that attempt, now with its job (Ember
+        # answers every send under one key with the same job). An image's accepted
+        # submit is always a new job.
+        sent = task.attempt_under_key()
+        if sent is None and task.kind == Kind.CLIP:
+            # Recorded before attempts carried the key: the same job is the same attempt.
+            sent = task.attempts.filter(ember_job_id=submitted.job_id).first()
+        if sent is None:
             Attempt.objects.create(
                 task=task,
                 number=number,
+                idempotency_key=task.idempotency_key,
                 ember_job_id=submitted.job_id,
                 submitted_at=task.submitted_at or now,
+                answered_at=now,
+                outcome=Attempt.Outcome.ACCEPTED,
+            )
+        else:
+            update(
+                sent,
+                idempotency_key=task.idempotency_key,
+                ember_job_id=submitted.job_id,
                 answered_at=now,
                 outcome=Attempt.Outcome.ACCEPTED,
             )
@@ -518,17 +622,17 @@ def _record_refusal(task: Task, exc: EmberError, number: int) -> Task:
         )
     if isinstance(exc, EmberRejected | EmberNotFound):
         return move(task, TaskState.FAILED, phase="Ember refused this request", error=exc.message)
-    # The request may have reached Ember.
-    if task.kind == Kind.CLIP:
-        return move(
-            task,
-            TaskState.QUEUED,
-            due=now + timedelta(seconds=RESEND_BACKOFF),
-            phase="Ember's answer was lost; re-sending under the same key",
-            error=exc.message,
-        )
+    # The request may have reached Ember: it is an attempt, and may have been paid for.
     with transaction.atomic():
         _record_unknown_attempt(task, exc.message, number=number)
+        if task.kind == Kind.CLIP:
+            return move(
+                task,
+                TaskState.QUEUED,
+                due=now + timedelta(seconds=RESEND_BACKOFF),
+                phase="Ember's answer was lost; re-sending under the same key",
+                error=exc.message,
+            )
         return move(
             task,
             TaskState.UNCERTAIN,
@@ -538,14 +642,26 @@ def _record_refusal(task: Task, exc: EmberError, number: int) -> Task:
 
 
 def _record_unknown_attempt(task: Task, error: str, *, number: int | None = None) -> None:
-    """An image submit that may have been paid for is an attempt, with no job id yet."""
+    """A submit that may have been paid for is an attempt, with no job id yet.
+
+    A clip already sent under its key is already that attempt: nothing new is recorded.
+    """
+    if task.attempt_under_key() is not None:
+        return
     Attempt.objects.create(
         task=task,
         number=number or task.attempts.count() + 1,
+        idempotency_key=task.idempotency_key,
         submitted_at=task.submitted_at or timezone.now(),
         outcome=Attempt.Outcome.UNKNOWN,
         error=error,
     )
+
+
+def _attempt_number(task: Task) -> int:
+    """Return the number the next send is: a clip re-sent under its key keeps its number."""
+    sent = task.attempt_under_key()
+    return sent.number if sent is not None else task.attempts.count() + 1
 
 
 def record_asset(task: Task, original: originals.Original) -> Asset:
@@ -621,11 +737,90 @@ def _postpone(task_id: str, error: str) -> None:
     """Park a task whose step raised, so it is not retried in a tight loop.
 
     A task caught in `preparing` goes back to `queued` (nothing was sent); one
-    caught in `submitting` is left for the wake-up table, which knows what an
-    interrupted submit may mean.
+    caught in `submitting` is left to the pump's sweep (the wake-up table), which
+    knows what an interrupted submit may mean. The write is versioned: a cancel
+    that lands between this read and this write stands.
     """
     task = Task.objects.get(pk=task_id)
     state = TaskState.QUEUED if task.state == TaskState.PREPARING else task.state
     if state in ACTIVE:
         due = timezone.now() + timedelta(seconds=CRASH_BACKOFF)
-        move(task, TaskState(state), due=due, error=error[:2000])
+        with contextlib.suppress(Conflict):
+            move(task, TaskState(state), expected=task.version, due=due, error=error[:2000])
+
+
+# --- the wake-up table -------------------------------------------------------------
+
+STRANDED = (TaskState.PREPARING, TaskState.SUBMITTING)  # states that only a coroutine holds
+NOT_SENT_PHASE = "Ember did not take it; will try again"
+
+
+def _wake_stranded(*, in_hand: list[str], answers: dict[str, Answer]) -> dict[str, int]:
+    """Settle each task mid-step that no coroutine holds; return counts by state.
+
+    `answers` holds what Ember answered to submits whose recording failed: an answer
+    that proves nothing was accepted must not read as "may have reached Ember".
+    """
+    counts = {"preparing": 0, "submitting": 0}
+    for task in Task.objects.filter(state__in=STRANDED).exclude(pk__in=in_hand):
+        state = task.state
+        try:
+            if state == TaskState.SUBMITTING and str(task.pk) in answers:
+                _settle(task, answers[str(task.pk)])
+            else:
+                _wake(task)
+        except Conflict:
+            continue  # a cancel (or another writer) moved it first: its write stands
+        counts[state] += 1
+    return counts
+
+
+def _settle_unrecorded(task_id: str, answer: Answer, detail: str) -> None:
+    """Settle a `submitting` task whose answer could not be read or recorded."""
+    task = Task.objects.get(pk=task_id)
+    if task.state != TaskState.SUBMITTING:
+        return  # the answer was recorded after all, or another writer moved it
+    with contextlib.suppress(Conflict):
+        _settle(task, answer, detail=detail)
+
+
+def _settle(task: Task, answer: Answer, *, detail: str = "") -> None:
+    """Put a `submitting` task where Ember's answer (if it proves anything) or the table says."""
+    if isinstance(answer, EmberError) and not answer.may_have_arrived:
+        # Nothing was accepted: back to `queued` after a pause, never "may have reached".
+        move(
+            task,
+            TaskState.QUEUED,
+            expected=task.version,
+            due=timezone.now() + timedelta(seconds=CRASH_BACKOFF),
+            phase=NOT_SENT_PHASE,
+            error=answer.message,
+        )
+    else:
+        _wake(task, detail=detail)
+
+
+def _wake(task: Task, *, detail: str = "") -> None:
+    """Move a task left mid-step to where the wake-up table says, with versioned writes.
+
+    `detail`, when known, says on the attempt why its outcome is unknown.
+    """
+    expected = task.version
+    if task.state == TaskState.PREPARING:
+        # Nothing left the building; a clip's key makes a restart free.
+        move(task, TaskState.QUEUED, expected=expected, phase="Waiting for the worker")
+        return
+    with transaction.atomic():
+        # Either kind may have been paid for: the send is an attempt (for a clip, the one
+        # its key stands for, which also makes it too late to cancel).
+        _record_unknown_attempt(task, detail or MAY_HAVE_REACHED)
+        if task.kind == Kind.CLIP:
+            move(task, TaskState.QUEUED, expected=expected, phase="Re-sending under the same key")
+        else:
+            move(
+                task,
+                TaskState.UNCERTAIN,
+                expected=expected,
+                phase=RECONCILE_PHASE,
+                error=MAY_HAVE_REACHED,
+            )

@@ -818,6 +818,25 @@ def test_it_refuses_to_cancel_a_task_that_already_reached_ember(api, subject):
     assert Task.objects.get(pk=task.pk).state == TaskState.RUNNING
 
 
+def test_it_refuses_to_cancel_a_clip_whose_send_may_have_reached_ember(api, subject):
+    batch = engine.generate(request=batch_request(subject, frames=["clip"]))
+    task = batch.tasks.get()
+    Attempt.objects.create(
+        task=task,
+        number=1,
+        idempotency_key=task.idempotency_key,
+        submitted_at=timezone.now(),
+        outcome=Attempt.Outcome.UNKNOWN,
+    )
+    move(task, TaskState.QUEUED, phase="Ember's answer was lost; re-sending under the same key")
+
+    response = api.post(f"{API}/tasks/{task.pk}/cancel")
+
+    assert response.status_code == 409
+    assert error(response) == {"code": "too_late", "message": TOO_LATE}
+    assert Task.objects.get(pk=task.pk).state == TaskState.QUEUED
+
+
 def an_uncertain_task(subject: Subject) -> Task:
     """An image whose submit may have reached Ember (the worker died mid-request)."""
     task = move(a_batch(subject).tasks.get(), TaskState.SUBMITTING, submitted_at=timezone.now())

@@ -155,6 +155,52 @@ def test_it_answers_a_second_cancel_without_claiming_the_task_reached_ember(subj
     assert row_of(task).state == TaskState.CANCELLED
 
 
+def a_clip_sent_once(subject) -> Task:
+    """A queued clip whose first send's answer was lost: Ember may have it under its key."""
+    task = a_task(subject, frames=["clip"])
+    Attempt.objects.create(
+        task=task,
+        number=1,
+        idempotency_key=task.idempotency_key,
+        submitted_at=timezone.now(),
+        outcome=Attempt.Outcome.UNKNOWN,
+    )
+    return move(
+        task, TaskState.QUEUED, phase="Ember's answer was lost; re-sending under the same key"
+    )
+
+
+def test_it_refuses_to_cancel_a_clip_already_sent_under_its_key(subject):
+    task = a_clip_sent_once(subject)
+    before = row_of(task)
+
+    with pytest.raises(TooLate) as refused:
+        engine.cancel_task(task=task)
+
+    after = row_of(task)
+    assert str(refused.value) == TOO_LATE
+    assert (after.state, after.version) == (TaskState.QUEUED, before.version)
+
+
+def test_it_cancels_a_resubmitted_clip_until_it_is_sent_under_its_new_key(subject):
+    task = a_clip_sent_once(subject)
+    move(task, TaskState.UNCERTAIN, submitted_at=timezone.now())
+    engine.resubmit(task=task, confirmed_not_received=True)
+
+    cancelled = engine.cancel_task(task=row_of(task))
+
+    assert cancelled.state == row_of(task).state == TaskState.CANCELLED
+
+
+def test_it_keeps_the_clips_of_a_batch_already_sent_under_their_key(subject):
+    sent = a_clip_sent_once(subject)
+
+    report = engine.cancel_batch(batch=sent.batch)
+
+    assert [t.pk for t in report.kept] == [sent.pk]
+    assert row_of(sent).state == TaskState.QUEUED
+
+
 def test_it_refuses_a_versioned_write_when_the_row_moved_and_writes_nothing(subject):
     task = a_task(subject)
     old_version = task.version

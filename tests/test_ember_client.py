@@ -189,6 +189,48 @@ def test_it_reads_a_retry_after_given_as_an_http_date(ember):
     assert 100 <= failed.value.retry_after <= 120
 
 
+def http_date(seconds_from_now: float) -> str:
+    return format_datetime(timezone.now() + timedelta(seconds=seconds_from_now), usegmt=True)
+
+
+# What a Retry-After header says (a float: an HTTP date that many seconds from now), and how
+# long the client then waits (low, high): never less than one pump tick (1 s), never more
+# than an hour, and 30 s when it makes no sense.
+RETRY_AFTERS = {
+    "seconds": ("7", 7, 7),
+    "two minutes": ("120", 120, 120),
+    "zero": ("0", 1, 1),
+    "a fraction": ("0.2", 1, 1),
+    "negative": ("-5", 1, 1),
+    "minus infinity": ("-inf", 1, 1),
+    "a day": ("86400", 3600, 3600),
+    "1e400": ("1e400", 3600, 3600),
+    "inf": ("inf", 3600, 3600),
+    "Infinity": ("Infinity", 3600, 3600),
+    "nan": ("nan", 30, 30),
+    "a word": ("soon", 30, 30),
+    "hex": ("0x10", 30, 30),
+    "with a unit": ("12 seconds", 30, 30),
+    "a year no date holds": ("Mon, 01 Jan 99999 00:00:00 GMT", 30, 30),
+    "a date an hour ago": (-3600.0, 1, 1),
+    "the epoch": ("Thu, 01 Jan 1970 00:00:00 GMT", 1, 1),
+    "a date in two minutes": (120.0, 100, 120),
+    "a date next week": (7 * 86400.0, 3600, 3600),
+}
+
+
+@pytest.mark.parametrize(("header", "low", "high"), RETRY_AFTERS.values(), ids=list(RETRY_AFTERS))
+def test_it_bounds_retry_after_between_one_second_and_an_hour(ember, header, low, high):
+    if isinstance(header, float):
+        header = http_date(header)
+    ember.post(JOBS).respond(429, headers={"Retry-After": header})
+
+    with pytest.raises(EmberBusy) as failed:
+        call("submit", PAYLOAD)
+
+    assert low <= failed.value.retry_after <= high
+
+
 @pytest.mark.parametrize("status", [401, 403])
 def test_it_reports_refused_credentials_as_an_auth_error(ember, status):
     ember.post(JOBS).respond(status, json=ember_error("unauthorized", "Bad token."))

@@ -1,18 +1,22 @@
 """The worker's steps, driven one at a time against a mocked Ember (SPEC §6, EMBER.md)."""
 
+import asyncio
 import hashlib
+import logging
+import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from pathlib import Path
 
 import httpx
 import pytest
-from asgiref.sync import async_to_sync
+from asgiref.sync import async_to_sync, sync_to_async
 from django.conf import settings
-from django.db import connection, connections
+from django.db import DatabaseError, connection, connections
 from django.utils import timezone
 
 from studio import engine, originals
+from studio import worker as worker_module
 from studio.models import Asset, Attempt, Kind, Task, TaskState
 from studio.store import move
 from studio.worker import MAY_HAVE_REACHED, RECONCILE_PHASE, REFERENCE_CHANGED, Worker
@@ -158,6 +162,25 @@ def test_it_wakes_a_submitting_clip_to_queued_and_resends_it_under_the_same_key(
     assert task.attempts.count() == 1
 
 
+def test_it_records_a_woken_clips_send_so_it_can_no_longer_be_cancelled(subject, ember, worker):
+    [task] = plan(subject, frames=("clip",))
+    move(task, TaskState.SUBMITTING, submitted_at=timezone.now())
+
+    worker.recover()
+
+    task.refresh_from_db()
+    assert task.state == TaskState.QUEUED
+    [attempt] = task.attempts.all()
+    assert (attempt.outcome, attempt.ember_job_id, attempt.idempotency_key) == (
+        Attempt.Outcome.UNKNOWN,
+        "",
+        task.idempotency_key,
+    )
+    with pytest.raises(engine.TooLate, match="already been sent to Ember"):
+        engine.cancel_task(task=task)
+    assert Task.objects.get(pk=task.pk).state == TaskState.QUEUED
+
+
 def test_it_wakes_running_by_polling_the_recorded_job_without_submitting(subject, ember, worker):
     fake = FakeEmber(ember)
     [task] = plan(subject)
@@ -217,6 +240,81 @@ def test_it_loses_the_race_to_a_cancel_during_preparation_and_sends_nothing(subj
 
     task.refresh_from_db()
     assert task.state == TaskState.CANCELLED
+    assert fake.submits == []
+
+
+def cancel_before_the_worker_writes(monkeypatch, *, source: TaskState, target: TaskState) -> None:
+    """A person's cancel commits between the worker's read of a task and its write.
+
+    The worker's `move` from `source` to `target` first lets the cancel land on the
+    row, then writes from the copy the worker read (with that copy's version).
+    """
+    real = worker_module.move
+
+    def racing(task: Task, state: TaskState, **fields):
+        if task.state == source and state == target:
+            engine.cancel_task(task=Task.objects.get(pk=task.pk))
+        return real(task, state, **fields)
+
+    monkeypatch.setattr(worker_module, "move", racing)
+
+
+def test_it_keeps_a_cancel_that_won_against_the_wake_up_and_sends_nothing(
+    subject, ember, worker, monkeypatch
+):
+    fake = FakeEmber(ember)
+    [task] = plan(subject)
+    move(task, TaskState.PREPARING)  # a dead worker was checking its references
+    cancel_before_the_worker_writes(
+        monkeypatch, source=TaskState.PREPARING, target=TaskState.QUEUED
+    )
+
+    drain(worker)
+
+    task.refresh_from_db()
+    assert task.state == TaskState.CANCELLED
+    assert fake.submits == []
+
+
+def test_it_keeps_a_cancel_that_won_against_parking_a_failed_step_and_sends_nothing(
+    subject, ember, worker, monkeypatch
+):
+    fake = FakeEmber(ember)
+    [task] = plan(subject)
+
+    async def explode(self, task):
+        raise RuntimeError("disk on fire")
+
+    monkeypatch.setattr(Worker, "load_references", explode)
+    cancel_before_the_worker_writes(
+        monkeypatch, source=TaskState.PREPARING, target=TaskState.QUEUED
+    )
+
+    drain(worker)
+
+    task.refresh_from_db()
+    assert task.state == TaskState.CANCELLED
+    assert fake.submits == []
+
+
+def test_it_keeps_a_cancel_that_won_while_a_changed_reference_was_read(subject, ember, worker):
+    fake = FakeEmber(ember)
+    [task] = plan(subject)
+    ref = task.references[0]
+    originals.path_for(ref["sha256"], ".png").write_bytes(b"someone edited this photo")
+
+    class CancelledWhilePreparing(Worker):
+        async def load_references(self, task):
+            await sync_to_async(engine.cancel_task)(
+                task=await sync_to_async(Task.objects.get)(pk=task.pk)
+            )
+            return await super().load_references(task)
+
+    drain(CancelledWhilePreparing(client=worker.client, poll_interval=0, tick=0))
+
+    task.refresh_from_db()
+    assert task.state == TaskState.CANCELLED
+    assert task.error == "Cancelled before anything was sent to Ember."
     assert fake.submits == []
 
 
@@ -283,6 +381,34 @@ def test_it_requeues_until_retry_after_when_ember_is_busy(subject, ember, worker
     wait = (task.next_attempt_at - timezone.now()).total_seconds()
     assert 110 < wait <= 120
     assert task.attempts.count() == 0
+
+
+def run_for(worker: Worker, seconds: float) -> None:
+    """Run the worker as `run_worker` does (not `--once`), then ask it to stop."""
+
+    async def go() -> None:
+        asyncio.get_running_loop().call_later(seconds, worker.request_stop)
+        await worker.run()
+
+    async_to_sync(go)()
+
+
+def test_it_waits_at_least_a_second_when_ember_says_retry_after_zero(subject, ember, worker):
+    fake = FakeEmber(ember)
+    fake.submit_route.mock(
+        return_value=httpx.Response(
+            429, headers={"Retry-After": "0"}, json={"error": {"code": "busy", "message": "x"}}
+        )
+    )
+    [task] = plan(subject)
+
+    run_for(worker, 0.5)
+
+    sent = fake.submit_route.call_count
+    assert sent == 1, f"Ember saw {sent} submits for one task in 0.5 s"
+    task.refresh_from_db()
+    assert task.state == TaskState.QUEUED
+    assert task.next_attempt_at > timezone.now()
 
 
 @pytest.mark.parametrize("frame", ["image", "clip"])
@@ -382,6 +508,356 @@ def test_it_resends_a_clip_under_the_same_key_when_the_submit_may_have_arrived(
     assert task.attempts.count() == 1
 
 
+# --- whatever goes wrong on the submit path, the task does not stay `submitting` ------
+
+
+def drive_once(worker: Worker, task: Task) -> Task:
+    """Drive one task as the pump would, until it rests or waits."""
+    async_to_sync(worker.drive)(str(task.pk))
+    task.refresh_from_db()
+    return task
+
+
+def gzip_that_is_not(request: httpx.Request) -> httpx.Response:
+    return httpx.Response(
+        202, stream=httpx.ByteStream(b"not gzip at all"), headers={"Content-Encoding": "gzip"}
+    )
+
+
+UNDECODABLE_202S = {
+    "a body that fails its content encoding": gzip_that_is_not,
+    "JSON nested too deep to decode": lambda request: httpx.Response(202, text="[" * 100_000),
+}
+
+
+@pytest.mark.parametrize("answer", UNDECODABLE_202S.values(), ids=UNDECODABLE_202S.keys())
+def test_it_marks_an_image_uncertain_at_once_when_a_202_cannot_be_decoded(
+    subject, ember, worker, answer
+):
+    fake = FakeEmber(ember)
+    fake.submit_route.mock(side_effect=answer)
+    [task] = plan(subject)
+
+    task = drive_once(worker, task)
+
+    assert task.state == TaskState.UNCERTAIN
+    assert task.phase == RECONCILE_PHASE
+    assert task.error == MAY_HAVE_REACHED
+    assert [a.outcome for a in task.attempts.all()] == [Attempt.Outcome.UNKNOWN]
+    assert fake.submit_route.call_count == 1
+
+
+@pytest.mark.parametrize("answer", UNDECODABLE_202S.values(), ids=UNDECODABLE_202S.keys())
+def test_it_requeues_a_clip_under_its_key_at_once_when_a_202_cannot_be_decoded(
+    subject, ember, worker, answer
+):
+    fake = FakeEmber(ember)
+    first = True
+
+    def took_it_but_the_answer_is_broken(request: httpx.Request) -> httpx.Response:
+        nonlocal first
+        response = fake._submit(request)
+        if first:
+            first = False
+            return answer(request)
+        return response
+
+    fake.submit_route.mock(side_effect=took_it_but_the_answer_is_broken)
+    [task] = plan(subject, frames=("clip",))
+    key = task.idempotency_key
+
+    task = drive_once(worker, task)
+    assert task.state == TaskState.QUEUED
+    assert task.next_attempt_at is not None
+    assert [(a.outcome, a.idempotency_key) for a in task.attempts.all()] == [
+        (Attempt.Outcome.UNKNOWN, key)
+    ]
+    move(task, TaskState.QUEUED)  # due now rather than after the back-off
+    drain(worker)
+
+    task.refresh_from_db()
+    assert task.state == TaskState.DONE
+    assert [h["Idempotency-Key"] for h in fake.submit_headers] == [key, key]
+    assert fake.charges(str(task.pk)) == 1
+
+
+@pytest.mark.parametrize("frame", ["image", "clip"])
+def test_it_requeues_with_a_back_off_when_retry_after_is_absurd(subject, ember, worker, frame):
+    fake = FakeEmber(ember)
+    fake.submit_route.mock(
+        return_value=httpx.Response(
+            429, headers={"Retry-After": "1e400"}, json={"error": {"code": "busy", "message": "x"}}
+        )
+    )
+    [task] = plan(subject, frames=(frame,))
+
+    task = drive_once(worker, task)
+
+    assert task.state == TaskState.QUEUED
+    wait = (task.next_attempt_at - timezone.now()).total_seconds()
+    assert 3500 < wait <= 3600
+    assert task.attempts.count() == 0
+
+
+def database_error(*args, **kwargs):
+    raise DatabaseError("disk I/O error")
+
+
+@pytest.mark.parametrize("frame", ["image", "clip"])
+def test_it_logs_the_job_id_when_recording_an_accepted_submit_fails(
+    subject, ember, worker, frame, monkeypatch, caplog
+):
+    fake = FakeEmber(ember)
+    [task] = plan(subject, frames=(frame,))
+    monkeypatch.setattr(worker_module, "_record_accepted", database_error)
+
+    task = drive_once(worker, task)
+
+    assert fake.submit_route.call_count == 1
+    if frame == "image":
+        assert task.state == TaskState.UNCERTAIN
+        assert task.phase == RECONCILE_PHASE
+        assert task.error == MAY_HAVE_REACHED
+        [attempt] = task.attempts.all()
+        assert attempt.outcome == Attempt.Outcome.UNKNOWN
+        assert "job_1" in attempt.error  # a person finds the job from the task's history
+    else:
+        assert task.state == TaskState.QUEUED  # re-sent under its key: Ember replays job_1
+        assert task.idempotency_key == fake.submit_headers[0]["Idempotency-Key"]
+    [logged] = [
+        r for r in caplog.records if r.levelno >= logging.ERROR and "job_1" in r.getMessage()
+    ]
+    assert str(task.pk) in logged.getMessage()
+
+
+REFUSALS = {
+    "429": httpx.Response(429, headers={"Retry-After": "5"}),
+    "503": httpx.Response(503),
+    "401": httpx.Response(401),
+    "403": httpx.Response(403),
+    "400": httpx.Response(400, json={"error": {"code": "invalid", "message": "no"}}),
+    "refused": httpx.ConnectError("refused"),
+}
+
+
+@pytest.mark.parametrize("frame", ["image", "clip"])
+@pytest.mark.parametrize("answer", REFUSALS.values(), ids=REFUSALS.keys())
+def test_it_never_suspects_a_submit_ember_refused_when_recording_the_refusal_fails(
+    subject, ember, worker, frame, answer, monkeypatch
+):
+    route = ember.post(JOBS)
+    route.mock(side_effect=answer) if isinstance(answer, Exception) else route.mock(
+        return_value=answer
+    )
+    [task] = plan(subject, frames=(frame,))
+    monkeypatch.setattr(worker_module, "_record_refusal", database_error)
+
+    task = drive_once(worker, task)
+
+    assert task.state == TaskState.QUEUED
+    assert task.next_attempt_at > timezone.now() + timedelta(seconds=5)
+    assert task.attempts.count() == 0
+    assert MAY_HAVE_REACHED not in task.error
+
+
+@pytest.mark.parametrize("frame", ["image", "clip"])
+def test_it_repairs_a_task_left_submitting_while_the_worker_lives(
+    subject, ember, worker, frame, monkeypatch
+):
+    fake = FakeEmber(ember)
+    [task] = plan(subject, frames=(frame,))
+    # The database refuses every write that would record Ember's answer, once.
+    monkeypatch.setattr(worker_module, "_record_accepted", database_error)
+    monkeypatch.setattr(worker_module, "_settle_unrecorded", database_error, raising=False)
+    stuck = {}
+
+    async def two_passes() -> None:
+        await worker.pump()
+        await asyncio.gather(*worker.in_hand.values(), return_exceptions=True)
+        stuck["state"] = await sync_to_async(lambda: Task.objects.get(pk=task.pk).state)()
+        monkeypatch.undo()  # the database is back
+        worker.request_stop()  # start nothing new: this pass only sweeps
+        await worker.pump()  # the next pass sweeps what no coroutine holds
+
+    async_to_sync(two_passes)()
+
+    assert stuck["state"] == TaskState.SUBMITTING
+
+    task.refresh_from_db()
+    if frame == "image":
+        assert task.state == TaskState.UNCERTAIN
+        assert task.error == MAY_HAVE_REACHED
+        assert [a.outcome for a in task.attempts.all()] == [Attempt.Outcome.UNKNOWN]
+    else:
+        assert task.state == TaskState.QUEUED
+    assert fake.submit_route.call_count == 1
+
+
+def test_the_sweep_leaves_alone_a_task_whose_coroutine_is_still_sending(subject, worker):
+    [task] = plan(subject)
+    move(task, TaskState.SUBMITTING, submitted_at=timezone.now())
+
+    async def sweep_while_in_hand() -> None:
+        sending = asyncio.get_running_loop().create_future()
+        worker.in_hand[str(task.pk)] = sending  # type: ignore[assignment]
+        await worker.sweep()
+        sending.cancel()
+
+    async_to_sync(sweep_while_in_hand)()
+
+    task.refresh_from_db()
+    assert task.state == TaskState.SUBMITTING
+    assert task.attempts.count() == 0
+
+
+def test_it_repairs_a_task_left_preparing_while_the_worker_lives(
+    subject, ember, worker, monkeypatch
+):
+    fake = FakeEmber(ember)
+    [task] = plan(subject)
+    real = Worker.load_references
+    failures = iter([RuntimeError("disk on fire")])
+
+    async def flaky(self, task):
+        failure = next(failures, None)
+        if failure:
+            raise failure
+        return await real(self, task)
+
+    monkeypatch.setattr(Worker, "load_references", flaky)
+    monkeypatch.setattr(worker_module, "_postpone", database_error)
+
+    drain(worker)
+
+    task.refresh_from_db()
+    assert task.state == TaskState.DONE
+    assert fake.charges(str(task.pk)) == 1
+
+
+def test_it_refuses_to_cancel_a_clip_whose_answer_was_lost_and_finishes_it_as_one_attempt(
+    subject, ember, worker
+):
+    fake = FakeEmber(ember)
+    lost = iter([httpx.Response(502)])
+
+    def lose_the_first_answer(request: httpx.Request) -> httpx.Response:
+        response = fake._submit(request)  # Ember took the job and charged it ...
+        return next(lost, response)  # ... but the first answer never arrived
+
+    fake.submit_route.mock(side_effect=lose_the_first_answer)
+    [task] = plan(subject, frames=("clip",))
+
+    task = submit_once(worker, task)
+
+    assert task.state == TaskState.QUEUED
+    [sent] = task.attempts.all()
+    assert (sent.outcome, sent.ember_job_id, sent.idempotency_key) == (
+        Attempt.Outcome.UNKNOWN,
+        "",
+        task.idempotency_key,
+    )
+    with pytest.raises(engine.TooLate, match="already been sent to Ember"):
+        engine.cancel_task(task=task)
+
+    move(task, TaskState.QUEUED)  # due now rather than after the back-off
+    drain(worker)
+
+    task.refresh_from_db()
+    assert task.state == TaskState.DONE
+    [accepted] = task.attempts.all()
+    assert (accepted.pk, accepted.number, accepted.outcome, accepted.ember_job_id) == (
+        sent.pk,
+        1,
+        Attempt.Outcome.ACCEPTED,
+        "job_1",
+    )
+    assert fake.charges(str(task.pk)) == 1
+    assert [body["source_metadata"]["attempt"] for body in fake.submits] == [1, 1]
+
+
+def test_it_counts_a_replayed_clip_recorded_before_attempts_carried_keys_once(
+    subject, ember, worker
+):
+    fake = FakeEmber(ember)
+    [task] = plan(subject, frames=("clip",))
+    async_to_sync(worker.client.submit)(
+        {"source_metadata": {"task_id": str(task.pk)}, "provider": "openai", "model": None},
+        idempotency_key=task.idempotency_key,
+    )
+    Attempt.objects.create(  # as recorded before the upgrade: no key on the attempt
+        task=task,
+        number=1,
+        ember_job_id="job_1",
+        submitted_at=timezone.now(),
+        outcome=Attempt.Outcome.ACCEPTED,
+    )
+
+    drain(worker)
+
+    task.refresh_from_db()
+    assert task.state == TaskState.DONE
+    [attempt] = task.attempts.all()
+    assert (attempt.ember_job_id, attempt.idempotency_key) == ("job_1", task.idempotency_key)
+    assert fake.charges(str(task.pk)) == 1
+
+
+def test_it_stops_re_sending_a_clip_once_its_key_was_first_sent_past_the_poll_bound(
+    subject, ember, worker
+):
+    fake = FakeEmber(ember)
+
+    def always_lost(request: httpx.Request) -> httpx.Response:
+        fake._submit(request)
+        return httpx.Response(502)
+
+    fake.submit_route.mock(side_effect=always_lost)
+    [task] = plan(subject, frames=("clip",))
+    key = task.idempotency_key
+    first_sent = timezone.now() - timedelta(hours=2)
+    Attempt.objects.create(
+        task=task,
+        number=1,
+        idempotency_key=key,
+        submitted_at=first_sent,
+        outcome=Attempt.Outcome.UNKNOWN,
+    )
+
+    drain(worker)
+
+    task.refresh_from_db()
+    assert task.state == TaskState.UNCERTAIN
+    assert task.next_attempt_at is None
+    assert f"re-sent under key {key} since {first_sent:%Y-%m-%d %H:%M:%S} UTC" in task.error
+    assert task.error.endswith("nothing more was sent.")
+    assert fake.submits == []
+    assert task.attempts.count() == 1
+
+
+def test_it_re_sends_a_lost_clip_only_while_within_the_poll_bound(subject, ember, worker):
+    fake = FakeEmber(ember)
+
+    def always_lost(request: httpx.Request) -> httpx.Response:
+        fake._submit(request)
+        return httpx.Response(502)
+
+    fake.submit_route.mock(side_effect=always_lost)
+    [task] = plan(subject, frames=("clip",))
+    hasty = Worker(client=worker.client, poll_interval=0, poll_bound=0.3, tick=0)
+
+    for _ in range(20):  # 20 passes of at least 0.05 s: past the 0.3 s bound
+        drain(hasty)
+        task.refresh_from_db()
+        if task.state != TaskState.QUEUED:
+            break
+        time.sleep(0.05)
+        move(task, TaskState.QUEUED)  # due now rather than after the back-off
+
+    assert task.state == TaskState.UNCERTAIN
+    assert task.idempotency_key in task.error
+    assert 1 <= len(fake.submits) < 20
+    assert fake.charges(str(task.pk)) == 1
+
+
 # --- running --------------------------------------------------------------------------
 
 
@@ -421,6 +897,40 @@ def test_it_gives_up_polling_at_the_bound_as_uncertain_without_resubmitting(subj
     task.refresh_from_db()
     assert task.state == TaskState.UNCERTAIN
     assert "did not finish in time" in task.phase
+    assert len(fake.submits) == 1
+
+
+def test_it_polls_a_job_sent_long_before_a_worker_outage_and_finishes_it(subject, ember, worker):
+    fake = FakeEmber(ember)
+    [task] = plan(subject)
+    async_to_sync(fake_submit)(worker, task)
+    two_hours_ago = timezone.now() - timedelta(hours=2)
+    move(task, TaskState.RUNNING, ember_job_id="job_1", submitted_at=two_hours_ago)
+
+    drain(worker)
+
+    task.refresh_from_db()
+    assert task.state == TaskState.DONE
+    assert fake.poll_route.call_count == 1
+    assert len(fake.submits) == 1
+
+
+def test_it_polls_once_before_giving_up_on_a_job_past_the_bound(subject, ember, worker):
+    fake = FakeEmber(ember)
+    fake.poll_route.mock(
+        return_value=httpx.Response(200, json={"id": "job_1", "status": "running"})
+    )
+    [task] = plan(subject)
+    async_to_sync(fake_submit)(worker, task)
+    two_hours_ago = timezone.now() - timedelta(hours=2)
+    move(task, TaskState.RUNNING, ember_job_id="job_1", submitted_at=two_hours_ago)
+
+    drain(worker)
+
+    task.refresh_from_db()
+    assert task.state == TaskState.UNCERTAIN
+    assert "did not finish in time" in task.phase
+    assert fake.poll_route.call_count == 1
     assert len(fake.submits) == 1
 
 

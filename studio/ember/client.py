@@ -6,6 +6,7 @@ may be sent again. Answers that make no sense are errors too, never crashes.
 """
 
 import hashlib
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
@@ -22,7 +23,9 @@ JOB_STATUSES = ("queued", "running", "succeeded", "failed")
 # "unknown", never "refused".
 TIMEOUT = httpx.Timeout(connect=5.0, read=30.0, write=30.0, pool=5.0)
 FETCH_TIMEOUT = httpx.Timeout(connect=5.0, read=120.0, write=30.0, pool=5.0)
-DEFAULT_RETRY_AFTER = 30.0  # seconds, when a 429/503 names no Retry-After
+DEFAULT_RETRY_AFTER = 30.0  # seconds, when a 429/503 names no usable Retry-After
+MIN_RETRY_AFTER = 1.0  # seconds: one pump tick, whatever Ember says
+MAX_RETRY_AFTER = 3600.0  # seconds: a busy Ember is asked again within the hour
 
 
 class EmberError(Exception):
@@ -270,14 +273,27 @@ def _refusal(response: httpx.Response, *, unknown_outcome: bool) -> EmberError:
 
 
 def _retry_after(response: httpx.Response) -> float:
+    """Return how long Ember asks us to wait, bounded to [MIN_RETRY_AFTER, MAX_RETRY_AFTER].
+
+    The floor keeps "0" or a date in the past from turning into a POST per pump
+    pass; the ceiling keeps "1e400" or a date years ahead from parking a task
+    for good (or overflowing the timestamp it becomes).
+    """
     raw = response.headers.get("Retry-After", "").strip()
-    if not raw:
+    seconds = _retry_after_seconds(raw) if raw else None
+    if seconds is None or math.isnan(seconds):
         return DEFAULT_RETRY_AFTER
+    return min(MAX_RETRY_AFTER, max(MIN_RETRY_AFTER, seconds))
+
+
+def _retry_after_seconds(raw: str) -> float | None:
+    """Read a Retry-After value (seconds or an HTTP date); None when it is neither."""
     try:
-        return max(0.0, float(raw))
+        return float(raw)
     except ValueError:
         pass
     try:
-        return max(0.0, (parsedate_to_datetime(raw) - timezone.now()).total_seconds())
-    except (TypeError, ValueError):
-        return DEFAULT_RETRY_AFTER
+        return (parsedate_to_datetime(raw) - timezone.now()).total_seconds()
+    except (TypeError, ValueError, OverflowError, IndexError):
+        # Not a date, or one no datetime can hold (or without a zone to compare).
+        return None

@@ -9,7 +9,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('studio', '0004_asset_sha256_per_origin'),
+        ('studio', '0005_attempt_idempotency_key'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
