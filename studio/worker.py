@@ -412,8 +412,11 @@ class Worker:
                     image["id"], sha256=image.get("sha256")
                 )
                 return await asyncio.to_thread(originals.save, data)
-            except EmberNotFound:
-                raise  # the image is gone; asking again will not bring it back
+            except (EmberNotFound, originals.NotDurable):
+                # The image is gone, or the disk did not confirm the write: asking
+                # again will not bring the image back, and a second fsync proves
+                # nothing (the kernel may have dropped the pages it failed to write).
+                raise
             except (EmberError, originals.NotAnImage, originals.ChecksumFailed, OSError):
                 if attempt == FETCH_TRIES:
                     raise
