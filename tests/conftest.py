@@ -103,8 +103,12 @@ def worker() -> Worker:
 
 
 def drain(worker: Worker) -> None:
-    """Run the worker until nothing is due or in hand (`run_worker --once`)."""
-    async_to_sync(worker.run)(once=True)
+    """Run the worker until nothing is due or in hand (`run_worker --once`), as the owner."""
+    worker.lock()
+    try:
+        async_to_sync(worker.run)(once=True)
+    finally:
+        worker.unlock()
 
 
 def batch_request(subject: Subject, **overrides: Any) -> dict[str, Any]:
