@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from asgiref.sync import async_to_sync
 from django.conf import settings
+from django.db import connections
 
 from studio import engine, originals
 from studio.ember.client import EmberClient
@@ -226,5 +227,7 @@ def test_it_releases_the_lock_only_after_the_write_in_flight_returned(subject, e
         asyncio.run(forced_stop())
     finally:
         worker.unlock()
+        # That database thread outlives the loop: close its connection, not the test's.
+        asyncio.run(db(connections.close_all)())
 
     assert events == ["write started", "write returned", "lock released"]
