@@ -14,6 +14,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import psycopg
 from django.conf import settings
 from django.db import connection
 from filelock import FileLock
@@ -86,6 +87,11 @@ class Ownership:
         while self._file_locks:
             self._file_locks.pop().release()
 
+    @property
+    def can_be_lost(self) -> bool:
+        """Whether `verify` has anything to check: an flock stays while the process lives."""
+        return self.held and connection.vendor == "postgresql"
+
     def verify(self) -> None:
         """Check, with one cheap query, that this process still holds the advisory lock.
 
@@ -96,14 +102,14 @@ class Ownership:
         held the lock throughout: take it again (OwnershipLost when another
         worker got there first). On SQLite the flocks cannot be lost.
         """
-        if not self.held or connection.vendor != "postgresql":
+        if not self.can_be_lost:
             return
         if self._pg is not None:
             try:
                 with self._pg.cursor() as cursor:
                     cursor.execute("SELECT 1")
                 return
-            except Exception as exc:  # psycopg's own errors: this connection is not Django's
+            except psycopg.Error as exc:  # this connection is not Django's: psycopg's errors
                 log.warning("the worker's lock connection failed: %s", exc)
                 self._drop_pg()
         with connection.wrap_database_errors:  # unreachable: OperationalError, retried later

@@ -189,7 +189,7 @@ class Worker:
             # One small write every few seconds, not one per task.
             await db(_beat)(started_at)
             self._last_beat = loop.time()
-        if loop.time() - self._last_verified >= self.tick:
+        if self._ownership.can_be_lost and loop.time() - self._last_verified >= self.tick:
             # A worker whose lock went must not start another step (at most once a tick:
             # the pump also passes whenever a slot frees).
             await db(self._ownership.verify)()
