@@ -111,6 +111,13 @@ def drain(worker: Worker) -> None:
         worker.unlock()
 
 
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Remove the lock file the worker's locks left beside the SQLite test database."""
+    test_name = settings.DATABASES["default"].get("TEST", {}).get("NAME")
+    if test_name and settings.DATABASES["default"]["ENGINE"].endswith("sqlite3"):
+        Path(f"{test_name}.worker-lock").unlink(missing_ok=True)
+
+
 def batch_request(subject: Subject, **overrides: Any) -> dict[str, Any]:
     request: dict[str, Any] = {
         "title": "Spring avatars",
