@@ -84,7 +84,11 @@ def op_plan(tasks: int, seed: int) -> dict[str, float]:
 def op_drive(ember_url: str) -> dict[str, Any]:
     """Drive the planned tasks with the worker's defaults; return each Ember-done → done."""
     worker = Worker(client=EmberClient(base_url=ember_url, token="dev-token"))
-    asyncio.run(_drive(worker))
+    worker.lock()  # only the database's owner runs
+    try:
+        asyncio.run(_drive(worker))
+    finally:
+        worker.unlock()
     jobs = httpx.get(f"{ember_url}/_sim/jobs", timeout=30).json()["items"]
     finished = {
         str(pk): at

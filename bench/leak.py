@@ -76,11 +76,15 @@ def op_plan(tasks: int) -> int:
 
 def op_drive(checkpoints: list[int]) -> list[dict[str, float]]:
     """Run the worker; read VmRSS each time the done count passes a checkpoint, then stop."""
-    return asyncio.run(_drive(sorted(checkpoints)))
-
-
-async def _drive(checkpoints: list[int]) -> list[dict[str, float]]:
     worker = Worker(workers=WORKERS, poll_interval=POLL_INTERVAL)
+    worker.lock()  # only the database's owner runs
+    try:
+        return asyncio.run(_drive(worker, sorted(checkpoints)))
+    finally:
+        worker.unlock()
+
+
+async def _drive(worker: Worker, checkpoints: list[int]) -> list[dict[str, float]]:
     readings: list[dict[str, float]] = []
     loop = asyncio.get_running_loop()
     started = loop.time()

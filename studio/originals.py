@@ -4,12 +4,15 @@ An original is proved to be an image by decoding it in full (not `verify()`,
 which passes truncated files), hashed, written to a temporary file opened for
 exclusive creation, flushed and fsynced, renamed into place atomically, and the
 directory is fsynced so the rename itself survives power loss. Any OSError
-(fsync included) propagates: nothing may be acknowledged after it.
+propagates; a failed fsync raises NotDurable and leaves nothing under the final
+name that this call put there: nothing may be acknowledged after it.
 """
 
+import contextlib
 import hashlib
 import io
 import os
+import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,10 +31,21 @@ EXTENSIONS = {ext for _mime, ext in FORMATS.values()}
 TEMP_SUFFIX = ".tmp"
 MAX_SIDE = 16_384  # pixels; a 1 x 100000 strip is within the pixel cap but no photo
 CHECKSUM_FAILED = "Stored original failed its checksum."
+# A temporary file younger than this may be a write in progress (an upload the web
+# process is saving right now), not one a dead process left behind.
+STALE_AFTER = 10 * 60  # seconds
 
 
 class NotAnImage(ValueError):
     """The bytes are not an image we accept: the message says why, for people."""
+
+
+class NotDurable(OSError):
+    """The disk did not confirm a write (fsync failed): the bytes may not survive a crash.
+
+    Final for that write: retrying the fsync proves nothing, because the kernel may
+    have dropped the dirty pages and reports the error only once.
+    """
 
 
 class ChecksumFailed(Exception):
@@ -146,8 +160,8 @@ def save(data: bytes) -> Original:
     """Store `data` as an original (once) and return where it lives.
 
     Raises NotAnImage for bytes that are not an accepted image, ChecksumFailed
-    when a file already stored under this hash does not match it, and OSError
-    (fsync included) when the disk does not confirm the write.
+    when a file already stored under this hash does not match it, NotDurable when
+    an fsync fails, and OSError when the disk refuses the write.
     """
     info = inspect(data)
     digest = sha256_of(data)
@@ -155,12 +169,18 @@ def save(data: bytes) -> Original:
     if target.exists():
         if file_sha256(target) != digest:
             raise ChecksumFailed()
-        # An earlier save may have renamed this file in and then failed to fsync the
-        # directory: make the name durable before acknowledging it again.
+        # Make sure the name is durable before acknowledging it again (a failure
+        # here leaves the file: it was there, and matched, before this call).
         fsync_dir(target.parent)
         return Original(sha256=digest, path=target, info=info, size=len(data))
     write_atomically(target, data)
-    fsync_dir(target.parent)  # the rename itself must survive power loss
+    try:
+        fsync_dir(target.parent)  # the rename itself must survive power loss
+    except NotDurable:
+        # This call put the file there and the disk never confirmed its name: take
+        # it away, so a retry writes it afresh instead of trusting it.
+        target.unlink(missing_ok=True)
+        raise
     return Original(sha256=digest, path=target, info=info, size=len(data))
 
 
@@ -179,7 +199,7 @@ def write_atomically(target: Path, data: bytes) -> None:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
-            os.fsync(fh.fileno())
+            fsync(fh.fileno(), f"the file {target.name}")
         os.replace(temp, target)
     except BaseException:
         temp.unlink(missing_ok=True)
@@ -187,12 +207,20 @@ def write_atomically(target: Path, data: bytes) -> None:
 
 
 def fsync_dir(directory: Path) -> None:
-    """Make a rename in `directory` durable."""
+    """Make a rename in `directory` durable, or raise NotDurable."""
     fd = os.open(directory, os.O_RDONLY)
     try:
-        os.fsync(fd)
+        fsync(fd, f"the folder {directory.name}")
     finally:
         os.close(fd)
+
+
+def fsync(fd: int, what: str) -> None:
+    """Flush `fd` to the disk, or raise NotDurable saying what the disk did not confirm."""
+    try:
+        os.fsync(fd)
+    except OSError as exc:
+        raise NotDurable(f"The disk did not confirm {what}: {exc.strerror or exc}") from exc
 
 
 def file_sha256(path: Path) -> str:
@@ -211,13 +239,23 @@ def read(sha256: str, mime: str) -> bytes:
     return data
 
 
-def remove_stale_temp_files() -> int:
-    """Delete temporary files left by a write that died; return how many."""
-    directory = originals_dir()
-    if not directory.is_dir():
-        return 0
+def remove_stale_temp_files(older_than: float = STALE_AFTER) -> int:
+    """Delete temporary files a dead write left in originals/ and thumbs/; return how many.
+
+    Only files not modified for `older_than` seconds: a younger one may be a write
+    still in progress in another process (the web process saving an upload).
+    """
+    from studio.thumbs import thumbs_dir  # thumbs builds on this module
+
+    cutoff = time.time() - older_than
     removed = 0
-    for temp in directory.glob(f".*{TEMP_SUFFIX}"):
-        temp.unlink(missing_ok=True)
-        removed += 1
+    # Thumbnails are written by write_atomically too, with the same temporary names.
+    for directory in (originals_dir(), thumbs_dir()):
+        if not directory.is_dir():
+            continue
+        for temp in directory.glob(f".*{TEMP_SUFFIX}"):
+            with contextlib.suppress(FileNotFoundError):  # another sweep got there first
+                if temp.stat().st_mtime < cutoff:
+                    temp.unlink()
+                    removed += 1
     return removed

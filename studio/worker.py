@@ -18,7 +18,14 @@ from typing import Any, ParamSpec, TypeVar
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.db import close_old_connections, connection, transaction
+from django.db import (
+    DatabaseError,
+    InterfaceError,
+    OperationalError,
+    close_old_connections,
+    connection,
+    transaction,
+)
 from django.db.models import QuerySet
 from django.utils import timezone
 
@@ -35,7 +42,7 @@ from studio.ember.client import (
     Submitted,
 )
 from studio.models import ACTIVE, Asset, Attempt, Kind, Origin, Task, TaskState, WorkerHeartbeat
-from studio.ownership import Ownership
+from studio.ownership import LOCK_LOST, NotOwner, Ownership, OwnershipLost
 from studio.store import Conflict, move, update
 
 log = logging.getLogger("studio.worker")
@@ -50,6 +57,10 @@ FETCH_TRIES = 3
 FETCH_RETRY_DELAY = 1.0  # seconds, doubled after each failed try
 STOP_GRACE = 30.0  # seconds in-flight steps get to record Ember's answer on shutdown
 HEARTBEAT_INTERVAL = 5.0  # seconds between the worker's "still alive" writes
+DB_RETRY_DELAY = 1.0  # seconds before the pump retries a failed database; doubled each time
+DB_RETRY_MAX = 30.0  # seconds; the back-off's ceiling
+# What a locked, restarting or unreachable database raises; it passes, so the pump waits.
+DB_ERRORS = (OperationalError, InterfaceError)
 
 REFERENCE_CHANGED = "A frozen reference failed its checksum."
 MAY_HAVE_REACHED = (
@@ -82,6 +93,7 @@ class Worker:
         tick: float = TICK,
         fetch_retry_delay: float = FETCH_RETRY_DELAY,
         stop_grace: float = STOP_GRACE,
+        db_retry_delay: float = DB_RETRY_DELAY,
     ) -> None:
         self._own_client = client is None
         self.client = client or EmberClient()
@@ -101,6 +113,9 @@ class Worker:
         self._swept_at = float("-inf")  # time.monotonic() of the last sweep
         # Ember's answers whose recording failed, by task id, until the task is settled.
         self.unrecorded: dict[str, Answer] = {}
+        self._last_beat = float("-inf")  # loop time of the last heartbeat written
+        self._last_verified = float("-inf")  # loop time the lock was last checked
+        self.db_retry_delay = db_retry_delay
         self._ownership = Ownership()
 
     # --- ownership ------------------------------------------------------------
@@ -124,21 +139,35 @@ class Worker:
     # --- the pump --------------------------------------------------------------
 
     async def run(self, *, once: bool = False) -> None:
-        """Recover, then pump until stopped (or, with `once`, until nothing is due or in hand)."""
+        """Recover, then pump until stopped (or, with `once`, until nothing is due or in hand).
+
+        Only the database's owner runs: call `lock()` first (NotOwner otherwise).
+        A database that fails (locked, restarting, unreachable) is waited out with
+        back-off; losing the lock stops the worker at once (OwnershipLost).
+        """
+        if not self._ownership.held:
+            raise NotOwner()
         self._stop_event = asyncio.Event()
         self._slot_freed = asyncio.Event()
         counts = await db(self.recover)()
         log.info("worker started workers=%s recovered=%s", self.workers, counts)
         started_at = timezone.now()
-        last_beat = 0.0
-        loop = asyncio.get_running_loop()
+        delay = self.db_retry_delay
         try:
             while not self.stopping:
-                if loop.time() - last_beat >= HEARTBEAT_INTERVAL:
-                    # One small write every few seconds, not one per task.
-                    await db(_beat)(started_at)
-                    last_beat = loop.time()
-                started = await self.pump()
+                try:
+                    started = await self._pass(started_at)
+                except DB_ERRORS as exc:
+                    log.warning("database error: %s; retrying in %g s", exc, delay)
+                    await db(_drop_connection)()
+                    await self._sleep(delay)
+                    delay = min(delay * 2, DB_RETRY_MAX)
+                    continue
+                except OwnershipLost:
+                    log.error("%s", LOCK_LOST)
+                    self._stop_now()
+                    raise
+                delay = self.db_retry_delay  # the database answers again
                 if once and not self.in_hand and started == 0:
                     break
                 await self._idle()
@@ -147,6 +176,20 @@ class Worker:
             if self._own_client:
                 await self.client.aclose()
             log.info("worker stopped")
+
+    async def _pass(self, started_at: datetime) -> int:
+        """One pump pass: the heartbeat and the lock check when due, then `pump`."""
+        loop = asyncio.get_running_loop()
+        if loop.time() - self._last_beat >= HEARTBEAT_INTERVAL:
+            # One small write every few seconds, not one per task.
+            await db(_beat)(started_at)
+            self._last_beat = loop.time()
+        if self._ownership.can_be_lost and loop.time() - self._last_verified >= self.tick:
+            # A worker whose lock went must not start another step (at most once a tick:
+            # the pump also passes whenever a slot frees).
+            await db(self._ownership.verify)()
+            self._last_verified = loop.time()
+        return await self.pump()
 
     async def pump(self) -> int:
         """Reap, settle stranded tasks, start due ones up to the limit; return how many started."""
@@ -219,6 +262,11 @@ class Worker:
         if self._stop_event is not None:
             self._stop_event.set()
 
+    def _stop_now(self) -> None:
+        """Stop and cancel in-flight work at once, as a second signal does."""
+        self.request_stop()
+        self.request_stop()
+
     async def _drain(self) -> None:
         """Let in-flight steps record their outcome (bounded), then cancel what remains.
 
@@ -232,6 +280,10 @@ class Worker:
                 job.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
         self._reap()
+        # A cancelled coroutine does not stop the database call it was waiting on: that
+        # call still runs on the database thread. A no-op queued on the same thread
+        # returns only after it, so the caller releases the lock after the last write.
+        await asyncio.shield(db(_nothing)())
 
     async def _sleep(self, seconds: float) -> None:
         """Sleep, waking early when a stop is requested."""
@@ -485,8 +537,11 @@ class Worker:
                     image["id"], sha256=image.get("sha256")
                 )
                 return await asyncio.to_thread(originals.save, data)
-            except EmberNotFound:
-                raise  # the image is gone; asking again will not bring it back
+            except (EmberNotFound, originals.NotDurable):
+                # The image is gone, or the disk did not confirm the write: asking
+                # again will not bring the image back, and a second fsync proves
+                # nothing (the kernel may have dropped the pages it failed to write).
+                raise
             except (EmberError, originals.NotAnImage, originals.ChecksumFailed, OSError):
                 if attempt == FETCH_TRIES:
                     raise
@@ -731,6 +786,21 @@ def _beat(started_at: datetime) -> None:
             "host": socket.gethostname(),
         },
     )
+
+
+def _drop_connection() -> None:
+    """Close this thread's connection after a database error; the next query opens a new one.
+
+    Django keeps a broken connection and fails every later query on it. (Inside a
+    test's transaction the connection is not broken, and closing would end it.)
+    """
+    if not connection.in_atomic_block:
+        with contextlib.suppress(DatabaseError):  # a broken one may complain while closing
+            connection.close()
+
+
+def _nothing() -> None:
+    """Return at once: awaited on the database thread, it waits for the call ahead of it."""
 
 
 def _postpone(task_id: str, error: str) -> None:

@@ -105,8 +105,12 @@ def worker() -> Worker:
 
 
 def drain(worker: Worker) -> None:
-    """Run the worker until nothing is due or in hand (`run_worker --once`)."""
-    async_to_sync(worker.run)(once=True)
+    """Run the worker until nothing is due or in hand (`run_worker --once`), as the owner."""
+    worker.lock()
+    try:
+        async_to_sync(worker.run)(once=True)
+    finally:
+        worker.unlock()
 
 
 def batch_request(subject: Subject, **overrides: Any) -> dict[str, Any]:
@@ -160,9 +164,13 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Leave the browser-skip count for `make test`; remove the test database's lock file."""
     target = os.environ.get(browsers.SKIP_REPORT_ENV)
     if target:
         Path(target).write_text(str(len(_browser_skips)))
+    test_name = settings.DATABASES["default"].get("TEST", {}).get("NAME")
+    if test_name and settings.DATABASES["default"]["ENGINE"].endswith("sqlite3"):
+        Path(f"{test_name}.worker-lock").unlink(missing_ok=True)
 
 
 __all__ = ["EMBER", "a_set", "batch_request", "drain", "generated_asset", "png_bytes", "settings"]

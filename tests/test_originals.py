@@ -4,6 +4,7 @@ import hashlib
 import io
 import os
 import stat
+import time
 from pathlib import Path
 
 import pytest
@@ -335,7 +336,42 @@ def test_it_does_not_acknowledge_a_retry_after_the_directory_fsync_failed(store_
     assert "directory" in fsync.calls
 
 
+@pytest.mark.parametrize(("fail_on", "which"), [(1, "file"), (2, "directory")])
+def test_it_calls_a_failed_fsync_not_durable_and_leaves_nothing_under_the_name(
+    store_dir, monkeypatch, fail_on, which
+):
+    fsync = FsyncRecorder(fail_on=fail_on)
+    monkeypatch.setattr(os, "fsync", fsync)
+
+    with pytest.raises(originals.NotDurable, match="Input/output error"):
+        originals.save(png_bytes(seed=17))
+
+    assert fsync.calls[-1] == which
+    # Not even the renamed file: its name was never confirmed, so nothing may find it.
+    assert listing(store_dir) == []
+
+
+def test_it_keeps_an_original_that_was_durable_before_when_a_later_fsync_fails(
+    store_dir, monkeypatch
+):
+    data = png_bytes(seed=18)
+    original = originals.save(data)
+    monkeypatch.setattr(os, "fsync", FsyncRecorder(fail_on=1))
+
+    with pytest.raises(originals.NotDurable):
+        originals.save(data)
+
+    assert listing(store_dir) == [original.path.name]
+    assert original.path.read_bytes() == data
+
+
 # --- housekeeping and names ---------------------------------------------------
+
+
+def age(path: Path, minutes: float) -> None:
+    """Set a file's modification time `minutes` into the past."""
+    then = time.time() - minutes * 60
+    os.utime(path, (then, then))
 
 
 def test_it_removes_stale_temporary_files_and_nothing_else(store_dir):
@@ -344,11 +380,30 @@ def test_it_removes_stale_temporary_files_and_nothing_else(store_dir):
     keepers = ["notes.tmp", ".keep", "draft.tmp.png"]
     for name in leftovers + keepers:
         (store_dir / name).write_bytes(b"x")
+        age(store_dir / name, minutes=60)
 
     removed = originals.remove_stale_temp_files()
 
     assert removed == 2
     assert listing(store_dir) == sorted([original.path.name, *keepers])
+
+
+@pytest.mark.parametrize("folder", ["originals", "thumbs"])
+def test_it_sweeps_only_temporary_files_old_enough_to_be_abandoned(data_dir, folder):
+    directory = data_dir / folder
+    directory.mkdir()
+    # A write in progress (an upload the web process is saving right now) ...
+    fresh = directory / f".{'a' * 64}.png.0a0b0c0d0e0f.tmp"
+    fresh.write_bytes(b"half an upload")
+    # ... and one a process died in the middle of, a quarter of an hour ago.
+    stale = directory / f".{'b' * 64}-256.webp.0f0e0d0c0b0a.tmp"
+    stale.write_bytes(b"abandoned")
+    age(stale, minutes=15)
+
+    removed = originals.remove_stale_temp_files()
+
+    assert removed == 1
+    assert listing(directory) == [fresh.name]
 
 
 def test_it_removes_nothing_when_there_is_no_originals_directory_yet(store_dir):

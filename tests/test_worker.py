@@ -390,7 +390,11 @@ def run_for(worker: Worker, seconds: float) -> None:
         asyncio.get_running_loop().call_later(seconds, worker.request_stop)
         await worker.run()
 
-    async_to_sync(go)()
+    worker.lock()
+    try:
+        async_to_sync(go)()
+    finally:
+        worker.unlock()
 
 
 def test_it_waits_at_least_a_second_when_ember_says_retry_after_zero(subject, ember, worker):

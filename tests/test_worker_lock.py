@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
-from studio.ownership import NOT_DURABLE, NotDurable, check_durable
+from studio.ownership import ADVISORY_KEY, NOT_DURABLE, NotDurable, check_durable
 from tests.processes import Simulator, Stack, migrated_template, new_stack, server_url
 
 REFUSED = "Another Avatars worker already owns this database"
@@ -64,6 +64,31 @@ def test_a_new_worker_starts_after_the_owner_is_killed(stack: Stack):
         assert second.wait(timeout=60) == 0
 
 
+def test_it_refuses_a_second_worker_whose_data_dir_names_the_same_sqlite_file(
+    sim: Simulator, tmp_path: Path
+):
+    # Two installs, two data dirs (two worker.lock files), one SQLite database file.
+    database = tmp_path / "shared" / "avatars.sqlite3"
+    database.parent.mkdir()
+    url = f"sqlite:///{database}"
+    here = Stack(tmp_path / "here", sim, DATABASE_URL=url)
+    there = Stack(tmp_path / "there", sim, DATABASE_URL=url)
+    here.manage("migrate", "--verbosity", "0")
+    first = start_worker(here)
+    try:
+        assert refused(there)
+        assert first.poll() is None  # the owner is untouched
+        # The lock sits beside the database file, never on it.
+        assert (database.parent / "avatars.sqlite3.worker-lock").exists()
+    finally:
+        first.send_signal(signal.SIGTERM)
+        assert first.wait(timeout=60) == 0
+    # Once the owner is gone, the other install may run.
+    second = start_worker(there)
+    second.send_signal(signal.SIGTERM)
+    assert second.wait(timeout=60) == 0
+
+
 @pytest.mark.skipif(not server_url(), reason="PostgreSQL only: runs in `make test-postgres`")
 def test_on_postgresql_a_worker_on_another_machine_is_refused_too(stack: Stack, tmp_path: Path):
     # Another data dir stands for another machine: the flocks do not meet there.
@@ -81,6 +106,30 @@ def test_on_postgresql_a_worker_on_another_machine_is_refused_too(stack: Stack, 
     finally:
         if first.poll() is None:
             first.kill()
+
+
+@pytest.mark.skipif(not server_url(), reason="PostgreSQL only: runs in `make test-postgres`")
+def test_on_postgresql_a_worker_whose_lock_session_is_ended_stops_at_once(stack: Stack):
+    import psycopg
+
+    worker = start_worker(stack)
+    try:
+        # Someone ends the session that holds the worker's advisory lock; the server
+        # stays up, so another worker could take the lock now.
+        with psycopg.connect(stack.env["DATABASE_URL"], autocommit=True) as conn:
+            ended = conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_locks"
+                " WHERE locktype = 'advisory' AND classid = %s AND objid = %s"
+                " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+                [ADVISORY_KEY >> 32, ADVISORY_KEY & 0xFFFF_FFFF],
+            ).fetchall()
+        assert ended == [(True,)]
+        out, _ = worker.communicate(timeout=30)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+    assert worker.returncode != 0
+    assert "lost its lock on the database" in out
 
 
 @pytest.mark.skipif(not server_url(), reason="PostgreSQL only: runs in `make test-postgres`")

@@ -6,7 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from studio.ownership import AlreadyRunning, NotDurable
+from studio.ownership import AlreadyRunning, NotDurable, OwnershipLost
 from studio.worker import Worker
 
 
@@ -30,6 +30,8 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from None
         try:
             asyncio.run(self._run(worker, once=options["once"]))
+        except OwnershipLost as exc:
+            raise CommandError(str(exc)) from None  # a non-zero exit: the lock is gone
         finally:
             worker.unlock()
 
