@@ -1,4 +1,4 @@
-"""Settings for Avatars, read from the environment with working defaults (SPEC §2)."""
+"""Settings for Avatars, read from the environment with working defaults (docs/operations.md)."""
 
 import os
 import tempfile
@@ -78,7 +78,7 @@ FILE_UPLOAD_HANDLERS = [
     "studio.uploads.CappedTemporaryUploadHandler",
 ]
 
-# The provider catalogue: key -> label and default model (API.md).
+# The provider catalogue: key -> label and default model (docs/api.md).
 AVATARS_PROVIDERS: dict[str, dict[str, str]] = {
     "openai": {"label": "GPT Image", "model": "gpt-image-1"},
     "flux": {"label": "FLUX", "model": "flux-dev"},

@@ -221,7 +221,7 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
 
 class StateFilter(admin.SimpleListFilter):
-    """Filter by one state, or by the groups the code names (SPEC §4)."""
+    """Filter by one state, or by the groups the code names (docs/design.md §4)."""
 
     title = "state"
     parameter_name = "state"
@@ -525,7 +525,7 @@ class TaskAdmin(VersionedAdmin):
 
 
 def protection_text(released: bool | None) -> str:
-    """Say what is known about Ember's protection of its copy (SPEC §6, step 4)."""
+    """Say what is known about Ember's protection of its copy (docs/design.md §6.7, step 4)."""
     if released is None:
         return "not tried yet"
     return "released" if released else "unconfirmed (asked; Ember did not confirm)"

@@ -1,4 +1,4 @@
-"""The data model of SPEC §3: subjects, originals, batches of intents, tasks, attempts, sets.
+"""The data model (docs/design.md §3): subjects, originals, batches, tasks, attempts, sets.
 
 Every model carries `version`, bumped on every write through `studio.store.update`,
 so that a writer can say "only if nobody moved this row since I read it".
@@ -33,7 +33,7 @@ ACTIVE = (TaskState.QUEUED, TaskState.RUNNING, TaskState.COPYING)
 RECONCILABLE = (TaskState.UNCERTAIN, TaskState.HISTORY_MISSING, TaskState.COPY_FAILED)
 # Where a task rests for good unless a person repairs it.
 FINAL = (TaskState.DONE, TaskState.FAILED, TaskState.CANCELLED)
-# Nothing has been sent to Ember for this intent in these states (SPEC §9).
+# Nothing has been sent to Ember for this intent in these states (docs/design.md §9).
 CANCELLABLE = (TaskState.QUEUED, TaskState.PREPARING)
 
 

@@ -1,4 +1,4 @@
-"""The originals store (SPEC §7): write once, named by SHA-256, durable before acknowledged.
+"""The originals store (docs/design.md §7): written once, named by SHA-256, durable first.
 
 An original is proved to be an image by decoding it in full (not `verify()`,
 which passes truncated files), hashed, written to a temporary file opened for

@@ -1,4 +1,4 @@
-"""One owner per database (SPEC §6): the worker's locks, and the durability it insists on.
+"""One owner per database (docs/design.md §6): the worker's locks, and the durability it insists on.
 
 On every database the worker holds an flock on `worker.lock` in the data dir. On
 SQLite it also holds one on a lock file beside the database file, so two data dirs

@@ -1,4 +1,4 @@
-"""The worker (SPEC §6): one owner per database, recovery, the pump, one coroutine per task.
+"""The worker (docs/design.md §6): one owner, recovery, the pump, one coroutine per task.
 
 Each task advances one durable state at a time: the state naming a step is
 committed before that step is acted on, so a process killed at any line leaves
@@ -340,7 +340,7 @@ class Worker:
             await db(_postpone)(task_id, f"The worker hit an error: {exc}")
 
     async def submit(self, task: Task) -> bool:
-        """queued → preparing → submitting → POST → the row EMBER.md's table names.
+        """queued → preparing → submitting → POST → the row docs/ember.md's table names.
 
         Returns True when the task went on to `running`.
         """
@@ -450,7 +450,7 @@ class Worker:
     async def follow(self, task: Task) -> bool:
         """Poll a running job until it ends; returns True when it went on to `copying`.
 
-        Errors while polling are transient (EMBER.md): polling goes on within the
+        Errors while polling are transient (docs/ember.md): polling goes on within the
         bound, and the latest problem is shown on the task so people see why it waits.
         The bound is applied only after an answer that does not end the job: a worker
         back from a long outage asks Ember first, since the job may well have finished.
@@ -495,7 +495,7 @@ class Worker:
         )
 
     async def finish(self, task: Task) -> None:
-        """Copy first, release last (SPEC §6): the original and its row, then the PATCH."""
+        """Copy first, release last (docs/design.md §6.7): the original, its row, then the PATCH."""
         result = task.result or {}
         image = result.get("image") or {}
         history = result.get("history") or {}
@@ -569,7 +569,7 @@ def _record_ended(task: Task, job: Job) -> bool:
 
 
 def build_payload(task: Task, references: list[dict[str, Any]], *, attempt: int) -> dict[str, Any]:
-    """Return the asynchronous door's request body for `task` (EMBER.md)."""
+    """Return the asynchronous door's request body for `task` (docs/ember.md)."""
     return {
         "kind": task.kind,
         "provider": task.provider,
@@ -649,7 +649,7 @@ def _record_accepted(task: Task, submitted: Submitted, number: int) -> Task:
 
 
 def _record_refusal(task: Task, exc: EmberError, number: int) -> Task:
-    """Record what a failed submit proves, row by row of EMBER.md's Submit outcomes."""
+    """Record what a failed submit proves, row by row of docs/ember.md's Submit outcomes."""
     now = timezone.now()
     if isinstance(exc, EmberUnavailable):
         return move(

@@ -15,7 +15,7 @@ JOBS = "/api/v1/api-generators/jobs"
 
 
 class FakeEmber:
-    """Answers EMBER.md's routes from memory and records what it was asked."""
+    """Answers docs/ember.md's routes from memory and records what it was asked."""
 
     def __init__(self, router: respx.Router, *, history: bool = True) -> None:
         self.router = router

@@ -1,4 +1,4 @@
-"""The admin (SPEC §11): inspect every task, repair through the services, refuse stale edits."""
+"""The admin: inspect every task, repair through the services, refuse stale edits."""
 
 import html
 from datetime import timedelta
@@ -55,7 +55,7 @@ def plan(subject: Subject, n: int = 1) -> list[Task]:
 
 
 def ember_result(image_id: str = "img_7", history_id: str | None = "hist_7") -> dict[str, Any]:
-    """Ember's answer for a succeeded job (EMBER.md §Poll)."""
+    """Ember's answer for a succeeded job (docs/ember.md §Poll)."""
     return {
         "image": {
             "id": image_id,

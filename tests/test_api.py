@@ -1,4 +1,4 @@
-"""The JSON API (API.md): every route, the shapes it answers, and what it refuses."""
+"""The JSON API (docs/api.md): every route, the shapes it answers, and what it refuses."""
 
 import hashlib
 import json

@@ -1,4 +1,4 @@
-"""Tokens for the JSON API (API.md): who gets in, what a stranger learns, how tokens are kept."""
+"""API tokens (docs/api.md): who gets in, what a stranger learns, how tokens are kept."""
 
 import hashlib
 import json

@@ -1,4 +1,4 @@
-"""Cancel (SPEC §9), publish (SPEC §10) and reconcile (SPEC §8): the services a person drives."""
+"""Cancel, publish and reconcile (docs/design.md §8-§10): the services a person drives."""
 
 import contextlib
 from typing import Any
@@ -31,7 +31,7 @@ def a_task(subject, **overrides: Any) -> Task:
 
 
 def result(image_id: str = "img_1", history_id: str | None = "hist_1") -> dict[str, Any]:
-    """Ember's answer for a succeeded job (EMBER.md §Poll)."""
+    """Ember's answer for a succeeded job (docs/ember.md §Poll)."""
     return {
         "image": {
             "id": image_id,

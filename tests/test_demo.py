@@ -113,7 +113,7 @@ def test_the_demo_runs_everything_prints_a_login_and_stops_on_ctrl_c(tmp_path):
     assert proc.returncode == 0, out
     stack = Stack.__new__(Stack)
     stack.env = {**os.environ, "AVATARS_DATA_DIR": str(data_dir)}
-    stack.env.pop("DATABASE_URL", None)  # the demo runs on SQLite, as SPEC §2 says
+    stack.env.pop("DATABASE_URL", None)  # the demo runs on SQLite, as docs/operations.md says
     counts = stack.django(
         "from studio.models import Batch, Subject, Task\n"
         "result = [Batch.objects.count(), Subject.objects.count(),"

@@ -1,4 +1,4 @@
-"""Ember answers that make no sense: each lands the task where EMBER.md implies (SPEC §6).
+"""Ember answers that make no sense: each lands the task where docs/ember.md implies.
 
 The worker must keep running, and the task must say what was wrong in words.
 """

@@ -1,4 +1,4 @@
-"""The Ember client (EMBER.md), mocked at the HTTP boundary with respx.
+"""The Ember client (docs/ember.md), mocked at the HTTP boundary with respx.
 
 Every failure is a typed error that says whether the request may have reached
 Ember; that is what decides whether a paid submit may be sent again.

@@ -1,4 +1,4 @@
-"""generate() (SPEC §5, API.md): a batch is a list of intents, written at once, nothing sent."""
+"""generate() (docs/design.md §5): a batch is a list of intents, written at once, nothing sent."""
 
 import uuid
 from typing import Any

@@ -1,4 +1,4 @@
-"""The originals store (SPEC §7): decoded in full, named by SHA-256, written once, durably."""
+"""The originals store (docs/design.md §7): decoded in full, named by hash, written once."""
 
 import hashlib
 import io

@@ -1,4 +1,4 @@
-"""The studio pages (SPEC §11): signed-in only, thin over the services, honest about outcomes."""
+"""The studio pages: signed-in only, thin over the services, honest about outcomes."""
 
 import html
 import io

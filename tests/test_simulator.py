@@ -1,4 +1,4 @@
-"""The Ember simulator over real loopback HTTP: the contract in EMBER.md plus the /_sim controls."""
+"""The Ember simulator over real loopback HTTP: docs/ember.md plus the /_sim controls."""
 
 import hashlib
 import io

@@ -1,4 +1,4 @@
-"""Thumbnails (SPEC §7): derived from originals, cached by hash and size, rebuilt when missing."""
+"""Thumbnails (docs/design.md §7): derived, cached by hash and size, rebuilt when missing."""
 
 import io
 import os

@@ -1,4 +1,4 @@
-"""The worker's steps, driven one at a time against a mocked Ember (SPEC §6, EMBER.md)."""
+"""The worker's steps, one at a time against a mocked Ember (docs/design.md §6)."""
 
 import asyncio
 import hashlib
@@ -328,7 +328,7 @@ def test_it_cannot_cancel_a_task_once_it_is_submitting(subject, ember, worker):
     assert task.state == TaskState.SUBMITTING
 
 
-# --- submit outcomes (EMBER.md) -------------------------------------------------------
+# --- submit outcomes (docs/ember.md) -------------------------------------------------------
 
 
 def submit_once(worker: Worker, task: Task) -> Task:

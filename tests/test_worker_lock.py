@@ -1,4 +1,4 @@
-"""One owner per database: the worker's locks, over real processes (SPEC §6)."""
+"""One owner per database: the worker's locks, over real processes (docs/design.md §6)."""
 
 import signal
 import sys

@@ -1,4 +1,4 @@
-"""Stopping is not cancelling: SIGTERM over a real worker process (SPEC §6)."""
+"""Stopping is not cancelling: SIGTERM over a real worker process (docs/design.md §6)."""
 
 import signal
 import sys

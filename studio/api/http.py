@@ -1,4 +1,4 @@
-"""The plumbing every API view shares: token auth, methods, JSON bodies, errors (API.md)."""
+"""The plumbing every API view shares: token auth, methods, JSON bodies, errors (docs/api.md)."""
 
 import functools
 import json

@@ -1,4 +1,4 @@
-"""The JSON shapes of API.md. Ids are strings; times are ISO 8601 in UTC."""
+"""The JSON shapes of docs/api.md. Ids are strings; times are ISO 8601 in UTC."""
 
 from datetime import datetime
 from typing import Any

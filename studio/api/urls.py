@@ -1,4 +1,4 @@
-"""JSON API routes (API.md), under `/api/v1/`. Ids are taken as text and looked up by `find`,
+"""JSON API routes (docs/api.md), under `/api/v1/`. Ids are taken as text and looked up by `find`,
 so that a malformed id is a JSON 404 like any unknown one."""
 
 from django.urls import URLPattern, path, re_path

@@ -1,4 +1,4 @@
-"""The JSON API of API.md: thin views that read the request, call a service and answer."""
+"""The JSON API of docs/api.md: thin views that read the request, call a service and answer."""
 
 from typing import Any
 

@@ -1,4 +1,4 @@
-"""The Ember client: the only module that speaks HTTP to Ember (EMBER.md).
+"""The Ember client: the only module that speaks HTTP to Ember (docs/ember.md).
 
 Every failure is a typed `EmberError` that says whether the request may have
 reached Ember (`may_have_arrived`), because that decides whether a paid submit
@@ -255,7 +255,7 @@ def _ember_says(response: httpx.Response) -> str:
 
 
 def _refusal(response: httpx.Response, *, unknown_outcome: bool) -> EmberError:
-    """Map a non-success status to the error that says what it proves (EMBER.md)."""
+    """Map a non-success status to the error that says what it proves (docs/ember.md)."""
     status = response.status_code
     message = _ember_says(response)
     if status in (429, 503):

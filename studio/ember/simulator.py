@@ -1,4 +1,4 @@
-"""Serve a local stand-in for Ember that honours /work/shared/EMBER.md.
+"""Serve a local stand-in for Ember that honours docs/ember.md.
 
 The simulator answers the public Ember routes (submit, poll, fetch, release, history and the
 synchronous door) plus ``/_sim/...`` controls for demos and tests: latency, fault injection,
@@ -330,7 +330,7 @@ def _source_metadata(value: Any) -> JSON:
 
 
 def parse_job_spec(payload: JSON) -> JobSpec:
-    """Validate a submit body as EMBER.md describes it, raising 400 on the first problem."""
+    """Validate a submit body as docs/ember.md describes it, raising 400 on the first problem."""
     if payload.get("kind") not in ("image", "clip"):
         raise _invalid('kind must be "image" or "clip".')
     if "model" not in payload or not isinstance(payload["model"], str | None):
@@ -802,7 +802,7 @@ class SimulatorState:
         self.history_order.append(job.id)
 
     def _result(self, job: Job) -> JSON:
-        """Build a succeeded job's result exactly as EMBER.md shows it."""
+        """Build a succeeded job's result exactly as docs/ember.md shows it."""
         assert job.image_id is not None
         image = self.images[job.image_id]
         return {

@@ -1,4 +1,4 @@
-"""`manage.py api_token USERNAME [--create-user]`: issue a JSON API token (API.md)."""
+"""`manage.py api_token USERNAME [--create-user]`: issue a JSON API token (docs/api.md)."""
 
 from typing import Any
 

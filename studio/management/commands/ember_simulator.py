@@ -16,7 +16,7 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 class Command(BaseCommand):
-    help = "Serve the Ember simulator (see EMBER.md) for demos and end-to-end tests."
+    help = "Serve the Ember simulator (see docs/ember.md) for demos and end-to-end tests."
     # The simulator needs no models, so it must start even while they are being changed.
     requires_system_checks: list[str] = []
 

@@ -1,4 +1,4 @@
-"""`manage.py reconcile`: ask Ember's history about tasks that need a person's care (SPEC §8)."""
+"""`manage.py reconcile`: ask Ember's history about tasks that need a person (docs/design.md §8)."""
 
 import uuid
 from typing import Any

@@ -1,4 +1,4 @@
-"""`manage.py run_worker`: drive Avatars' tasks through Ember (SPEC §6)."""
+"""`manage.py run_worker`: drive Avatars' tasks through Ember (docs/design.md §6)."""
 
 import asyncio
 import signal
