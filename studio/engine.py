@@ -19,7 +19,7 @@ from django.utils.text import slugify
 
 from studio import ids as ids_module
 from studio import metadata, originals
-from studio.ember.client import EmberClient, EmberError, check_result
+from studio.ember.client import EmberClient, EmberError, check_result, is_safe_id, shown_id
 from studio.models import (
     CANCELLABLE,
     FINAL,
@@ -50,6 +50,7 @@ SET_PUBLISHED = "This set is published; its choice can no longer change."
 SET_KEPT_CHANGING = "This set kept changing while it was being published; publish it again."
 PUBLISH_TRIES = 3  # checks of a set whose choice keeps changing under the publish
 KEY_REUSED = "This key already planned a batch from a different request."
+REFUSED_SHOWN = 3  # unsafe ids a reconcile names on the task; the rest are counted
 
 
 class InvalidRequest(ValueError):
@@ -490,14 +491,16 @@ def _record_history(task: Task, rows: list[dict[str, Any]]) -> Task:
     attempt that sent it, but never copied, released or taken as this task's.
     """
     usable = [row for row in rows if _usable(row)]
+    refused = _refused_note(rows)
     with transaction.atomic():
         _learn_attempts(task, usable)
         own = _pick_row(task, usable)
         others = [row for row in usable if row is not own]
+        note = " ".join(filter(None, [_others_note(others), refused]))
         if own is not None:
             job_id = own.get("job_id") or ""
-            return _back_to_copying(task, _adopted(own), job_id, note=_others_note(others))
-        noted = {"error": _others_note(others)} if others else {}
+            return _back_to_copying(task, _adopted(own), job_id, note=note)
+        noted = {"error": note} if note else {}
         return update(task, expected=task.version, phase=_no_row_phase(task, usable), **noted)
 
 
@@ -510,8 +513,34 @@ def _usable(row: dict[str, Any]) -> bool:
     job_id, image_id = row.get("job_id"), row.get("image_id")
     if not isinstance(job_id, str | None) or not isinstance(image_id, str | None):
         return False
+    if _unsafe_ids(row):
+        return False  # its job or image could not be asked about without leaving its route
     # A row naming two images cannot say which one it is about.
     return not image_id or image_id == row["result"]["image"]["id"]
+
+
+def _unsafe_ids(row: dict[str, Any]) -> list[str]:
+    """Return the ids a history row names that Avatars will not put in a URL, shown escaped."""
+    result = row.get("result")
+    image = result.get("image") if isinstance(result, dict) else None
+    named = [row.get("job_id"), row.get("image_id")]
+    named.append(image.get("id") if isinstance(image, dict) else None)
+    unsafe = [shown_id(v) for v in named if isinstance(v, str) and v and not is_safe_id(v)]
+    return list(dict.fromkeys(unsafe))
+
+
+def _refused_note(rows: list[dict[str, Any]]) -> str:
+    """Say, for people, which history rows were not taken because of the ids they name."""
+    unsafe = list(dict.fromkeys(shown for row in rows for shown in _unsafe_ids(row)))
+    if not unsafe:
+        return ""
+    named = ", ".join(unsafe[:REFUSED_SHOWN])
+    if len(unsafe) > REFUSED_SHOWN:
+        named += f" and {len(unsafe) - REFUSED_SHOWN} more"
+    return (
+        f"Ember's history names {named}: ids Avatars will not put in a URL. "
+        "Those rows were not taken; nothing was fetched or released for them."
+    )
 
 
 def _row_image(row: dict[str, Any]) -> str:

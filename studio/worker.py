@@ -37,7 +37,9 @@ from studio.ember.client import (
     EmberError,
     EmberNotFound,
     EmberRejected,
+    EmberTooLarge,
     EmberUnavailable,
+    EmberUnsafeId,
     Job,
     Submitted,
 )
@@ -67,6 +69,10 @@ MAY_HAVE_REACHED = (
     "The previous submit may have reached Ember. Check history before submitting again."
 )
 RECONCILE_PHASE = "Reconcile before retry"
+UNSAFE_ID_PHASE = "Ember named an id Avatars will not use; look the job up in Ember"
+NOTHING_MORE_SENT = (
+    "Nothing more was sent to Ember for this task: its paid original may still be protected there."
+)
 
 # What a submit got back: a job, a typed refusal, or None when the answer could not be read.
 Answer = Submitted | EmberError | None
@@ -460,6 +466,10 @@ class Worker:
         while not self.stopping:
             try:
                 job = await self.client.poll(task.ember_job_id)
+            except EmberUnsafeId as exc:
+                # The job id, or the image its result names, cannot go into a URL.
+                await db(_rest_unsafe)(task, exc)
+                return False
             except EmberNotFound:
                 await db(move)(
                     task,
@@ -503,15 +513,8 @@ class Worker:
         # so the task, read fresh by this coroutine, says whether the bytes are safe.
         asset = None if task.asset_id is None else await db(Asset.objects.get)(pk=task.asset_id)
         if asset is None:
-            try:
-                original = await self._copy(image)
-            except (EmberError, originals.NotAnImage, originals.ChecksumFailed, OSError) as exc:
-                await db(move)(
-                    task,
-                    TaskState.COPY_FAILED,
-                    phase="The copy from Ember failed; reconcile to retry",
-                    error=getattr(exc, "message", None) or str(exc),
-                )
+            original = await self._copy_or_rest(task, image)
+            if original is None:
                 return
             asset = await db(record_asset)(task, original)
         elif (
@@ -528,6 +531,22 @@ class Worker:
             released = await self.client.release(asset.ember_image_id)
         await db(_rest)(task, asset, result, released)
 
+    async def _copy_or_rest(self, task: Task, image: dict[str, Any]) -> originals.Original | None:
+        """Copy the image, or rest the task where the failure says and return None."""
+        try:
+            return await self._copy(image)
+        except EmberUnsafeId as exc:
+            # Nothing was fetched; an original nobody can name safely is not "failed".
+            await db(_rest_unsafe)(task, exc)
+        except (EmberError, originals.NotAnImage, originals.ChecksumFailed, OSError) as exc:
+            await db(move)(
+                task,
+                TaskState.COPY_FAILED,
+                phase="The copy from Ember failed; reconcile to retry",
+                error=getattr(exc, "message", None) or str(exc),
+            )
+        return None
+
     async def _copy(self, image: dict[str, Any]) -> originals.Original:
         """Fetch the image and save it as an original, retrying a few times."""
         delay = self.fetch_retry_delay
@@ -537,10 +556,11 @@ class Worker:
                     image["id"], sha256=image.get("sha256")
                 )
                 return await asyncio.to_thread(originals.save, data)
-            except (EmberNotFound, originals.NotDurable):
-                # The image is gone, or the disk did not confirm the write: asking
-                # again will not bring the image back, and a second fsync proves
-                # nothing (the kernel may have dropped the pages it failed to write).
+            except (EmberNotFound, EmberTooLarge, EmberUnsafeId, originals.NotDurable):
+                # The image is gone, too large, or cannot be named safely, or the disk
+                # did not confirm the write: asking again gets the same answer, and a
+                # second fsync proves nothing (the kernel may have dropped the pages it
+                # failed to write).
                 raise
             except (EmberError, originals.NotAnImage, originals.ChecksumFailed, OSError):
                 if attempt == FETCH_TRIES:
@@ -566,6 +586,20 @@ def _record_ended(task: Task, job: Job) -> bool:
         return True
     move(task, TaskState.FAILED, phase="Ember could not generate this", error=job.error)
     return False
+
+
+def _rest_unsafe(task: Task, exc: EmberUnsafeId) -> Task:
+    """Rest a task `uncertain` whose job or image Ember named with an unsafe id.
+
+    Not `failed`: Ember may hold a paid, protected original of it, which a person
+    can look up in Ember; nothing here may ask about it.
+    """
+    return move(
+        task,
+        TaskState.UNCERTAIN,
+        phase=UNSAFE_ID_PHASE,
+        error=f"{exc.message} {NOTHING_MORE_SENT}",
+    )
 
 
 def build_payload(task: Task, references: list[dict[str, Any]], *, attempt: int) -> dict[str, Any]:
@@ -680,7 +714,8 @@ def _record_refusal(task: Task, exc: EmberError, number: int) -> Task:
     # The request may have reached Ember: it is an attempt, and may have been paid for.
     with transaction.atomic():
         _record_unknown_attempt(task, exc.message, number=number)
-        if task.kind == Kind.CLIP:
+        # A clip accepted under an unsafe id would get the same id back if re-sent.
+        if task.kind == Kind.CLIP and not isinstance(exc, EmberUnsafeId):
             return move(
                 task,
                 TaskState.QUEUED,
@@ -867,13 +902,15 @@ def _settle(task: Task, answer: Answer, *, detail: str = "") -> None:
             error=answer.message,
         )
     else:
-        _wake(task, detail=detail)
+        # A clip accepted under an unsafe id would get the same id back if re-sent.
+        _wake(task, detail=detail, resend=not isinstance(answer, EmberUnsafeId))
 
 
-def _wake(task: Task, *, detail: str = "") -> None:
+def _wake(task: Task, *, detail: str = "", resend: bool = True) -> None:
     """Move a task left mid-step to where the wake-up table says, with versioned writes.
 
-    `detail`, when known, says on the attempt why its outcome is unknown.
+    `detail`, when known, says on the attempt why its outcome is unknown; without
+    `resend` a clip rests `uncertain` like an image instead of going out again.
     """
     expected = task.version
     if task.state == TaskState.PREPARING:
@@ -884,7 +921,7 @@ def _wake(task: Task, *, detail: str = "") -> None:
         # Either kind may have been paid for: the send is an attempt (for a clip, the one
         # its key stands for, which also makes it too late to cancel).
         _record_unknown_attempt(task, detail or MAY_HAVE_REACHED)
-        if task.kind == Kind.CLIP:
+        if task.kind == Kind.CLIP and resend:
             move(task, TaskState.QUEUED, expected=expected, phase="Re-sending under the same key")
         else:
             move(

@@ -4,6 +4,7 @@ import hashlib
 import itertools
 import json
 from collections import Counter
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -132,3 +133,25 @@ class FakeEmber:
     def charges(self, task_id: str) -> int:
         """How many new (paid) jobs this task caused."""
         return self.charged[task_id]
+
+
+def catch_strays(router: respx.Router) -> respx.Route:
+    """Answer 404 to any request no other route claims, so it is on record (add it last)."""
+    return router.route().respond(404, json={"error": {"code": "not_found", "message": "stray"}})
+
+
+def seen(router: respx.Router) -> list[str]:
+    """Return the requests Ember saw, in order, as "METHOD path"."""
+    return [f"{c.request.method} {c.request.url.path}" for c in router.calls]
+
+
+def flood(total: int, counter: list[int], *, chunk: int = 64 * 1024) -> AsyncIterator[bytes]:
+    """Stream `total` bytes in chunks, adding what was taken to `counter[0]`."""
+
+    async def chunks() -> AsyncIterator[bytes]:
+        while counter[0] < total:
+            part = b"\0" * min(chunk, total - counter[0])
+            counter[0] += len(part)
+            yield part
+
+    return chunks()

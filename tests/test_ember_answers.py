@@ -13,7 +13,7 @@ from studio.models import Asset, Task, TaskState
 from studio.store import move
 from studio.worker import MAY_HAVE_REACHED, Worker
 from tests.conftest import batch_request, drain
-from tests.fake_ember import JOBS, FakeEmber
+from tests.fake_ember import JOBS, FakeEmber, catch_strays, seen
 
 pytestmark = pytest.mark.django_db
 
@@ -170,3 +170,41 @@ def test_a_submit_refused_with_an_html_4xx_fails_with_a_readable_error(subject, 
     task.refresh_from_db()
     assert task.state == TaskState.FAILED
     assert task.error == "Ember answered HTTP 418."
+
+
+UNSAFE_ROWS = {
+    "an unsafe job id": {"job_id": "../x"},
+    "an unsafe image id": {"image_id": "img_1/../../history", "image": "img_1/../../history"},
+    "an unsafe image id in its result only": {"image_id": None, "image": "../../history"},
+}
+
+
+@pytest.mark.parametrize("odd", UNSAFE_ROWS.values(), ids=UNSAFE_ROWS.keys())
+def test_reconcile_adopts_no_history_row_naming_an_unsafe_id_and_sends_nothing_more(
+    subject, ember, worker, odd
+):
+    fake = FakeEmber(ember)
+    fake.lose_answers = 1  # Ember took the submit; its answer never arrived
+    [task] = plan(subject, candidates=1)
+    drain(worker)
+    task.refresh_from_db()
+    assert task.state == TaskState.UNCERTAIN
+
+    def history_with_odd_ids(request: httpx.Request) -> httpx.Response:
+        items = fake._history(request).json()["items"]
+        for row in items:
+            row.update({k: v for k, v in odd.items() if k != "image"})
+            if "image" in odd:
+                row["result"]["image"]["id"] = odd["image"]
+        return httpx.Response(200, json={"items": items})
+
+    fake.history_route.mock(side_effect=history_with_odd_ids)
+    catch_strays(ember)
+    engine.reconcile(task=task, client=worker.client)
+    drain(worker)
+
+    task.refresh_from_db()
+    assert task.state == TaskState.UNCERTAIN
+    refused = next(v for k, v in odd.items() if v and k != "image_id")
+    assert ascii(refused) in task.error  # says which row it would not take, and why
+    assert seen(ember) == [f"POST {JOBS}", "GET /api/v1/history"]

@@ -6,7 +6,8 @@ Ember; that is what decides whether a paid submit may be sent again.
 
 import hashlib
 import json
-from collections.abc import Iterator
+import tracemalloc
+from collections.abc import AsyncIterator, Iterator
 from datetime import timedelta
 from email.utils import format_datetime
 from typing import Any
@@ -17,6 +18,7 @@ import respx
 from asgiref.sync import async_to_sync
 from django.utils import timezone
 
+from studio import originals
 from studio.ember.client import (
     EmberAuthError,
     EmberBadAnswer,
@@ -517,3 +519,228 @@ def test_it_reports_a_history_answer_it_cannot_read_as_a_bad_answer(ember, respo
 
     with pytest.raises(EmberBadAnswer):
         call("history", TASK_ID)
+
+
+# --- ids that go into a URL path ------------------------------------------------------
+
+# Ids Ember might name that would point a request at another route, or that no id of
+# Ember's looks like; each must be refused before it reaches a URL path.
+UNSAFE_IDS = {
+    "parent": "../x",
+    "climbing out of the route": "img_1/../../history",
+    "a slash": "img/1",
+    "two dots inside": "img..1",
+    "a leading dot": ".hidden",
+    "a query": "img_1?source_app=other",
+    "a fragment": "img_1#x",
+    "percent-encoded": "img%2F..%2Fhistory",
+    "a backslash": "img\\1",
+    "a space": "img 1",
+    "a trailing newline": "img_1\n",
+    "empty": "",
+    "too long": "a" * 129,
+    "a non-ASCII digit": "img_\u0661",
+}
+SAFE_IDS = ["job_1", "img_01HZX:abc-1.v2", "7", "A" * 128]
+
+
+@pytest.fixture
+def everything(ember: respx.Router) -> respx.Route:
+    """Answer 404 to any request no test route claims, so every request is on record."""
+    return ember.route().respond(404, json=ember_error("not_found", "No such route."))
+
+
+@pytest.mark.parametrize("job_id", UNSAFE_IDS.values(), ids=UNSAFE_IDS.keys())
+def test_it_refuses_a_202_naming_an_unsafe_job_id_as_an_answer_that_may_have_arrived(ember, job_id):
+    ember.post(JOBS).respond(202, json={"id": job_id, "status": "queued"})
+
+    with pytest.raises(EmberBadAnswer) as failed:
+        call("submit", PAYLOAD)
+
+    assert failed.value.may_have_arrived is True  # Ember took *something*: maybe paid
+    assert ascii(job_id)[:40] in failed.value.message  # the refused id, escaped
+
+
+@pytest.mark.parametrize("bad_id", UNSAFE_IDS.values(), ids=UNSAFE_IDS.keys())
+@pytest.mark.parametrize("method", ["poll", "fetch"])
+def test_it_refuses_to_put_an_unsafe_id_in_a_url_and_sends_nothing(
+    ember, everything, method, bad_id
+):
+    with pytest.raises(EmberBadAnswer) as failed:
+        call(method, bad_id)
+
+    assert ember.calls.call_count == 0, [c.request.url for c in ember.calls]
+    assert ascii(bad_id)[:40] in failed.value.message
+
+
+@pytest.mark.parametrize("bad_id", UNSAFE_IDS.values(), ids=UNSAFE_IDS.keys())
+def test_it_does_not_release_an_unsafe_image_id_and_sends_nothing(ember, everything, bad_id):
+    assert call("release", bad_id) is False
+
+    assert ember.calls.call_count == 0, [c.request.url for c in ember.calls]
+
+
+@pytest.mark.parametrize("image_id", UNSAFE_IDS.values(), ids=UNSAFE_IDS.keys())
+def test_it_refuses_a_succeeded_result_naming_an_unsafe_image_id(ember, image_id):
+    result = {**RESULT, "image": {**RESULT["image"], "id": image_id}}
+    ember.get(f"{JOBS}/job_1").respond(
+        200, json={"id": "job_1", "status": "succeeded", "result": result}
+    )
+
+    with pytest.raises(EmberBadAnswer) as failed:
+        call("poll", "job_1")
+
+    assert ascii(image_id)[:40] in failed.value.message
+
+
+@pytest.mark.parametrize("safe_id", SAFE_IDS)
+def test_it_uses_ids_of_the_safe_shape_as_they_are(ember, safe_id):
+    ember.post(JOBS).respond(202, json={"id": safe_id, "status": "queued"})
+    result = {**RESULT, "image": {**RESULT["image"], "id": safe_id}}
+    poll = ember.get(f"{JOBS}/{safe_id}").respond(
+        200, json={"id": safe_id, "status": "succeeded", "result": result}
+    )
+    release = ember.patch(f"/api/v1/explorations/{safe_id}/protection").respond(200, json={})
+
+    assert call("submit", PAYLOAD).job_id == safe_id
+    assert call("poll", safe_id).result == result
+    assert call("release", safe_id) is True
+    assert (poll.call_count, release.call_count) == (1, 1)
+
+
+def test_it_shows_a_refused_id_escaped_and_cut_short(ember):
+    job_id = "../" * 200 + "\u202e\n<script>"
+    ember.post(JOBS).respond(202, json={"id": job_id, "status": "queued"})
+
+    with pytest.raises(EmberBadAnswer) as failed:
+        call("submit", PAYLOAD)
+
+    message = failed.value.message
+    assert "'../../../" in message
+    assert "\u202e" not in message and "\n" not in message and "<script>" not in message
+    assert len(message) < 80 + 120, f"{len(message)} characters: the id is cut to about 80"
+
+
+# --- answers too large to read --------------------------------------------------------
+
+CHUNK = 64 * 1024  # bytes a streamed answer yields at a time
+ANSWER_CAP = 1024 * 1024  # bytes: no JSON answer of Ember's is anywhere near this
+
+
+class Flood:
+    """An answer body that streams `total` bytes in chunks, counting what was taken."""
+
+    def __init__(self, total: int, *, fill: bytes = b"\0") -> None:
+        self.total = total
+        self.fill = fill
+        self.taken = 0
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        while self.taken < self.total:
+            chunk = self.fill * min(CHUNK, self.total - self.taken)
+            self.taken += len(chunk)
+            yield chunk
+
+
+def streamed(status: int, flood: Flood, **headers: str) -> Any:
+    """A route side effect answering `status` with `flood` as a stream."""
+    return lambda request, **kwargs: httpx.Response(
+        status, content=flood.__aiter__(), headers=headers
+    )
+
+
+def test_it_stops_reading_an_image_once_it_passes_the_size_cap(ember, settings):
+    settings.AVATARS_MAX_IMAGE_BYTES = cap = 2 * 1024 * 1024
+    flood = Flood(40 * cap)
+    ember.get("/api/v1/images/img_1/file").mock(
+        side_effect=streamed(200, flood, **{"Content-Type": "image/png"})
+    )
+
+    tracemalloc.start()
+    try:
+        with pytest.raises(EmberError) as failed:
+            call("fetch", "img_1")
+        _now, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+
+    assert failed.value.message == originals.too_large()
+    assert flood.taken <= cap + CHUNK, f"read {flood.taken} bytes; the cap is {cap} + {CHUNK}"
+    assert peak < 2 * cap, f"peak memory {peak} bytes during the fetch; the cap is {cap}"
+
+
+def test_it_refuses_an_image_whose_declared_length_passes_the_cap_without_reading_it(
+    ember, settings
+):
+    settings.AVATARS_MAX_IMAGE_BYTES = cap = 1024 * 1024
+    flood = Flood(cap + 1)
+    ember.get("/api/v1/images/img_1/file").mock(
+        side_effect=streamed(200, flood, **{"Content-Length": str(cap + 1)})
+    )
+
+    with pytest.raises(EmberError) as failed:
+        call("fetch", "img_1")
+
+    assert failed.value.message == originals.too_large()
+    assert flood.taken <= CHUNK, f"read {flood.taken} bytes of an answer declared too large"
+
+
+def test_it_fetches_an_image_of_exactly_the_cap(ember, settings):
+    settings.AVATARS_MAX_IMAGE_BYTES = cap = 1024 * 1024 + 7
+    flood = Flood(cap, fill=b"\x89")
+    ember.get("/api/v1/images/img_1/file").mock(
+        side_effect=streamed(200, flood, **{"Content-Type": "image/png"})
+    )
+
+    data, content_type = call("fetch", "img_1")
+
+    assert (len(data), content_type) == (cap, "image/png"), f"the cap is {cap} bytes"
+
+
+JSON_ROUTES = {
+    "submit": ("post", JOBS, 202, (PAYLOAD,)),
+    "poll": ("get", f"{JOBS}/job_1", 200, ("job_1",)),
+    "history": ("get", "/api/v1/history", 200, (TASK_ID,)),
+}
+
+
+@pytest.mark.parametrize(("method", "route"), JSON_ROUTES.items(), ids=JSON_ROUTES.keys())
+def test_it_stops_reading_a_json_answer_past_a_mebibyte(ember, method, route):
+    verb, path, status, args = route
+    flood = Flood(64 * ANSWER_CAP, fill=b" ")  # whitespace: it would even parse as JSON
+    getattr(ember, verb)(path).mock(side_effect=streamed(status, flood))
+
+    with pytest.raises(EmberBadAnswer) as failed:
+        call(method, *args)
+
+    assert failed.value.may_have_arrived is True
+    assert flood.taken <= ANSWER_CAP + CHUNK, (
+        f"read {flood.taken} bytes of a {method} answer; the cap is {ANSWER_CAP} + {CHUNK}"
+    )
+
+
+@pytest.mark.parametrize(("method", "route"), JSON_ROUTES.items(), ids=JSON_ROUTES.keys())
+def test_it_refuses_a_json_answer_declared_past_a_mebibyte_without_reading_it(ember, method, route):
+    verb, path, status, args = route
+    flood = Flood(ANSWER_CAP + 1, fill=b" ")
+    getattr(ember, verb)(path).mock(
+        side_effect=streamed(status, flood, **{"Content-Length": str(ANSWER_CAP + 1)})
+    )
+
+    with pytest.raises(EmberBadAnswer):
+        call(method, *args)
+
+    assert flood.taken <= CHUNK, f"read {flood.taken} bytes of an answer declared too large"
+
+
+def test_it_still_honours_a_refusal_whose_body_is_too_large_to_read(ember):
+    flood = Flood(64 * ANSWER_CAP, fill=b" ")
+    ember.post(JOBS).mock(side_effect=streamed(400, flood))
+
+    with pytest.raises(EmberRejected) as failed:
+        call("submit", PAYLOAD)
+
+    assert failed.value.message == "Ember answered HTTP 400."
+    assert flood.taken <= ANSWER_CAP + CHUNK, (
+        f"read {flood.taken} bytes of a refusal; the cap is {ANSWER_CAP} + {CHUNK}"
+    )

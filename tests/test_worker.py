@@ -21,7 +21,7 @@ from studio.models import Asset, Attempt, Kind, Task, TaskState
 from studio.store import move
 from studio.worker import MAY_HAVE_REACHED, RECONCILE_PHASE, REFERENCE_CHANGED, Worker
 from tests.conftest import batch_request, drain, png_bytes
-from tests.fake_ember import JOBS, FakeEmber
+from tests.fake_ember import JOBS, FakeEmber, catch_strays, flood, seen
 
 pytestmark = pytest.mark.django_db
 
@@ -1256,3 +1256,143 @@ def test_it_records_a_heartbeat_so_people_know_a_worker_is_running(subject, embe
     assert WorkerHeartbeat.status() == "worker running"
     WorkerHeartbeat.objects.update(seen_at=timezone.now() - timedelta(minutes=5))
     assert WorkerHeartbeat.status().startswith("no worker seen since ")
+
+
+# --- ids Ember names that must not go into a URL path ---------------------------------
+
+UNSAFE_JOB = "../x"  # GET /api/v1/api-generators/x: another route
+UNSAFE_IMAGE = "img_1/../../history"  # GET /api/v1/history/file: another route
+
+
+@pytest.mark.parametrize("frame", ["image", "clip"])
+def test_it_rests_uncertain_and_sends_nothing_more_when_a_202_names_an_unsafe_job_id(
+    subject, ember, worker, frame
+):
+    fake = FakeEmber(ember)
+
+    def accepted_under_an_unsafe_id(request: httpx.Request) -> httpx.Response:
+        fake._submit(request)  # Ember took (and charged) the job ...
+        return httpx.Response(202, json={"id": UNSAFE_JOB, "status": "queued"})  # ... oddly named
+
+    fake.submit_route.mock(side_effect=accepted_under_an_unsafe_id)
+    catch_strays(ember)
+    [task] = plan(subject, frames=(frame,))
+
+    drain(worker)
+    drain(worker)  # and nothing sends it again on its own: a re-send gets the same id back
+
+    task.refresh_from_db()
+    assert task.state == TaskState.UNCERTAIN
+    assert task.phase == RECONCILE_PHASE
+    assert "'../x'" in task.error
+    assert task.ember_job_id == ""
+    assert [a.outcome for a in task.attempts.all()] == [Attempt.Outcome.UNKNOWN]
+    assert seen(ember) == [f"POST {JOBS}"]
+
+
+def test_it_names_a_refused_job_id_on_the_task_escaped_and_cut_short(subject, ember, worker):
+    fake = FakeEmber(ember)
+    job_id = "../" * 300 + "\u202e<b>"
+    fake.submit_route.mock(return_value=httpx.Response(202, json={"id": job_id}))
+    catch_strays(ember)
+    [task] = plan(subject)
+
+    drain(worker)
+
+    task.refresh_from_db()
+    assert task.state == TaskState.UNCERTAIN
+    assert "'../../../" in task.error
+    assert job_id not in task.error and "\u202e" not in task.error
+    assert len(task.error) < len(MAY_HAVE_REACHED) + 200, "the id is cut to about 80 characters"
+    assert seen(ember) == [f"POST {JOBS}"]
+
+
+def test_it_rests_uncertain_and_fetches_nothing_when_a_result_names_an_unsafe_image_id(
+    subject, ember, worker
+):
+    fake = FakeEmber(ember)
+
+    def succeeded_naming_an_unsafe_image(request: httpx.Request, job_id: str) -> httpx.Response:
+        fake.jobs[job_id]["result"]["image"]["id"] = UNSAFE_IMAGE
+        return fake._poll(request, job_id)
+
+    fake.poll_route.mock(side_effect=succeeded_naming_an_unsafe_image)
+    catch_strays(ember)
+    [task] = plan(subject)
+
+    drain(worker)
+    drain(worker)
+
+    task.refresh_from_db()
+    assert task.state == TaskState.UNCERTAIN
+    assert ascii(UNSAFE_IMAGE) in task.error
+    assert "protected" in task.error  # a paid original may be waiting in Ember
+    assert not Asset.objects.filter(task=task).exists()
+    assert seen(ember) == [f"POST {JOBS}", f"GET {JOBS}/job_1"]  # no fetch, no release
+
+
+def test_it_polls_nothing_for_a_task_whose_recorded_job_id_is_unsafe(subject, ember, worker):
+    FakeEmber(ember)
+    catch_strays(ember)
+    [task] = plan(subject)
+    move(task, TaskState.RUNNING, ember_job_id=UNSAFE_JOB, submitted_at=timezone.now())
+
+    drain(worker)
+
+    task.refresh_from_db()
+    assert task.state == TaskState.UNCERTAIN
+    assert "'../x'" in task.error
+    assert seen(ember) == []
+
+
+def test_it_fetches_and_releases_nothing_for_a_saved_answer_naming_an_unsafe_image(
+    subject, ember, worker
+):
+    FakeEmber(ember)
+    catch_strays(ember)
+    [task] = plan(subject)
+    result = {
+        "image": {"id": UNSAFE_IMAGE, "mime": "image/png", "sha256": "ab" * 32},
+        "history": {"id": "hist_1"},
+        "history_error": None,
+    }
+    move(task, TaskState.COPYING, ember_job_id="job_1", result=result)
+
+    drain(worker)
+
+    task.refresh_from_db()
+    assert task.state == TaskState.UNCERTAIN
+    assert ascii(UNSAFE_IMAGE) in task.error
+    assert not Asset.objects.filter(task=task).exists()
+    assert seen(ember) == []
+
+
+# --- an image too large to keep --------------------------------------------------------
+
+
+def test_it_ends_copy_failed_at_once_when_ember_sends_an_image_over_the_cap(
+    subject, ember, worker, settings
+):
+    settings.AVATARS_MAX_IMAGE_BYTES = cap = 256 * 1024
+    chunk = 64 * 1024
+    fake = FakeEmber(ember)
+    taken = [0]
+    fake.file_route.mock(
+        side_effect=lambda request, image_id: httpx.Response(
+            200, content=flood(100 * cap, taken, chunk=chunk), headers={"Content-Type": "image/png"}
+        )
+    )
+    [task] = plan(subject)
+    before = originals_on_disk()
+
+    drain(worker)
+
+    task.refresh_from_db()
+    assert task.state == TaskState.COPY_FAILED
+    assert task.error == originals.too_large()
+    assert task.result is not None  # the saved answer stays for a later reconcile
+    assert fake.file_route.call_count == 1  # Ember would send the same bytes again
+    assert taken[0] <= cap + chunk, f"read {taken[0]} bytes; the cap is {cap} + {chunk}"
+    assert not fake.release_route.called
+    assert not Asset.objects.filter(task=task).exists()
+    assert originals_on_disk() == before

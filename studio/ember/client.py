@@ -6,7 +6,9 @@ may be sent again. Answers that make no sense are errors too, never crashes.
 """
 
 import hashlib
+import json
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
@@ -15,6 +17,8 @@ from typing import Any
 import httpx
 from django.conf import settings
 from django.utils import timezone
+
+from studio import originals
 
 SUBMIT_PATH = "/api/v1/api-generators/jobs"
 JOB_STATUSES = ("queued", "running", "succeeded", "failed")
@@ -26,6 +30,11 @@ FETCH_TIMEOUT = httpx.Timeout(connect=5.0, read=120.0, write=30.0, pool=5.0)
 DEFAULT_RETRY_AFTER = 30.0  # seconds, when a 429/503 names no usable Retry-After
 MIN_RETRY_AFTER = 1.0  # seconds: one pump tick, whatever Ember says
 MAX_RETRY_AFTER = 3600.0  # seconds: a busy Ember is asked again within the hour
+MAX_ANSWER_BYTES = 1024 * 1024  # bytes; Ember's JSON answers are a few kilobytes
+# Ember's ids go into URL paths (/jobs/{id}, /images/{id}/file): one of another shape
+# ("../history", "img/../../x", "img?x=1") would point a request at another route.
+SAFE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}")
+SHOWN_ID_CHARS = 80  # an id refused is shown escaped and cut to about this many characters
 
 
 class EmberError(Exception):
@@ -75,6 +84,34 @@ class EmberBadAnswer(EmberError):
     may_have_arrived = True
 
 
+class EmberUnsafeId(EmberBadAnswer):
+    """Ember named a job or image with an id Avatars will not put in a URL path.
+
+    Nothing about that job or image can be asked safely: a poll, fetch or release
+    naming it is refused before anything is sent. A 202 naming one was accepted
+    (and may be paid for); re-sending would only get the same id back.
+    """
+
+
+class EmberTooLarge(EmberBadAnswer):
+    """Ember sent an image over `AVATARS_MAX_IMAGE_BYTES`: asking again gets the same bytes."""
+
+
+@dataclass(frozen=True)
+class Reply:
+    """An answer read within its bound; `content` is None when the body was too large."""
+
+    status_code: int
+    headers: httpx.Headers
+    content: bytes | None
+
+    def json(self) -> Any:
+        """Decode the body as JSON; ValueError when there is none to decode."""
+        if self.content is None:
+            raise ValueError("The answer was too large to read.")
+        return json.loads(self.content)
+
+
 @dataclass(frozen=True)
 class Job:
     id: str
@@ -100,7 +137,12 @@ class EmberClient:
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self.base_url = (base_url or settings.EMBER_URL).rstrip("/")
-        headers = {"Authorization": f"Bearer {token or settings.EMBER_TOKEN}"}
+        headers = {
+            "Authorization": f"Bearer {token or settings.EMBER_TOKEN}",
+            # Answers are bounded by the bytes they decode to, counted a chunk at a time;
+            # one compressed chunk could decode to far more than a chunk.
+            "Accept-Encoding": "identity",
+        }
         self._http = httpx.AsyncClient(
             base_url=self.base_url, headers=headers, timeout=TIMEOUT, transport=transport
         )
@@ -130,14 +172,15 @@ class EmberClient:
             raise _refusal(response, unknown_outcome=True)
         body = _json_object(response)
         job_id = body.get("id")
-        if not isinstance(job_id, str) or not job_id:
+        if not isinstance(job_id, str):
             raise EmberBadAnswer("Ember accepted the job but its answer has no job id.")
+        safe_id(job_id, "job")  # accepted, maybe paid, and yet nothing can ask about it
         replayed = response.headers.get("Idempotent-Replayed", "").lower() == "true"
         return Submitted(job_id=job_id, replayed=replayed)
 
     async def poll(self, job_id: str) -> Job:
         """Return the job's status. 404 → EmberNotFound; anything else odd → another EmberError."""
-        response = await self._send("GET", f"{SUBMIT_PATH}/{job_id}")
+        response = await self._send("GET", f"{SUBMIT_PATH}/{safe_id(job_id, 'job')}")
         if response.status_code != 200:
             raise _refusal(response, unknown_outcome=False)
         body = _json_object(response)
@@ -158,11 +201,22 @@ class EmberClient:
         )
 
     async def fetch(self, image_id: str, *, sha256: str | None = None) -> tuple[bytes, str]:
-        """Return an image's original bytes and content type, checked against `sha256`."""
-        response = await self._send("GET", f"/api/v1/images/{image_id}/file", timeout=FETCH_TIMEOUT)
+        """Return an image's original bytes and content type, checked against `sha256`.
+
+        Reading stops as soon as more than `AVATARS_MAX_IMAGE_BYTES` arrived (at once
+        when `Content-Length` says so): the originals store would refuse the file anyway.
+        """
+        response = await self._send(
+            "GET",
+            f"/api/v1/images/{safe_id(image_id, 'image')}/file",
+            timeout=FETCH_TIMEOUT,
+            limit=settings.AVATARS_MAX_IMAGE_BYTES,
+        )
         if response.status_code != 200:
             raise _refusal(response, unknown_outcome=False)
         data = response.content
+        if data is None:
+            raise EmberTooLarge(originals.too_large())
         if sha256 and hashlib.sha256(data).hexdigest() != sha256:
             raise EmberBadAnswer("The image Ember sent does not match its sha256.")
         return data, response.headers.get("Content-Type", "")
@@ -173,8 +227,11 @@ class EmberClient:
         False means *unconfirmed*, not "still protected": a PATCH that Ember
         applied before the connection dropped looks exactly like a failure.
         """
+        if not is_safe_id(image_id):
+            return False  # nothing is sent: the PATCH would land on another route
         try:
-            response = await self._http.patch(
+            response = await self._send(
+                "PATCH",
                 f"/api/v1/explorations/{image_id}/protection",
                 json={"protected": False, "durable_copy": True},
             )
@@ -195,10 +252,23 @@ class EmberClient:
         return items
 
     async def _send(
-        self, method: str, url: str, *, http: httpx.AsyncClient | None = None, **kwargs: Any
-    ) -> httpx.Response:
+        self,
+        method: str,
+        url: str,
+        *,
+        http: httpx.AsyncClient | None = None,
+        limit: int = MAX_ANSWER_BYTES,
+        **kwargs: Any,
+    ) -> Reply:
+        """Send a request and read its answer: at most `limit` bytes of a success's body.
+
+        Any other answer's body is read to MAX_ANSWER_BYTES: it only carries a message.
+        """
         try:
-            return await (http or self._http).request(method, url, **kwargs)
+            async with (http or self._http).stream(method, url, **kwargs) as response:
+                cap = limit if response.is_success else MAX_ANSWER_BYTES
+                content = await _read_within(response, cap)
+                return Reply(response.status_code, response.headers, content)
         except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
             # The request never left: nothing can have been accepted.
             raise EmberUnavailable(f"Ember could not be reached ({type(exc).__name__}).") from exc
@@ -214,8 +284,9 @@ def check_result(result: object) -> None:
     if not isinstance(result, dict):
         raise EmberBadAnswer("Ember said the job succeeded but sent no result.")
     image = result.get("image")
-    if not isinstance(image, dict) or not isinstance(image.get("id"), str) or not image["id"]:
+    if not isinstance(image, dict) or not isinstance(image.get("id"), str):
         raise EmberBadAnswer("Ember's result names no image id.")
+    safe_id(image["id"], "image")
     sha = image.get("sha256")
     if sha is not None and not isinstance(sha, str):
         raise EmberBadAnswer("Ember's result has a sha256 that is not a string.")
@@ -226,7 +297,51 @@ def check_result(result: object) -> None:
         raise EmberBadAnswer("Ember's result has a history entry without an id.")
 
 
-def _json_object(response: httpx.Response) -> dict[str, Any]:
+def is_safe_id(value: object) -> bool:
+    """Say whether `value` is an id Avatars may put in a URL path (SAFE_ID, no "..")."""
+    return isinstance(value, str) and SAFE_ID.fullmatch(value) is not None and ".." not in value
+
+
+def safe_id(value: str, what: str) -> str:
+    """Return `value` if it is a safe id, else raise EmberUnsafeId naming it (escaped)."""
+    if not is_safe_id(value):
+        raise EmberUnsafeId(
+            f"Ember named the {what} {shown_id(value)}: an id Avatars will not put in a URL."
+        )
+    return value
+
+
+def shown_id(value: object) -> str:
+    """Return an id as people may read it: quoted, escaped to ASCII, cut to ~80 characters."""
+    text = ascii(value)
+    return text if len(text) <= SHOWN_ID_CHARS else f"{text[: SHOWN_ID_CHARS - 1]}\u2026"
+
+
+async def _read_within(response: httpx.Response, limit: int) -> bytes | None:
+    """Read the body, or return None as soon as it is known to pass `limit` bytes.
+
+    Counting the decoded bytes as they arrive keeps a flood (or a declared one) from
+    ever being held in memory: at most `limit` plus one chunk is read.
+    """
+    declared = response.headers.get("Content-Length", "")
+    if declared.isascii() and declared.isdigit() and int(declared) > limit:
+        return None
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in response.aiter_bytes():
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _json_object(response: Reply) -> dict[str, Any]:
+    if response.content is None:
+        raise EmberBadAnswer(
+            f"Ember answered {response.status_code} with a body over {MAX_ANSWER_BYTES} bytes; "
+            "it was not read."
+        )
     try:
         body = response.json()
     except ValueError:
@@ -246,7 +361,7 @@ def _error_message(error: object) -> str:
     return ""
 
 
-def _ember_says(response: httpx.Response) -> str:
+def _ember_says(response: Reply) -> str:
     try:
         message = _error_message(response.json().get("error"))
     except (ValueError, AttributeError):
@@ -254,7 +369,7 @@ def _ember_says(response: httpx.Response) -> str:
     return message or f"Ember answered HTTP {response.status_code}."
 
 
-def _refusal(response: httpx.Response, *, unknown_outcome: bool) -> EmberError:
+def _refusal(response: Reply, *, unknown_outcome: bool) -> EmberError:
     """Map a non-success status to the error that says what it proves (docs/ember.md)."""
     status = response.status_code
     message = _ember_says(response)
@@ -272,7 +387,7 @@ def _refusal(response: httpx.Response, *, unknown_outcome: bool) -> EmberError:
     return EmberError(message, status=status)
 
 
-def _retry_after(response: httpx.Response) -> float:
+def _retry_after(response: Reply) -> float:
     """Return how long Ember asks us to wait, bounded to [MIN_RETRY_AFTER, MAX_RETRY_AFTER].
 
     The floor keeps "0" or a date in the past from turning into a POST per pump
