@@ -1396,3 +1396,23 @@ def test_it_ends_copy_failed_at_once_when_ember_sends_an_image_over_the_cap(
     assert not fake.release_route.called
     assert not Asset.objects.filter(task=task).exists()
     assert originals_on_disk() == before
+
+
+def test_it_rests_a_clip_accepted_under_an_unsafe_id_uncertain_even_when_recording_fails(
+    subject, ember, worker, monkeypatch
+):
+    fake = FakeEmber(ember)
+    fake.submit_route.mock(return_value=httpx.Response(202, json={"id": UNSAFE_JOB}))
+    catch_strays(ember)
+    [task] = plan(subject, frames=("clip",))
+    monkeypatch.setattr(worker_module, "_record_refusal", database_error)
+
+    task = drive_once(worker, task)
+    monkeypatch.undo()
+    drain(worker)
+
+    task.refresh_from_db()
+    assert task.state == TaskState.UNCERTAIN  # not queued: a re-send gets the same id back
+    assert [a.outcome for a in task.attempts.all()] == [Attempt.Outcome.UNKNOWN]
+    assert "'../x'" in task.attempts.get().error
+    assert seen(ember) == [f"POST {JOBS}"]
