@@ -7,7 +7,7 @@ import hashlib
 import json
 import uuid
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from asgiref.sync import async_to_sync, sync_to_async
@@ -209,7 +209,8 @@ def generate(*, request: dict[str, Any], user: User | None = None, key: str = ""
 
     With `key` (one of `user`'s idempotency keys), the same key with the same request
     within `BatchKey.LIFETIME` returns the batch the first one planned and plans
-    nothing; the same key with another request raises KeyReused. Nothing is sent to
+    nothing; the same key with another request raises KeyReused. A request past a cap
+    raises InvalidRequest; past `user`'s daily cap, SpendCapReached. Nothing is sent to
     Ember here: the worker picks the tasks up.
     """
     if key:
@@ -324,7 +325,8 @@ def _check_daily_cap(user: User, more: int) -> None:
         raise SpendCapReached(planned=planned, more=more, limit=limit)
 
 
-def _tasks_planned_since(user: User, since: Any) -> int:
+def _tasks_planned_since(user: User, since: datetime) -> int:
+    """Count the tasks of `user`'s batches planned after `since`, whatever their state."""
     return Task.objects.filter(batch__created_by=user, created_at__gt=since).count()
 
 
@@ -486,7 +488,7 @@ def _provider(entry: object) -> dict[str, Any]:
     model = entry.get("model") or default
     if not isinstance(model, str):
         raise InvalidRequest("A provider's model must be text.")
-    models = provider_models(name)
+    models = _provider_models(name)
     if model and model not in models:
         known = ", ".join(models) or "none"
         raise InvalidRequest(
@@ -502,7 +504,7 @@ def _provider(entry: object) -> dict[str, Any]:
     }
 
 
-def provider_models(name: str) -> list[str]:
+def _provider_models(name: str) -> list[str]:
     """Return the models a batch may name for provider `name`: its default model first."""
     entry = settings.AVATARS_PROVIDERS[name]
     models = [entry.get("model") or "", *entry.get("models", [])]
