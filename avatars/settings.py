@@ -3,6 +3,7 @@
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
@@ -78,12 +79,27 @@ FILE_UPLOAD_HANDLERS = [
     "studio.uploads.CappedTemporaryUploadHandler",
 ]
 
-# The provider catalogue: key -> label and default model (docs/api.md).
-AVATARS_PROVIDERS: dict[str, dict[str, str]] = {
-    "openai": {"label": "GPT Image", "model": "gpt-image-1"},
-    "flux": {"label": "FLUX", "model": "flux-dev"},
-    "google": {"label": "Imagen", "model": "imagen-4"},
+# The provider catalogue: key -> label, default model and the models a batch may name
+# (docs/api.md). A model outside `models` is refused: made-up names must not multiply a
+# provider's candidates.
+AVATARS_PROVIDERS: dict[str, dict[str, Any]] = {
+    "openai": {"label": "GPT Image", "model": "gpt-image-1", "models": ["gpt-image-1"]},
+    "flux": {"label": "FLUX", "model": "flux-dev", "models": ["flux-dev", "flux-pro"]},
+    "google": {"label": "Imagen", "model": "imagen-4", "models": ["imagen-4"]},
 }
+
+# Every task is a paid Ember job: these bound what one request, and one user, can spend.
+AVATARS_MAX_TASKS_PER_BATCH = env_int("AVATARS_MAX_TASKS_PER_BATCH", 200, minimum=1)
+# Tasks one user may plan in the last 24 hours (0 turns the cap off). 1000 is five of the
+# largest batches a day, ten times the largest the default catalogue can make (96), yet it
+# bounds what a leaked token or a looping script can spend before someone looks.
+AVATARS_DAILY_TASK_CAP = env_int("AVATARS_DAILY_TASK_CAP", 1000, minimum=0)
+# Every task sends all of its batch's reference photos to Ember, base64 in one JSON body:
+# one task with 63 MB of it took 191 MiB of worker memory. 40 MiB is room for 8 phone
+# photos of about 5 MiB, and a fifth of the 200 MiB that 8 photos at the upload cap
+# would be; a task's body stays near 53 MiB, below what was seen.
+AVATARS_MAX_REFERENCES = env_int("AVATARS_MAX_REFERENCES", 8, minimum=1)
+AVATARS_MAX_REFERENCE_BYTES = env_int("AVATARS_MAX_REFERENCE_BYTES", 40 * 1024 * 1024, minimum=1)
 
 INSTALLED_APPS = [
     "django.contrib.admin",

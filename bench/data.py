@@ -11,6 +11,7 @@ import uuid
 from datetime import timedelta
 from typing import Any
 
+from django.conf import settings
 from django.core.management import call_command
 from django.db import transaction
 from django.utils import timezone
@@ -22,6 +23,11 @@ from studio.models import Asset, Attempt, Batch, Origin, Subject, Task, TaskStat
 BATCH_TASKS = 200  # tasks per history batch, the most one request may plan
 CHUNK = 10_000  # rows held in memory at once while writing history
 PROMPT = "a friendly family portrait, soft watercolour, warm light"
+# 200 image tasks take 25 providers of 8 candidates; the default catalogue has 3. The
+# benchmarks plan against a catalogue of their own (the simulator takes any provider).
+PROVIDERS = {
+    f"bench-{i:02d}": {"label": f"Bench {i}", "model": f"bench-model-{i}"} for i in range(25)
+}
 
 
 def migrate() -> None:
@@ -46,21 +52,19 @@ def subject_with_reference(name: str = "Ada") -> Subject:
 def request_for(size: int, subject: Subject, *, title: str = "bench") -> dict[str, Any]:
     """Return a generate() request that plans exactly `size` image tasks (at most 200).
 
-    A request holds at most 8 candidates per provider entry, and an entry is a
-    (provider, model) pair, so larger batches list each provider with several models.
+    A request holds at most 8 candidates per provider, so larger batches name several
+    providers of the benchmarks' own catalogue, which this installs in the process.
     """
-    if not 1 <= size <= engine.MAX_TASKS:
-        raise ValueError(f"a batch holds 1 to {engine.MAX_TASKS} tasks, not {size}")
+    if not 1 <= size <= settings.AVATARS_MAX_TASKS_PER_BATCH:
+        limit = settings.AVATARS_MAX_TASKS_PER_BATCH
+        raise ValueError(f"a batch holds 1 to {limit} tasks, not {size}")
+    settings.AVATARS_PROVIDERS = PROVIDERS
     providers: list[dict[str, Any]] = []
     left = size
-    names = ("openai", "flux", "google")
+    names = list(PROVIDERS)
     while left:
         candidates = min(engine.MAX_CANDIDATES, left)
-        index = len(providers)
-        name = names[index % len(names)]
-        providers.append(
-            {"provider": name, "model": f"{name}-bench-{index}", "candidates": candidates}
-        )
+        providers.append({"provider": names[len(providers)], "candidates": candidates})
         left -= candidates
     return {
         "title": title,

@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import httpx
+from django.conf import settings
 
 from bench import data
 from bench.common import Context, Result, SimProcess, children, median
@@ -67,7 +68,7 @@ def op_plan(tasks: int, seed: int) -> dict[str, float]:
     ids: list[str] = []
     left = tasks
     while left:
-        size = min(engine.MAX_TASKS, left)
+        size = min(settings.AVATARS_MAX_TASKS_PER_BATCH, left)
         batch = engine.generate(request=data.request_for(size, subject))
         ids += [str(pk) for pk in batch.tasks.values_list("pk", flat=True)]
         left -= size

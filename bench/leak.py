@@ -10,6 +10,7 @@ import asyncio
 import os
 
 from asgiref.sync import sync_to_async
+from django.conf import settings
 
 from bench import data
 from bench.common import Child, Context, Result, SimProcess, status_kib
@@ -68,7 +69,7 @@ def op_plan(tasks: int) -> int:
     subject = data.subject_with_reference()
     left = tasks
     while left:
-        size = min(engine.MAX_TASKS, left)
+        size = min(settings.AVATARS_MAX_TASKS_PER_BATCH, left)
         engine.generate(request=data.request_for(size, subject))
         left -= size
     return Task.objects.count()

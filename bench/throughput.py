@@ -170,7 +170,7 @@ def _plan(tasks: int, subject: Subject) -> list[Batch]:
     batches = []
     left = tasks
     while left:
-        size = min(engine.MAX_TASKS, left)
+        size = min(settings.AVATARS_MAX_TASKS_PER_BATCH, left)
         batches.append(engine.generate(request=data.request_for(size, subject)))
         left -= size
     return batches
@@ -184,7 +184,7 @@ def _check_done(batches: list[Batch], tasks: int) -> None:
 
 def _payloads(tasks: int, subject: Subject) -> Iterator[dict[str, Any]]:
     """Yield the submit bodies the worker would send for the same plan (no database)."""
-    request = data.request_for(min(tasks, engine.MAX_TASKS), subject)
+    request = data.request_for(min(tasks, settings.AVATARS_MAX_TASKS_PER_BATCH), subject)
     sent = 0
     while sent < tasks:
         batch_id = uuid.uuid4()

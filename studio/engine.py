@@ -7,6 +7,7 @@ import hashlib
 import json
 import uuid
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any
 
 from asgiref.sync import async_to_sync, sync_to_async
@@ -40,8 +41,7 @@ from studio.store import Conflict, move, update
 from studio.worker import POLL_BOUND
 
 FRAMES = ("image", "headshot", "full-body", "clip")
-MAX_CANDIDATES = 8
-MAX_TASKS = 200
+MAX_CANDIDATES = 8  # per provider, however a request splits them over its models
 MAX_PROMPT = 4000
 PUBLISH_REFUSED = "Ember history must be recovered before publishing generated images."
 TOO_LATE = "This task has already been sent to Ember; the work is kept."
@@ -51,10 +51,34 @@ SET_KEPT_CHANGING = "This set kept changing while it was being published; publis
 PUBLISH_TRIES = 3  # checks of a set whose choice keeps changing under the publish
 KEY_REUSED = "This key already planned a batch from a different request."
 REFUSED_SHOWN = 3  # unsafe ids a reconcile names on the task; the rest are counted
+SPEND_WINDOW_HOURS = 24  # the daily cap counts the tasks planned in this many hours
 
 
 class InvalidRequest(ValueError):
-    """A request that cannot be planned; the message says why, for people."""
+    """A request that cannot be planned; the message says why, for people.
+
+    `field` names the part of the request at fault ("providers" or "references"; empty
+    for the request as a whole) and `provider` the provider, so that a form can show the
+    message beside what caused it.
+    """
+
+    def __init__(self, message: str, *, field: str = "", provider: str = "") -> None:
+        super().__init__(message)
+        self.field = field
+        self.provider = provider
+
+
+class SpendCapReached(InvalidRequest):
+    """The batch would take its user past the daily cap on paid tasks; the numbers say how."""
+
+    def __init__(self, *, planned: int, more: int, limit: int) -> None:
+        super().__init__(
+            f"You have planned {planned} paid tasks in the last {SPEND_WINDOW_HOURS} hours; "
+            f"this batch would make {more} more and the daily limit is {limit}."
+        )
+        self.planned = planned
+        self.more = more
+        self.limit = limit
 
 
 class KeyReused(Exception):
@@ -186,7 +210,8 @@ def generate(*, request: dict[str, Any], user: User | None = None, key: str = ""
 
     With `key` (one of `user`'s idempotency keys), the same key with the same request
     within `BatchKey.LIFETIME` returns the batch the first one planned and plans
-    nothing; the same key with another request raises KeyReused. Nothing is sent to
+    nothing; the same key with another request raises KeyReused. A request past a cap
+    raises InvalidRequest; past `user`'s daily cap, SpendCapReached. Nothing is sent to
     Ember here: the worker picks the tasks up.
     """
     if key:
@@ -249,6 +274,13 @@ def _record_key(*, user: User, key: str, body_sha256: str, batch: Batch) -> None
 
 
 def _write_plan(plan: dict[str, Any], user: User | None) -> Batch:
+    """Write the planned batch and its tasks; call inside the transaction that commits them.
+
+    The daily cap is counted in the same transaction as the insert, so that two
+    concurrent plans of one user cannot both fit under it.
+    """
+    if user is not None:
+        _check_daily_cap(user, plan["tasks"])
     now = timezone.now()
     batch = Batch.objects.create(title=plan["title"], request=plan["request"], created_by=user)
     Task.objects.bulk_create(
@@ -277,6 +309,28 @@ def _write_plan(plan: dict[str, Any], user: User | None) -> Batch:
     return batch
 
 
+def _check_daily_cap(user: User, more: int) -> None:
+    """Raise SpendCapReached if `more` tasks would take `user` past the daily cap.
+
+    Every task planned counts, whatever became of it since: a cancelled one was not
+    paid for, but counting what was planned keeps the cap simple to state and check.
+    """
+    limit = settings.AVATARS_DAILY_TASK_CAP
+    if not limit:
+        return
+    # Serialise this user's plans until the transaction ends: on PostgreSQL the row lock
+    # on the user; SQLite's IMMEDIATE transactions already hold the database's write lock.
+    list(User.objects.select_for_update().filter(pk=user.pk).values_list("pk", flat=True))
+    planned = _tasks_planned_since(user, timezone.now() - timedelta(hours=SPEND_WINDOW_HOURS))
+    if planned + more > limit:
+        raise SpendCapReached(planned=planned, more=more, limit=limit)
+
+
+def _tasks_planned_since(user: User, since: datetime) -> int:
+    """Count the tasks of `user`'s batches planned after `since`, whatever their state."""
+    return Task.objects.filter(batch__created_by=user, created_at__gt=since).count()
+
+
 def _validate(request: object) -> dict[str, Any]:
     if not isinstance(request, dict):
         raise InvalidRequest("The request must be a JSON object.")
@@ -294,8 +348,11 @@ def _validate(request: object) -> dict[str, Any]:
     providers = _providers(request.get("providers"))
     frames = _frames(request.get("frames", ["image"]))
     total = sum(p["candidates"] for p in providers) * len(frames)
-    if total > MAX_TASKS:
-        raise InvalidRequest(f"This batch would make {total} tasks; the limit is {MAX_TASKS}.")
+    limit = settings.AVATARS_MAX_TASKS_PER_BATCH
+    if total > limit:
+        raise InvalidRequest(
+            f"This batch would make {total} tasks; the limit is {limit}.", field="providers"
+        )
     subject_ids = [s.pk for s in subjects]
     return {
         "title": title.strip()[:200],
@@ -304,6 +361,7 @@ def _validate(request: object) -> dict[str, Any]:
         "references": references,
         "providers": providers,
         "frames": frames,
+        "tasks": total,
         "request": {
             "title": title.strip()[:200],
             "prompt": prompt,
@@ -361,42 +419,97 @@ def _references(value: object, subjects: list[Subject]) -> list[dict[str, Any]]:
         if missing:
             raise InvalidRequest(f"Unknown reference photo: {missing[0]}.")
         assets = [found[i] for i in ids]
+    _check_reference_caps(assets, every_photo=value is None)
     # Frozen now: the worker re-hashes each file and refuses one that changed.
     return [
         {"asset": a.pk, "sha256": a.sha256, "name": a.file_name, "mime": a.mime} for a in assets
     ]
 
 
+def _check_reference_caps(assets: list[Asset], *, every_photo: bool) -> None:
+    """Refuse more photos, or more bytes of them, than every task of the batch may send."""
+    limit = settings.AVATARS_MAX_REFERENCES
+    if len(assets) > limit:
+        which = " (every photo of its subjects)" if every_photo else ""
+        raise InvalidRequest(
+            f"This batch would send {len(assets)} reference photos{which}; the limit is {limit}.",
+            field="references",
+        )
+    total, most = sum(a.size for a in assets), settings.AVATARS_MAX_REFERENCE_BYTES
+    if total > most:
+        raise InvalidRequest(
+            f"The reference photos come to {_bytes(total)}; the limit is {_bytes(most)}.",
+            field="references",
+        )
+
+
+def _bytes(size: int) -> str:
+    """Say `size` exactly, with mebibytes beside it once it is that large."""
+    mib = 1024 * 1024
+    return f"{size:,} bytes" + (f" ({size / mib:.1f} MiB)" if size >= mib else "")
+
+
 def _providers(value: object) -> list[dict[str, Any]]:
-    catalogue = settings.AVATARS_PROVIDERS
     if not isinstance(value, list) or not value:
         raise InvalidRequest("Choose at least one provider.")
     providers: list[dict[str, Any]] = []
     for entry in value:
-        if not isinstance(entry, dict):
-            raise InvalidRequest("Each provider must be an object with a provider name.")
-        name = entry.get("provider")
-        if not isinstance(name, str) or name not in catalogue:
-            raise InvalidRequest(f"Unknown provider: {name!r}.")
-        candidates = entry.get("candidates", 1)
-        if isinstance(candidates, bool) or not isinstance(candidates, int):
-            raise InvalidRequest("Candidates must be a whole number.")
-        if not 1 <= candidates <= MAX_CANDIDATES:
-            raise InvalidRequest(f"Candidates must be between 1 and {MAX_CANDIDATES}.")
-        model = entry.get("model") or catalogue[name].get("model") or ""
-        if not isinstance(model, str):
-            raise InvalidRequest("A provider's model must be text.")
+        provider = _provider(entry)
+        name, model = provider["provider"], provider["model"]
         if any(p["provider"] == name and p["model"] == model for p in providers):
             raise InvalidRequest(f"Provider {name!r} is listed twice.")
-        providers.append(
-            {
-                "provider": name,
-                "label": catalogue[name]["label"],
-                "model": model,
-                "candidates": candidates,
-            }
-        )
+        providers.append(provider)
+    # Rows of one provider split by model still spend that provider's candidates.
+    for name in dict.fromkeys(p["provider"] for p in providers):
+        count = sum(p["candidates"] for p in providers if p["provider"] == name)
+        if count > MAX_CANDIDATES:
+            raise InvalidRequest(
+                f"Provider {name!r} has {count} candidates across its rows; "
+                f"the limit is {MAX_CANDIDATES} per provider.",
+                field="providers",
+                provider=name,
+            )
     return providers
+
+
+def _provider(entry: object) -> dict[str, Any]:
+    """Read one row of `providers`: a provider of the catalogue, one of its models, candidates."""
+    catalogue = settings.AVATARS_PROVIDERS
+    if not isinstance(entry, dict):
+        raise InvalidRequest("Each provider must be an object with a provider name.")
+    name = entry.get("provider")
+    if not isinstance(name, str) or name not in catalogue:
+        raise InvalidRequest(f"Unknown provider: {name!r}.")
+    candidates = entry.get("candidates", 1)
+    if isinstance(candidates, bool) or not isinstance(candidates, int):
+        raise InvalidRequest("Candidates must be a whole number.")
+    if not 1 <= candidates <= MAX_CANDIDATES:
+        raise InvalidRequest(f"Candidates must be between 1 and {MAX_CANDIDATES}.")
+    default = catalogue[name].get("model") or ""
+    model = entry.get("model") or default
+    if not isinstance(model, str):
+        raise InvalidRequest("A provider's model must be text.")
+    models = _provider_models(name)
+    if model and model not in models:
+        known = ", ".join(models) or "none"
+        raise InvalidRequest(
+            f"Unknown model for provider {name!r}: {model!r}. Its models are {known}.",
+            field="providers",
+            provider=name,
+        )
+    return {
+        "provider": name,
+        "label": catalogue[name]["label"],
+        "model": model,
+        "candidates": candidates,
+    }
+
+
+def _provider_models(name: str) -> list[str]:
+    """Return the models a batch may name for provider `name`: its default model first."""
+    entry = settings.AVATARS_PROVIDERS[name]
+    models = [entry.get("model") or "", *entry.get("models", [])]
+    return [m for m in dict.fromkeys(models) if m]
 
 
 def _frames(value: object) -> list[str]:

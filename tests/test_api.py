@@ -467,7 +467,8 @@ def test_it_cancels_a_batch_and_reports_the_cancelled_and_the_kept(api, subject)
                 ],
                 frames=["image", "headshot", "full-body", "clip"],
             ),
-            "This batch would make 224 tasks; the limit is 200.",
+            # Made-up models no longer multiply one provider's candidates past the caps.
+            "Unknown model for provider 'openai': 'model-0'. Its models are gpt-image-1.",
         ),
         (lambda s: batch_request(s, references=[999_999]), "Unknown reference photo: 999999."),
         (
@@ -485,7 +486,7 @@ def test_it_cancels_a_batch_and_reports_the_cancelled_and_the_kept(api, subject)
         "unknown-provider",
         "candidates-0",
         "candidates-9",
-        "too-many-tasks",
+        "made-up-models",
         "unknown-reference",
         "unknown-frame",
         "not-an-object",
@@ -522,6 +523,83 @@ def test_it_refuses_a_batch_with_odd_values_with_a_400_not_a_crash(
     assert response.status_code == 400
     assert error(response) == {"code": "invalid_request", "message": message}
     assert not Batch.objects.exists()
+
+
+EIGHT = [{"provider": "openai", "candidates": 8}]
+
+
+@pytest.mark.parametrize(
+    ("setting", "value", "make_body", "message"),
+    [
+        (
+            "AVATARS_MAX_TASKS_PER_BATCH",
+            50,
+            lambda s: batch_request(
+                s,
+                providers=[{"provider": p, "candidates": 8} for p in ("openai", "flux", "google")],
+                frames=["image", "headshot", "full-body"],
+            ),
+            "This batch would make 72 tasks; the limit is 50.",
+        ),
+        (
+            "AVATARS_MAX_REFERENCES",
+            1,
+            lambda s: batch_request(s),
+            "This batch would send 2 reference photos (every photo of its subjects); "
+            "the limit is 1.",
+        ),
+        (
+            "AVATARS_MAX_REFERENCE_BYTES",
+            100,
+            lambda s: batch_request(s),
+            "The reference photos come to {size:,} bytes; the limit is 100 bytes.",
+        ),
+    ],
+    ids=["tasks-per-batch", "references", "reference-bytes"],
+)
+def test_it_refuses_a_batch_past_a_configured_cap_with_400_and_the_numbers(
+    api, subject, make_reference, settings, setting, value, make_body, message
+):
+    make_reference(subject)  # two photos
+    setattr(settings, setting, value)
+
+    response = post_json(api, f"{API}/batches", make_body(subject))
+
+    assert response.status_code == 400
+    expected = message.format(size=sum(a.size for a in subject.assets.all()))
+    assert error(response) == {"code": "invalid_request", "message": expected}, f"{setting}={value}"
+    assert not Batch.objects.exists()
+
+
+def test_it_refuses_one_provider_split_past_eight_candidates_with_400(api, subject):
+    providers = [
+        {"provider": "flux", "model": "flux-dev", "candidates": 4},
+        {"provider": "flux", "model": "flux-pro", "candidates": 5},
+    ]
+
+    response = post_json(api, f"{API}/batches", batch_request(subject, providers=providers))
+
+    assert response.status_code == 400
+    assert error(response)["message"] == (
+        "Provider 'flux' has 9 candidates across its rows; the limit is 8 per provider."
+    ), "4 + 5 > 8"
+    assert not Batch.objects.exists()
+
+
+def test_it_answers_429_with_the_numbers_once_the_daily_cap_is_reached(api, subject, settings):
+    settings.AVATARS_DAILY_TASK_CAP = 20
+    first = post_json(api, f"{API}/batches", batch_request(subject, providers=EIGHT))
+    second = post_json(api, f"{API}/batches", batch_request(subject, providers=EIGHT))
+
+    third = post_json(api, f"{API}/batches", batch_request(subject, providers=EIGHT))
+
+    assert (first.status_code, second.status_code, third.status_code) == (202, 202, 429)
+    assert error(third) == {
+        "code": "daily_cap_reached",
+        "message": "You have planned 16 paid tasks in the last 24 hours; "
+        "this batch would make 8 more and the daily limit is 20.",
+    }, "16 + 8 > 20"
+    assert Task.objects.count() == 16
 
 
 def test_it_refuses_a_body_too_large_to_read_with_413(api, settings):

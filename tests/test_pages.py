@@ -70,9 +70,12 @@ def generated(
     )
 
 
+def plan_request(subject: Subject, candidates: int = 2) -> dict[str, Any]:
+    return batch_request(subject, providers=[{"provider": "openai", "candidates": candidates}])
+
+
 def plan(subject: Subject, candidates: int = 2) -> Batch:
-    request = batch_request(subject, providers=[{"provider": "openai", "candidates": candidates}])
-    return engine.generate(request=request)
+    return engine.generate(request=plan_request(subject, candidates))
 
 
 def text(response: Any) -> str:
@@ -418,6 +421,64 @@ def test_it_shows_why_a_batch_cannot_be_planned_and_creates_nothing(
     assert error in text(response)
     assert not Batch.objects.exists()
     assert not Task.objects.exists()
+
+
+def part(response: Any, pattern: str) -> str:
+    """The text of the first part of the page that `pattern` (a regex over the markup) finds."""
+    found = re.search(pattern, response.content.decode(), re.S)
+    assert found, f"the page has no part like {pattern!r}"
+    return " ".join(html.unescape(re.sub(r"<[^>]+>", " ", found.group(0))).split())
+
+
+def fieldset(response: Any, legend: str) -> str:
+    return part(response, rf"<fieldset>\s*<legend>{legend}.*?</fieldset>")
+
+
+def alert(response: Any) -> str:
+    return part(response, r'<div class="errors" role="alert">.*?</div>')
+
+
+def test_it_shows_the_batch_size_cap_beside_the_candidates(signed_in: Client, subject, settings):
+    settings.AVATARS_MAX_TASKS_PER_BATCH = 5
+
+    response = signed_in.post("/batches/new/", batch_form(subject))  # (2 + 1) x 2 frames
+
+    assert response.status_code == 400
+    assert "This batch would make 6 tasks; the limit is 5." in fieldset(response, "Providers"), (
+        "6 tasks against a cap of 5, beside the candidates"
+    )
+    assert "This batch would make" not in fieldset(response, "Reference photos")
+    assert not Batch.objects.exists()
+
+
+def test_it_shows_the_reference_caps_beside_the_reference_photos(
+    signed_in: Client, subject, make_reference, settings
+):
+    settings.AVATARS_MAX_REFERENCES = 1
+    make_reference(subject)
+
+    response = signed_in.post("/batches/new/", batch_form(subject))
+
+    assert response.status_code == 400
+    assert (
+        "This batch would send 2 reference photos (every photo of its subjects); the limit is 1."
+        in fieldset(response, "Reference photos")
+    ), "2 photos against a cap of 1, beside the photos"
+    assert not Batch.objects.exists()
+
+
+def test_it_shows_the_daily_cap_for_the_whole_form(signed_in: Client, subject, person, settings):
+    settings.AVATARS_DAILY_TASK_CAP = 8
+    engine.generate(request=plan_request(subject, 4), user=person)
+
+    response = signed_in.post("/batches/new/", batch_form(subject))  # 6 more
+
+    assert response.status_code == 400
+    assert alert(response) == (
+        "You have planned 4 paid tasks in the last 24 hours; "
+        "this batch would make 6 more and the daily limit is 8."
+    ), "4 + 6 > 8, said once for the whole form"
+    assert Batch.objects.count() == 1
 
 
 # --- the batch page ------------------------------------------------------------------

@@ -27,7 +27,9 @@ KEY_REUSED = (
 
 # How the services' refusals are stated over HTTP: (status, code, message or None
 # for the exception's own). Anything else escaping a view is a bug: a 500.
+# The first match wins: a subclass comes before its base.
 REFUSALS: list[tuple[type[Exception], int, str, str | None]] = [
+    (engine.SpendCapReached, 429, "daily_cap_reached", None),
     (engine.InvalidRequest, 400, "invalid_request", None),
     (originals.NotAnImage, 400, "not_an_image", None),
     (engine.KeyReused, 422, "idempotency_key_reused", KEY_REUSED),

@@ -105,6 +105,23 @@ class BatchForm(forms.Form):
         """Return the idempotency key this form plans under (apart from API clients' keys)."""
         return f"form:{self.cleaned_data['token']}"
 
+    def refuse(self, refusal: engine.InvalidRequest) -> None:
+        """Show the engine's refusal beside the field that caused it, or above the form."""
+        self.add_error(self._field_at_fault(refusal), str(refusal))
+
+    def _field_at_fault(self, refusal: engine.InvalidRequest) -> str | None:
+        if refusal.field == "references":
+            return "references"
+        if refusal.field != "providers":
+            return None  # the request as a whole, the daily cap among them
+        if f"candidates_{refusal.provider}" in self.fields:
+            return f"candidates_{refusal.provider}"
+        # The batch as a whole is too large: one sentence, beside the provider asking
+        # for the most candidates (the first to lower).
+        providers = settings.AVATARS_PROVIDERS
+        asked = {key: self.cleaned_data.get(f"candidates_{key}") or 0 for key in providers}
+        return f"candidates_{max(asked, key=asked.__getitem__)}" if asked else None
+
     def to_request(self) -> dict[str, Any]:
         """Build the request `engine.generate` takes from the cleaned data."""
         data = self.cleaned_data

@@ -195,7 +195,7 @@ def batch_new(request: HttpRequest) -> HttpResponse:
         try:
             batch = engine.generate(request=form.to_request(), user=_user(request), key=form.key())
         except engine.InvalidRequest as exc:
-            form.add_error(None, str(exc))
+            form.refuse(exc)
         except engine.KeyReused as exc:
             # Back, a change, and submit again: this form's token already planned a batch.
             messages.info(request, FORM_REUSED)
