@@ -1,5 +1,6 @@
 """The JSON API (docs/api.md): every route, the shapes it answers, and what it refuses."""
 
+import base64
 import hashlib
 import json
 import socket
@@ -168,8 +169,90 @@ def test_it_lists_subjects_by_name(api, make_subject):
         "items": [
             {"id": str(ada.pk), "name": "Ada", "slug": "ada"},
             {"id": str(grace.pk), "name": "Grace", "slug": "grace"},
-        ]
+        ],
+        "next": None,
     }
+
+
+def many_subjects(count: int) -> set[int]:
+    """Create `count` subjects, a third of them sharing one name; return their ids."""
+    names = ["Ada" if n % 3 == 0 else f"Subject {n:04}" for n in range(count)]
+    Subject.objects.bulk_create(Subject(name=name, slug=f"s-{n}") for n, name in enumerate(names))
+    return set(Subject.objects.values_list("pk", flat=True))
+
+
+def test_it_pages_the_subjects_so_that_each_appears_exactly_once(
+    api, django_assert_max_num_queries
+):
+    everyone = many_subjects(120)
+    seen: list[int] = []
+    url: str | None = f"{API}/subjects"
+    sizes = []
+    while url is not None:
+        # The token, its last use (once a minute), one page: never a count of every row.
+        with django_assert_max_num_queries(3):
+            response = api.get(url)
+        assert response.status_code == 200
+        body = response.json()
+        assert set(body) == {"items", "next"}
+        sizes.append(len(body["items"]))
+        seen += [int(item["id"]) for item in body["items"]]
+        url = body["next"]
+
+    assert sizes == [50, 50, 20]
+    assert len(seen) == len(set(seen)) and set(seen) == everyone
+    names = [(s.name, s.pk) for s in Subject.objects.in_bulk(seen).values()]
+    assert [pk for _, pk in sorted(names)] == seen  # by name, then by id among equal names
+
+
+def test_it_pages_on_from_where_it_was_when_subjects_are_added_meanwhile(api):
+    many_subjects(60)
+    first = api.get(f"{API}/subjects").json()
+    last_seen = first["items"][-1]["name"]
+    Subject.objects.create(name="Aaron", slug="aaron")  # before the cursor: not repeated
+    Subject.objects.create(name="Zoe", slug="zoe")  # after it: still to come
+
+    second = api.get(first["next"]).json()
+
+    names = [item["name"] for item in second["items"]]
+    assert "Zoe" in names and "Aaron" not in names
+    assert all(name >= last_seen for name in names)
+    assert second["next"] is None
+
+
+def encoded(value: object) -> str:
+    """Write `value` the way a cursor is written, to forge one."""
+    return base64.urlsafe_b64encode(json.dumps(value).encode()).decode().rstrip("=")
+
+
+@pytest.mark.parametrize(
+    "cursor",
+    [
+        "",
+        "not-a-cursor",
+        "%%%",
+        "eyJh",  # the base64 of a broken JSON text
+        encoded([]),
+        encoded(["Ada"]),
+        encoded([1, 2]),
+        encoded(["Ada", "1"]),
+        encoded(["Ada", -1]),
+        encoded(["Ada", True]),
+        encoded(["Ada", 1.5]),
+        encoded(["Ada", 1e30]),
+        encoded(["Ada", 10**30]),
+        encoded(["Ada", 1, 2]),
+        encoded({"a": 1}),
+        "x" * 5000,
+    ],
+)
+def test_it_refuses_a_bad_cursor_with_a_400(api, make_subject, cursor):
+    make_subject("Ada")
+
+    response = api.get(f"{API}/subjects", {"cursor": cursor})
+
+    assert response.status_code == 400
+    assert error(response)["code"] == "invalid_cursor"
 
 
 @pytest.mark.parametrize(

@@ -11,6 +11,7 @@ from django.http.multipartparser import MultiPartParserError
 from django.urls import reverse
 
 from studio import engine, originals, uploads
+from studio.api import paging
 from studio.api.http import ApiError, endpoint, find, read_json
 from studio.api.serializers import asset_json, batch_json, set_json, subject_json, task_json
 from studio.models import Asset, AvatarSet, Batch, BatchKey, Subject, Task
@@ -24,11 +25,12 @@ RECONCILE_FORBIDDEN = (
 
 @endpoint("GET", "POST")
 def subjects(request: HttpRequest) -> HttpResponse:
-    """List the subjects, or create one from `{"name"}`."""
+    """List the subjects by name, a page at a time, or create one from `{"name"}`."""
     if request.method == "POST":
         subject = engine.create_subject(name=read_json(request).get("name", ""))
         return JsonResponse(subject_json(subject), status=201)
-    return JsonResponse({"items": [subject_json(s) for s in Subject.objects.all()]})
+    listed, next_url = paging.page(request, Subject.objects.all(), key="name")
+    return JsonResponse({"items": [subject_json(s) for s in listed], "next": next_url})
 
 
 @endpoint("POST")
