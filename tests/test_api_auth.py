@@ -276,6 +276,14 @@ def test_it_lets_a_read_only_token_read_every_route(world, method, route, body):
     assert response.status_code == 200
 
 
+def test_it_answers_405_not_403_to_a_read_only_token_for_a_method_a_route_does_not_take(world):
+    response = bearing(read_only_token()).delete(f"{API}/subjects")
+
+    assert response.status_code == 405
+    assert response.json()["error"]["code"] == "method_not_allowed"
+    assert Subject.objects.count() == 1
+
+
 def test_it_prints_a_read_only_token_when_asked(world):
     User.objects.create_user("dashboard")
     out = StringIO()
