@@ -898,8 +898,8 @@ class WorkerHeartbeatAdmin(ReadOnlyAdmin):
 
 @admin.register(ApiToken)
 class ApiTokenAdmin(ReadOnlyAdmin):
-    list_display = ("user", "prefix", "created_at", "last_used_at")
-    fields = ("user", "prefix", "created_at", "last_used_at")
+    list_display = ("user", "prefix", "scope", "created_at", "last_used_at")
+    fields = ("user", "prefix", "scope", "created_at", "last_used_at")
     readonly_fields = fields
     list_select_related = ("user",)
 

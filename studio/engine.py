@@ -5,6 +5,8 @@ Views, admin actions and commands call these; they never change task state thems
 
 import hashlib
 import json
+import re
+import secrets
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -14,7 +16,8 @@ from asgiref.sync import async_to_sync, sync_to_async
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
-from django.db.models import Count
+from django.db.models import BigIntegerField, Count, Max, Q
+from django.db.models.functions import Cast, Substr
 from django.utils import timezone
 from django.utils.text import slugify
 
@@ -109,6 +112,9 @@ class BatchCancel:
 # --- subjects, references, sets ------------------------------------------------
 
 
+SLUG_TRIES = 3  # numbered slugs tried before a random suffix; a concurrent create costs one
+
+
 def create_subject(*, name: str) -> Subject:
     """Create a subject with a unique slug derived from `name`."""
     name = name.strip() if isinstance(name, str) else ""
@@ -117,11 +123,43 @@ def create_subject(*, name: str) -> Subject:
     if len(name) > 120:
         raise InvalidRequest("A subject's name must be at most 120 characters.")
     base = slugify(name)[:120] or "subject"
-    slug, n = base, 1
-    while Subject.objects.filter(slug=slug).exists():
-        n += 1
-        slug = f"{base}-{n}"
-    return Subject.objects.create(name=name, slug=slug)
+    for _ in range(SLUG_TRIES):
+        subject = _create_subject_as(name=name, slug=_free_slug(base))
+        if subject is not None:
+            return subject
+    # Concurrent requests keep taking the next number: a random suffix no other one computes.
+    return Subject.objects.create(name=name, slug=f"{base}-{secrets.token_hex(4)}")
+
+
+def _free_slug(base: str) -> str:
+    """Return `base` if no subject has it, else `base-N` past the highest N taken, in one query.
+
+    The range on `slug` lets its unique index find the `base-<digit>…` rows rather than
+    probing one slug per query; the pattern then drops other names that merely start
+    with a digit ("ada-1st"). Suffixes of ten digits or more (or with a leading zero)
+    are other names, and keep the cast within any database's integer.
+    """
+    numbered = Q(
+        slug__gte=f"{base}-1",
+        slug__lt=f"{base}-:",  # ":" follows "9" in ASCII
+        slug__regex=rf"^{re.escape(base)}-[1-9][0-9]{{0,8}}$",
+    )
+    suffix = Cast(Substr("slug", len(base) + 2), BigIntegerField())
+    taken = Subject.objects.filter(Q(slug=base) | numbered).aggregate(
+        bare=Count("pk", filter=Q(slug=base)), highest=Max(suffix, filter=~Q(slug=base))
+    )
+    if not taken["bare"]:
+        return base
+    return f"{base}-{(taken['highest'] or 1) + 1}"
+
+
+def _create_subject_as(*, name: str, slug: str) -> Subject | None:
+    """Create the subject under `slug`, or return None if another request just took it."""
+    try:
+        with transaction.atomic():  # a savepoint: a lost race leaves the outer transaction usable
+            return Subject.objects.create(name=name, slug=slug)
+    except IntegrityError:
+        return None
 
 
 def add_reference(*, subject: Subject, data: bytes, file_name: str) -> Asset:

@@ -305,13 +305,22 @@ class SetItem(models.Model):
 class ApiToken(models.Model):
     """A bearer token for the JSON API. Only its SHA-256 is stored."""
 
+    class Scope(models.TextChoices):
+        READ_WRITE = "read_write"  # everything its user may do
+        READ_ONLY = "read_only"  # GET routes only: dashboards, backups, audits
+
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
     digest = models.CharField(max_length=64, unique=True)
+    scope = models.CharField(max_length=20, choices=Scope.choices, default=Scope.READ_WRITE)
     created_at = models.DateTimeField(auto_now_add=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
 
     def __str__(self) -> str:
-        return f"API token of {self.user} ({self.digest[:8]}…)"
+        return f"API token of {self.user} ({self.digest[:8]}…, {self.scope})"
+
+    @property
+    def may_write(self) -> bool:
+        return self.scope == self.Scope.READ_WRITE
 
 
 class WorkerHeartbeat(models.Model):

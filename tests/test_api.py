@@ -1,5 +1,6 @@
 """The JSON API (docs/api.md): every route, the shapes it answers, and what it refuses."""
 
+import base64
 import hashlib
 import json
 import socket
@@ -11,7 +12,7 @@ from typing import Any
 
 import httpx
 import pytest
-from django.contrib.auth.models import User
+from django.contrib.auth.models import Permission, User
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.db import connection
 from django.test import Client
@@ -102,10 +103,19 @@ def api() -> Client:
     return bearing(issue_token(user=User.objects.create_user("family-script")))
 
 
+def allowed_to_change_tasks(user: User) -> User:
+    """Grant `user` what the admin's repair actions need: the `studio.change_task` permission."""
+    user.user_permissions.add(
+        Permission.objects.get_by_natural_key("change_task", "studio", "task")
+    )
+    return user
+
+
 @pytest.fixture
 def staff_api() -> Client:
-    """A client acting as a member of staff."""
-    return bearing(issue_token(user=User.objects.create_user("ops", is_staff=True)))
+    """A client acting as a member of staff allowed to change tasks, as an operator is."""
+    ops = allowed_to_change_tasks(User.objects.create_user("ops", is_staff=True))
+    return bearing(issue_token(user=ops))
 
 
 def post_json(client: Client, url: str, body: object) -> Any:
@@ -159,8 +169,90 @@ def test_it_lists_subjects_by_name(api, make_subject):
         "items": [
             {"id": str(ada.pk), "name": "Ada", "slug": "ada"},
             {"id": str(grace.pk), "name": "Grace", "slug": "grace"},
-        ]
+        ],
+        "next": None,
     }
+
+
+def many_subjects(count: int) -> set[int]:
+    """Create `count` subjects, a third of them sharing one name; return their ids."""
+    names = ["Ada" if n % 3 == 0 else f"Subject {n:04}" for n in range(count)]
+    Subject.objects.bulk_create(Subject(name=name, slug=f"s-{n}") for n, name in enumerate(names))
+    return set(Subject.objects.values_list("pk", flat=True))
+
+
+def test_it_pages_the_subjects_so_that_each_appears_exactly_once(
+    api, django_assert_max_num_queries
+):
+    everyone = many_subjects(120)
+    seen: list[int] = []
+    url: str | None = f"{API}/subjects"
+    sizes = []
+    while url is not None:
+        # The token, its last use (once a minute), one page: never a count of every row.
+        with django_assert_max_num_queries(3):
+            response = api.get(url)
+        assert response.status_code == 200
+        body = response.json()
+        assert set(body) == {"items", "next"}
+        sizes.append(len(body["items"]))
+        seen += [int(item["id"]) for item in body["items"]]
+        url = body["next"]
+
+    assert sizes == [50, 50, 20]
+    assert len(seen) == len(set(seen)) and set(seen) == everyone
+    names = [(s.name, s.pk) for s in Subject.objects.in_bulk(seen).values()]
+    assert [pk for _, pk in sorted(names)] == seen  # by name, then by id among equal names
+
+
+def test_it_pages_on_from_where_it_was_when_subjects_are_added_meanwhile(api):
+    many_subjects(60)
+    first = api.get(f"{API}/subjects").json()
+    last_seen = first["items"][-1]["name"]
+    Subject.objects.create(name="Aaron", slug="aaron")  # before the cursor: not repeated
+    Subject.objects.create(name="Zoe", slug="zoe")  # after it: still to come
+
+    second = api.get(first["next"]).json()
+
+    names = [item["name"] for item in second["items"]]
+    assert "Zoe" in names and "Aaron" not in names
+    assert all(name >= last_seen for name in names)
+    assert second["next"] is None
+
+
+def encoded(value: object) -> str:
+    """Write `value` the way a cursor is written, to forge one."""
+    return base64.urlsafe_b64encode(json.dumps(value).encode()).decode().rstrip("=")
+
+
+@pytest.mark.parametrize(
+    "cursor",
+    [
+        "",
+        "not-a-cursor",
+        "%%%",
+        "eyJh",  # the base64 of a broken JSON text
+        encoded([]),
+        encoded(["Ada"]),
+        encoded([1, 2]),
+        encoded(["Ada", "1"]),
+        encoded(["Ada", -1]),
+        encoded(["Ada", True]),
+        encoded(["Ada", 1.5]),
+        encoded(["Ada", 1e30]),
+        encoded(["Ada", 10**30]),
+        encoded(["Ada", 1, 2]),
+        encoded({"a": 1}),
+        "x" * 5000,
+    ],
+)
+def test_it_refuses_a_bad_cursor_with_a_400(api, make_subject, cursor):
+    make_subject("Ada")
+
+    response = api.get(f"{API}/subjects", {"cursor": cursor})
+
+    assert response.status_code == 400
+    assert error(response)["code"] == "invalid_cursor"
 
 
 @pytest.mark.parametrize(
@@ -950,16 +1042,39 @@ def test_it_lets_staff_reconcile_a_task_with_embers_history(staff_api, subject, 
     assert Task.objects.get(pk=task.pk).state == TaskState.COPYING
 
 
-def test_it_refuses_reconcile_to_anyone_but_staff(api, subject, ember):
+RECONCILE_FORBIDDEN = {
+    "code": "forbidden",
+    "message": "Reconciling a task needs the permission to change tasks (studio.change_task).",
+}
+
+
+@pytest.mark.parametrize("is_staff", [False, True], ids=["plain user", "staff"])
+def test_it_refuses_reconcile_to_anyone_without_the_change_task_permission(
+    subject, ember, is_staff
+):
+    client = bearing(issue_token(user=User.objects.create_user("viewer", is_staff=is_staff)))
     task = an_uncertain_task(subject)
     route = history_route(ember, task)
 
-    response = api.post(f"{API}/tasks/{task.pk}/reconcile")
+    response = client.post(f"{API}/tasks/{task.pk}/reconcile")
 
     assert response.status_code == 403
-    assert error(response) == {"code": "forbidden", "message": "Only staff may reconcile tasks."}
+    assert error(response) == RECONCILE_FORBIDDEN
     assert route.call_count == 0
     assert Task.objects.get(pk=task.pk).state == TaskState.UNCERTAIN
+
+
+def test_it_lets_a_user_allowed_to_change_tasks_reconcile_without_being_staff(subject, ember):
+    # The admin also needs staff status, to enter the admin site; the API needs only this.
+    script = allowed_to_change_tasks(User.objects.create_user("repair-script"))
+    task = an_uncertain_task(subject)
+    route = history_route(ember, task)
+
+    response = bearing(issue_token(user=script)).post(f"{API}/tasks/{task.pk}/reconcile")
+
+    assert response.status_code == 200
+    assert route.call_count == 1
+    assert Task.objects.get(pk=task.pk).state == TaskState.COPYING
 
 
 def test_it_answers_409_when_the_worker_moves_a_task_during_its_reconcile(

@@ -231,3 +231,81 @@ def test_it_refuses_an_unknown_user_without_create_user_and_creates_nothing(db):
 
     assert not User.objects.exists()
     assert not ApiToken.objects.exists()
+
+
+# --- scopes: read-only tokens -----------------------------------------------------
+
+READ_ONLY = {
+    "code": "read_only",
+    "message": "This API token may only read; ask for a token without --read-only to change "
+    "anything.",
+}
+WRITES = [route for route in ROUTES if route[0] == "post"]
+READS = [route for route in ROUTES if route[0] == "get" and route[1] != "no-such-route"]
+
+
+def read_only_token(username: str = "dashboard", **fields: Any) -> str:
+    return issue_token(user=User.objects.create_user(username, **fields), read_only=True)
+
+
+@pytest.mark.parametrize(("method", "route", "body"), WRITES, ids=[r for _, r, _ in WRITES])
+def test_it_refuses_every_write_to_a_read_only_token_and_changes_nothing(
+    world, data_dir, method, route, body
+):
+    # Staff with every permission: only the token's scope stands in the way.
+    client = bearing(read_only_token(is_staff=True, is_superuser=True))
+    ids = {name: row.pk for name, row in world.items()}
+    before = everything(world)
+    files = sorted(p.name for p in (data_dir / "originals").iterdir())
+
+    response = send(client, method, f"{API}/{route.format(**ids)}", body, world)
+
+    assert response.status_code == 403
+    assert response.json() == {"error": READ_ONLY}
+    assert everything(world) == before
+    assert sorted(p.name for p in (data_dir / "originals").iterdir()) == files
+
+
+@pytest.mark.parametrize(("method", "route", "body"), READS, ids=[r for _, r, _ in READS])
+def test_it_lets_a_read_only_token_read_every_route(world, method, route, body):
+    client = bearing(read_only_token())
+    ids = {name: row.pk for name, row in world.items()}
+
+    response = send(client, method, f"{API}/{route.format(**ids)}", body, world)
+
+    assert response.status_code == 200
+
+
+def test_it_answers_405_not_403_to_a_read_only_token_for_a_method_a_route_does_not_take(world):
+    response = bearing(read_only_token()).delete(f"{API}/subjects")
+
+    assert response.status_code == 405
+    assert response.json()["error"]["code"] == "method_not_allowed"
+    assert Subject.objects.count() == 1
+
+
+def test_it_prints_a_read_only_token_when_asked(world):
+    User.objects.create_user("dashboard")
+    out = StringIO()
+
+    call_command("api_token", "dashboard", "--read-only", stdout=out)
+
+    client = bearing(last_line(out.getvalue()))
+    assert "read-only" in out.getvalue()
+    assert client.get(f"{API}/subjects").status_code == 200
+    refused = client.post(f"{API}/subjects", {"name": "Eve"}, content_type="application/json")
+    assert (refused.status_code, refused.json()) == (403, {"error": READ_ONLY})
+    assert not Subject.objects.filter(name="Eve").exists()
+
+
+def test_it_still_issues_tokens_that_may_write_by_default(world):
+    User.objects.create_user("family-script")
+    out = StringIO()
+
+    call_command("api_token", "family-script", stdout=out)
+
+    response = bearing(last_line(out.getvalue())).post(
+        f"{API}/subjects", {"name": "Eve"}, content_type="application/json"
+    )
+    assert response.status_code == 201
+    assert ApiToken.objects.get().scope == ApiToken.Scope.READ_WRITE

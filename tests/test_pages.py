@@ -276,6 +276,103 @@ def test_it_refuses_an_upload_without_a_file(signed_in: Client, make_subject):
     assert "This field is required." in text(response)
 
 
+# --- long lists, a page at a time ----------------------------------------------------
+
+# Session, user, one page of rows, and one count over that page's rows (never every row).
+LIST_PAGE_QUERIES = 4
+
+
+def link(response: Any, label: str) -> str | None:
+    """The pager link a person would click by its `label` ("Next", "Previous"), if shown."""
+    found = re.search(rf'<a href="([^"]*)"[^>]*>[^<]*{label}', response.content.decode())
+    return html.unescape(found.group(1)) if found else None
+
+
+def walk(
+    client: Client, url: str, row: str, assert_max_queries: Any
+) -> tuple[list[int], list[Any]]:
+    """Follow "Next" from `url`; return the ids of `row` links met in order, and the pages."""
+    seen: list[int] = []
+    pages: list[Any] = []
+    next_url: str | None = url
+    while next_url is not None:
+        with assert_max_queries(LIST_PAGE_QUERIES):
+            response = client.get(next_url if next_url.startswith("/") else url + next_url)
+        assert response.status_code == 200
+        pages.append(response)
+        seen += [int(pk) for pk in re.findall(row, response.content.decode())]
+        next_url = link(response, "Next")
+    return seen, pages
+
+
+def test_it_pages_the_subjects_by_name_each_once(
+    signed_in: Client, make_reference, django_assert_max_num_queries
+):
+    names = ["Ada" if n % 3 == 0 else f"Subject {n:04}" for n in range(120)]
+    Subject.objects.bulk_create(Subject(name=name, slug=f"s-{n}") for n, name in enumerate(names))
+    by_name = list(Subject.objects.order_by("name", "pk").values_list("pk", flat=True))
+    first = Subject.objects.get(pk=by_name[0])
+    make_reference(first), make_reference(first)
+
+    seen, pages = walk(
+        signed_in, "/subjects/", r'href="/subjects/(\d+)/"', django_assert_max_num_queries
+    )
+
+    assert seen == by_name  # each subject once, by name, then by id among equal names
+    assert [len(re.findall(r'href="/subjects/\d+/"', p.content.decode())) for p in pages] == [
+        50,
+        50,
+        20,
+    ]
+    assert "Ada 2 photos" in text(pages[0])
+    assert link(pages[0], "Previous") is None and link(pages[-1], "Next") is None
+    back = signed_in.get("/subjects/" + (link(pages[1], "Previous") or ""))
+    assert re.findall(r'href="/subjects/(\d+)/"', back.content.decode()) == [
+        str(pk) for pk in by_name[:50]
+    ]
+
+
+def test_it_pages_a_subjects_reference_photos_newest_first_each_once(
+    signed_in: Client, make_subject, django_assert_max_num_queries
+):
+    ada = make_subject("Ada")
+    photos = Asset.objects.bulk_create(
+        Asset(
+            sha256=f"{n:064x}",
+            file_name=f"ada-{n}.png",
+            mime="image/png",
+            width=64,
+            height=48,
+            size=100,
+            origin=Origin.UPLOADED,
+        )
+        for n in range(120)
+    )
+    ada.assets.add(*photos)
+    newest_first = list(ada.assets.order_by("-created_at", "-id").values_list("pk", flat=True))
+
+    seen, pages = walk(
+        signed_in,
+        f"/subjects/{ada.pk}/",
+        r'href="/assets/(\d+)/original/"',
+        django_assert_max_num_queries,
+    )
+
+    assert seen == newest_first
+    assert len(pages) == 3
+    assert link(pages[0], "Previous") is None and link(pages[1], "Previous") is not None
+
+
+@pytest.mark.parametrize("number", ["abc", "0", "-1", "²", "99999999999999999999", "1e3", "9999"])
+def test_it_answers_an_odd_or_past_the_end_page_number_without_an_error(
+    signed_in: Client, subject, number: str
+):
+    for url in ("/subjects/", f"/subjects/{subject.pk}/", "/sets/", "/gallery/"):
+        response = signed_in.get(url, {"page": number})
+
+        assert response.status_code == 200, url
+
+
 # --- new batch --------------------------------------------------------------------------
 
 
@@ -862,3 +959,18 @@ def test_it_keeps_a_published_sets_choice_fixed(signed_in: Client):
 
     assert chosen_order(avatar_set) == [fine.pk]
     assert messages_of(response) == ["This set is published; its choice can no longer change."]
+
+
+def test_it_pages_the_sets_newest_first_each_once(signed_in: Client, django_assert_max_num_queries):
+    AvatarSet.objects.bulk_create(AvatarSet(name=f"Set {n}") for n in range(120))
+    newest_first = list(
+        AvatarSet.objects.order_by("-created_at", "-pk").values_list("pk", flat=True)
+    )
+    chosen = AvatarSet.objects.get(pk=newest_first[0])
+    engine.choose_assets(avatar_set=chosen, asset_ids=[generated(1).pk, generated(2).pk])
+
+    seen, pages = walk(signed_in, "/sets/", r'href="/sets/(\d+)/"', django_assert_max_num_queries)
+
+    assert seen == newest_first
+    assert len(pages) == 3
+    assert f"{chosen.name} 2 draft" in text(pages[0])

@@ -22,20 +22,24 @@ def digest_of(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def issue_token(*, user: User) -> str:
-    """Create a new API token for `user` and return it; only its digest is kept."""
+def issue_token(*, user: User, read_only: bool = False) -> str:
+    """Create a new API token for `user` and return it; only its digest is kept.
+
+    A read-only token may call the GET routes only, whatever its user may do.
+    """
     token = secrets.token_urlsafe(32)
-    ApiToken.objects.create(user=user, digest=digest_of(token))
+    scope = ApiToken.Scope.READ_ONLY if read_only else ApiToken.Scope.READ_WRITE
+    ApiToken.objects.create(user=user, digest=digest_of(token), scope=scope)
     return token
 
 
-def authenticate(request: HttpRequest) -> User | None:
-    """Return the active user whose token the request bears (noting its use), or None."""
+def authenticate(request: HttpRequest) -> ApiToken | None:
+    """Return the token the request bears, with its active user (noting its use), or None."""
     row = _token_row(request.headers.get("Authorization", ""))
     if row is None:
         return None
     _touch(row)
-    return row.user
+    return row
 
 
 def user_for_header(header: str) -> User | None:

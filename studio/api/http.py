@@ -19,6 +19,7 @@ M = TypeVar("M", bound=Model)
 View = Callable[..., HttpResponse]
 
 UNAUTHORIZED = "A valid API token is required."
+READ_ONLY = "This API token may only read; ask for a token without --read-only to change anything."
 CONFLICT = "The row changed while this request was served; read it again and retry."
 KEY_REUSED = (
     "This Idempotency-Key was already used with a different request body; "
@@ -67,18 +68,21 @@ def endpoint(*methods: str) -> Callable[[View], View]:
         @csrf_exempt
         @functools.wraps(view)
         def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-            user = authenticate(request)
-            if user is None:
+            token = authenticate(request)
+            if token is None:
                 response: HttpResponse = error_response(401, "unauthorized", UNAUTHORIZED)
                 response["WWW-Authenticate"] = 'Bearer realm="api"'
                 return response
-            request.user = user
+            request.user = token.user
             if request.method not in methods:
                 response = error_response(
                     405, "method_not_allowed", f"This route takes {' or '.join(methods)}."
                 )
                 response["Allow"] = ", ".join(methods)
                 return response
+            # Every route but a GET changes something; the view never runs for such a token.
+            if request.method != "GET" and not token.may_write:
+                return error_response(403, "read_only", READ_ONLY)
             try:
                 return view(request, *args, **kwargs)
             except ApiError as exc:

@@ -11,21 +11,26 @@ from django.http.multipartparser import MultiPartParserError
 from django.urls import reverse
 
 from studio import engine, originals, uploads
+from studio.api import paging
 from studio.api.http import ApiError, endpoint, find, read_json
 from studio.api.serializers import asset_json, batch_json, set_json, subject_json, task_json
 from studio.models import Asset, AvatarSet, Batch, BatchKey, Subject, Task
 
 # A year: an original never changes under its URL (it is named by its hash).
 ORIGINAL_CACHE_CONTROL = "private, max-age=31536000, immutable"
+RECONCILE_FORBIDDEN = (
+    "Reconciling a task needs the permission to change tasks (studio.change_task)."
+)
 
 
 @endpoint("GET", "POST")
 def subjects(request: HttpRequest) -> HttpResponse:
-    """List the subjects, or create one from `{"name"}`."""
+    """List the subjects by name, a page at a time, or create one from `{"name"}`."""
     if request.method == "POST":
         subject = engine.create_subject(name=read_json(request).get("name", ""))
         return JsonResponse(subject_json(subject), status=201)
-    return JsonResponse({"items": [subject_json(s) for s in Subject.objects.all()]})
+    listed, next_url = paging.page(request, Subject.objects.all(), key="name")
+    return JsonResponse({"items": [subject_json(s) for s in listed], "next": next_url})
 
 
 @endpoint("POST")
@@ -85,9 +90,12 @@ def task_cancel(request: HttpRequest, task_id: str) -> HttpResponse:
 
 @endpoint("POST")
 def task_reconcile(request: HttpRequest, task_id: str) -> HttpResponse:
-    """Ask Ember's history about a task that needs care (staff only)."""
-    if not _user(request).is_staff:
-        raise ApiError(403, "forbidden", "Only staff may reconcile tasks.")
+    """Ask Ember's history about a task that needs care (`studio.change_task`, as in the admin).
+
+    Staff status is not required: it only opens the admin site, which the API is not.
+    """
+    if not _user(request).has_perm("studio.change_task"):
+        raise ApiError(403, "forbidden", RECONCILE_FORBIDDEN)
     return JsonResponse(task_json(engine.reconcile(task=find(Task.objects.all(), task_id))))
 
 

@@ -40,6 +40,8 @@ from studio.web.forms import BatchForm, ChooseForm, ReferenceForm, SetForm, Subj
 # A year: an image under these URLs never changes (it is named by its original's hash).
 IMMUTABLE = "private, max-age=31536000, immutable"
 GALLERY_PAGE = 60  # thumbnails per gallery page
+LIST_PAGE = 50  # subjects or sets per page
+PHOTOS_PAGE = 48  # reference photos per page of a subject
 PICKER_PAGE = 48  # thumbnails offered per page when adding to a set
 RECENT_BATCHES = 20
 FORM_REUSED = (
@@ -114,7 +116,8 @@ class Window:
 
 def _page(request: HttpRequest, items: Any, per_page: int) -> Window:
     raw = request.GET.get("page", "1")
-    number = int(raw) if raw.isdigit() and 0 < int(raw) < 100_000 else 1
+    # isascii(): "²" is a digit to isdigit() but not to int().
+    number = int(raw) if raw.isascii() and raw.isdigit() and 0 < int(raw) < 100_000 else 1
     start = (number - 1) * per_page
     rows = list(items[start : start + per_page + 1])  # one more says a next page exists
     return Window(object_list=rows[:per_page], number=number, has_next=len(rows) > per_page)
@@ -136,7 +139,7 @@ def home(request: HttpRequest) -> HttpResponse:
 @login_required
 @require_http_methods(["GET", "POST"])
 def subjects(request: HttpRequest) -> HttpResponse:
-    """List the subjects, or create one and go to its page."""
+    """List the subjects by name, a page at a time, or create one and go to its page."""
     form = SubjectForm(*_posted(request))
     if request.method == "POST" and form.is_valid():
         try:
@@ -146,13 +149,19 @@ def subjects(request: HttpRequest) -> HttpResponse:
         else:
             messages.success(request, f"Created {subject.name}. Add a reference photo.")
             return redirect("studio:subject", subject_id=subject.pk)
-    listed = Subject.objects.annotate(
-        photos=Count("assets", filter=Q(assets__origin=Origin.UPLOADED))
+    page = _page(request, Subject.objects.order_by("name", "pk"), LIST_PAGE)
+    # Counted for this page's subjects only, in one query, not for every subject.
+    photos = dict(
+        Subject.objects.filter(pk__in=[listed.pk for listed in page])
+        .annotate(n=Count("assets", filter=Q(assets__origin=Origin.UPLOADED)))
+        .values_list("pk", "n")
     )
+    for listed in page:
+        listed.photos = photos.get(listed.pk, 0)
     return render(
         request,
         "studio/subjects.html",
-        {"subjects": listed, "form": form},
+        {"page": page, "form": form},
         status=400 if form.errors else 200,
     )
 
@@ -160,7 +169,7 @@ def subjects(request: HttpRequest) -> HttpResponse:
 @login_required
 @require_http_methods(["GET", "POST"])
 def subject(request: HttpRequest, subject_id: int) -> HttpResponse:
-    """Show a subject's reference photos, or store an uploaded one."""
+    """Show a subject's reference photos, newest first a page at a time, or store one."""
     found = get_object_or_404(Subject, pk=subject_id)
     form = ReferenceForm(*_posted(request, files=True))
     if request.method == "POST" and not form.is_valid() and uploads.dropped_for_size(request):
@@ -174,11 +183,11 @@ def subject(request: HttpRequest, subject_id: int) -> HttpResponse:
         else:
             messages.success(request, f"Added {asset.file_name} to {found.name}'s photos.")
             return redirect("studio:subject", subject_id=found.pk)
-    photos = found.assets.filter(origin=Origin.UPLOADED)
+    photos = found.assets.filter(origin=Origin.UPLOADED).order_by("-created_at", "-id")
     return render(
         request,
         "studio/subject.html",
-        {"subject": found, "photos": photos, "form": form},
+        {"subject": found, "page": _page(request, photos, PHOTOS_PAGE), "form": form},
         status=400 if form.errors else 200,
     )
 
@@ -297,7 +306,7 @@ def gallery(request: HttpRequest) -> HttpResponse:
 @login_required
 @require_http_methods(["GET", "POST"])
 def sets(request: HttpRequest) -> HttpResponse:
-    """List the sets, or create one (with the assets ticked in the gallery, in that order)."""
+    """List the sets, newest first a page at a time, or create one (from the gallery's ticks)."""
     form = SetForm(*_posted(request))
     if request.method == "POST" and form.is_valid():
         try:
@@ -309,11 +318,19 @@ def sets(request: HttpRequest) -> HttpResponse:
         else:
             messages.success(request, f"Created the set {created.name}.")
             return redirect("studio:set", set_id=created.pk)
-    listed = AvatarSet.objects.annotate(chosen=Count("items"))
+    page = _page(request, AvatarSet.objects.order_by("-created_at", "-pk"), LIST_PAGE)
+    # Counted for this page's sets only, in one query, not for every set.
+    chosen = dict(
+        AvatarSet.objects.filter(pk__in=[listed.pk for listed in page])
+        .annotate(n=Count("items"))
+        .values_list("pk", "n")
+    )
+    for listed in page:
+        listed.chosen = chosen.get(listed.pk, 0)
     return render(
         request,
         "studio/sets.html",
-        {"sets": listed, "form": form},
+        {"page": page, "form": form},
         status=400 if form.errors else 200,
     )
 

@@ -1,4 +1,7 @@
-"""`manage.py api_token USERNAME [--create-user]`: issue a JSON API token (docs/api.md)."""
+"""`manage.py api_token USERNAME [--create-user] [--read-only]`: issue a JSON API token.
+
+See docs/api.md.
+"""
 
 from typing import Any
 
@@ -18,6 +21,11 @@ class Command(BaseCommand):
             action="store_true",
             help="create the user (without a password) if there is none",
         )
+        parser.add_argument(
+            "--read-only",
+            action="store_true",
+            help="issue a token that may only read (every write answers 403)",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         username = options["username"]
@@ -28,7 +36,9 @@ class Command(BaseCommand):
             # No usable password: this user signs in to the API only, with the token.
             user = User.objects.create_user(username=username)
             self.stdout.write(f"Created user {username}.")
-        token = issue_token(user=user)
-        self.stdout.write(f"New API token for {username}. Only its hash is stored; keep it now:")
+        read_only = options["read_only"]
+        token = issue_token(user=user, read_only=read_only)
+        kind = "read-only API token" if read_only else "API token"
+        self.stdout.write(f"New {kind} for {username}. Only its hash is stored; keep it now:")
         # Last line, alone, so scripts can take it with `tail -n 1`.
         self.stdout.write(token)

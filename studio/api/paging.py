@@ -1,0 +1,63 @@
+"""Paged lists for the JSON API: `{"items": [...], "next": url or null}`, by keyset.
+
+A page is the rows after the last one the client saw, in a total order (a text column,
+then the primary key), so a walk through the pages meets every row exactly once even
+while rows are added, and no page counts or skips over the rows before it. The cursor
+names that last row by its sort key: opaque to clients, checked like any other input.
+"""
+
+import base64
+import binascii
+import json
+from typing import Any, TypeVar
+from urllib.parse import urlencode
+
+from django.db.models import Model, Q, QuerySet
+from django.http import HttpRequest
+
+from studio.api.http import ApiError
+from studio.ids import row_id
+
+M = TypeVar("M", bound=Model)
+
+PAGE_SIZE = 50  # rows per page
+MAX_CURSOR = 2000  # characters; a cursor this API writes is far shorter
+BAD_CURSOR = "The cursor is not one this API gave out; start again from the first page."
+
+
+def page(
+    request: HttpRequest, rows: QuerySet[M], *, key: str, size: int = PAGE_SIZE
+) -> tuple[list[M], str | None]:
+    """Return the page of `rows` the request's `cursor` asks for, ordered by `key` then pk,
+    and the URL of the next page (None on the last one). `key` must name a text column."""
+    ordered = rows.order_by(key, "pk")
+    cursor = request.GET.get("cursor")
+    if cursor is not None:
+        value, pk = _decode(cursor)
+        ordered = ordered.filter(Q(**{f"{key}__gt": value}) | Q(**{key: value, "pk__gt": pk}))
+    found = list(ordered[: size + 1])  # one more says whether a next page exists
+    if len(found) <= size:
+        return found, None
+    last = found[size - 1]
+    query = urlencode({"cursor": _encode(getattr(last, key), last.pk)})
+    return found[:size], f"{request.path}?{query}"
+
+
+def _encode(value: str, pk: Any) -> str:
+    text = json.dumps([value, pk], separators=(",", ":"))
+    return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
+
+
+def _decode(cursor: str) -> tuple[str, int]:
+    """Return the sort key and pk a cursor names, or raise a 400 ApiError."""
+    if not cursor or len(cursor) > MAX_CURSOR:
+        raise ApiError(400, "invalid_cursor", BAD_CURSOR)
+    try:
+        text = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        decoded = json.loads(text)
+    except (binascii.Error, ValueError):  # UnicodeDecodeError and JSONDecodeError included
+        raise ApiError(400, "invalid_cursor", BAD_CURSOR) from None
+    match decoded:
+        case [str() as value, int() as pk] if row_id(pk) is not None:
+            return value, pk
+    raise ApiError(400, "invalid_cursor", BAD_CURSOR)
