@@ -5,7 +5,8 @@ authentication runs, so without this a stranger's 300 MB POST would be written t
 before its 401. Here, before the body is read:
 
 - a `Content-Length` over `AVATARS_MAX_BODY_BYTES` is answered 413 at once;
-- an API request that carries a body but no valid token is answered 401;
+- an API request that carries a body but no valid token is answered 401, and one whose
+  token may only read is answered 403 (every API write carries a body or none at all);
 - a body without a length (chunked) is counted as it streams and cut off with a 413 as
   soon as it passes the limit.
 """
@@ -17,8 +18,8 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.conf import settings
 
-from studio.api.auth import user_for_header
-from studio.api.http import UNAUTHORIZED
+from studio.api.auth import token_for_header
+from studio.api.http import READ_ONLY, UNAUTHORIZED
 
 Scope = dict[str, Any]
 Message = Mapping[str, Any]
@@ -47,10 +48,14 @@ class BodyLimit:
             await _answer(send, scope, 413, "too_large", _too_large(limit))
             return
         has_body = int(length or 0) > 0 or "chunked" in headers.get("transfer-encoding", "")
-        api = scope["path"].startswith(API_PREFIX)
-        if has_body and api and not await _token_is_valid(headers.get("authorization", "")):
-            await _unauthorized(send)
-            return
+        if has_body and scope["path"].startswith(API_PREFIX):
+            token = await sync_to_async(token_for_header)(headers.get("authorization", ""))
+            if token is None:
+                await _unauthorized(send)
+                return
+            if scope["method"] != "GET" and not token.may_write:
+                await _send_json(send, 403, "read_only", READ_ONLY)
+                return
         await self._run_counting(scope, receive, send, limit)
 
     async def _run_counting(self, scope: Scope, receive: Receive, send: Send, limit: int) -> None:
@@ -84,10 +89,6 @@ class BodyLimit:
 
 def _too_large(limit: int) -> str:
     return TOO_LARGE.format(limit=limit / (1024 * 1024))
-
-
-async def _token_is_valid(header: str) -> bool:
-    return await sync_to_async(user_for_header)(header) is not None
 
 
 async def _unauthorized(send: Send) -> None:

@@ -19,7 +19,8 @@ from django.contrib.auth.models import User
 from studio import engine
 from studio.api.auth import issue_token
 subject = engine.create_subject(name="Ada")
-result = [issue_token(user=User.objects.create_user("ada", password="x" * 12)), subject.pk]
+ada = User.objects.create_user("ada", password="x" * 12)
+result = [issue_token(user=ada), subject.pk, issue_token(user=ada, read_only=True)]
 """
 
 
@@ -28,7 +29,8 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Web, Stac
     tmp = tmp_path_factory.mktemp("limits")
     sim = Simulator(tmp)
     stack = new_stack(migrated_template(tmp / "tpl"), tmp / "install", sim)
-    token, subject_id = stack.django(TOKEN_SEED)
+    token, subject_id, read_only = stack.django(TOKEN_SEED)
+    stack.env["READ_ONLY_TOKEN"] = read_only  # for the test that needs it
     spool = tmp / "spool"  # the web process's temporary files land here
     spool.mkdir()
     web = Web(stack, TMPDIR=str(spool))
@@ -136,3 +138,18 @@ def test_a_streamed_body_is_cut_off_once_it_passes_the_limit(served):
     assert answer.split(b"\r\n", 1)[0].split()[1] == b"413", answer[:200]
     assert sent < limit + 16 * MB, f"the server read {sent / MB:.0f} MB before answering"
     assert spooled_bytes(spool) < 2 * MB, f"{spooled_bytes(spool)} bytes left spooled"
+
+
+def test_a_read_only_token_gets_its_403_before_the_body_is_read(served):
+    web, stack, spool, _token, subject_id = served
+
+    status, seconds = post_raw(
+        web,
+        f"/api/v1/subjects/{subject_id}/references",
+        {"Content-Length": str(20 * MB), "Authorization": f"Bearer {stack.env['READ_ONLY_TOKEN']}"},
+        send_first=64 * 1024,
+    )
+
+    assert status.split()[1] == "403", status
+    assert seconds < 1.0, f"403 after {seconds:.2f} s (bound: 1 s)"
+    assert spooled_bytes(spool) < 2 * MB, f"{spooled_bytes(spool)} bytes spooled (bound: 2 MB)"

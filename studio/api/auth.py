@@ -42,10 +42,9 @@ def authenticate(request: HttpRequest) -> ApiToken | None:
     return row
 
 
-def user_for_header(header: str) -> User | None:
-    """Return the active user an `Authorization` header's token belongs to, writing nothing."""
-    row = _token_row(header)
-    return None if row is None else row.user
+def token_for_header(header: str) -> ApiToken | None:
+    """Return the token an `Authorization` header bears, with its active user, writing nothing."""
+    return _token_row(header)
 
 
 def _token_row(header: str) -> ApiToken | None:
