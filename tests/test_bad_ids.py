@@ -11,19 +11,24 @@ from studio.models import AvatarSet, Batch
 
 pytestmark = pytest.mark.django_db
 
-# Superscript two, Arabic-Indic one, fullwidth zero: digits to str.isdigit(), not ids.
-BAD_IDS = [
-    "\u00b2",
-    "\u0661",
-    "\uff10",
-    "99999999999999999999",
-    "-1",
-    "0",
-    "1" * 300,
-    "1e3",
-    " 1",
-    "1 ",
-]
+DIGITS = "0123456789"
+ARABIC_INDIC = "".join(chr(0x0660 + d) for d in range(10))
+FULLWIDTH = "".join(chr(0xFF10 + d) for d in range(10))
+# Each names a real row's id in a way no id is written: str.isdigit() accepts the first
+# three, int() reads the Arabic-Indic and fullwidth forms as the very same number.
+VARIANTS = {
+    "superscript two": lambda pk: "\u00b2",
+    "Arabic-Indic digits": lambda pk: str(pk).translate(str.maketrans(DIGITS, ARABIC_INDIC)),
+    "fullwidth digits": lambda pk: str(pk).translate(str.maketrans(DIGITS, FULLWIDTH)),
+    "past 64 bits": lambda pk: "9" * 20,
+    "negative": lambda pk: f"-{pk}",
+    "zero": lambda pk: "0",
+    "300 digits": lambda pk: "1" * 300,
+    "exponent": lambda pk: f"{pk}e0",
+    "space before": lambda pk: f" {pk}",
+    "space after": lambda pk: f"{pk} ",
+}
+BAD_IDS = [VARIANTS[name](1) for name in VARIANTS]
 API_GETS = ["batches/{}", "tasks/{}", "assets/{}", "assets/{}/original", "sets/{}"]
 API_POSTS = ["subjects/{}/references", "batches/{}/cancel", "tasks/{}/cancel"]
 API_POSTS += ["tasks/{}/reconcile", "sets/{}/publish"]
@@ -48,16 +53,22 @@ def api_error(response) -> tuple[int, str]:
     return response.status_code, body["error"]["code"]
 
 
-@pytest.mark.parametrize("bad", BAD_IDS)
-def test_api_routes_answer_a_bad_id_with_a_json_404(browser, staff, subject, bad):
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_api_routes_answer_a_bad_id_with_a_json_404(browser, staff, subject, variant):
     auth = {"HTTP_AUTHORIZATION": f"Bearer {issue_token(user=staff)}"}
-    # A row with id 1 exists, so " 1" or an Arabic-Indic one finding it would be a bug too.
-    assert subject.pk == 1
-    answers = [browser.get(f"/api/v1/{p.format(bad)}", **auth) for p in API_GETS]
-    answers += [browser.post(f"/api/v1/{p.format(bad)}", **auth) for p in API_POSTS]
+    photo = subject.assets.get()
+    chosen = AvatarSet.objects.create(name="Favourites")
+    # Each route gets a bad spelling of a row that exists: finding it would be a bug too.
+    existing = {"subjects": subject.pk, "assets": photo.pk, "sets": chosen.pk}
+    bad = VARIANTS[variant]
+    answers = []
+    for method, paths in (("get", API_GETS), ("post", API_POSTS)):
+        for path in paths:
+            url = f"/api/v1/{path.format(bad(existing.get(path.split('/')[0], 1)))}"
+            answers.append((url, getattr(browser, method)(url, **auth)))
 
-    for path, response in zip(API_GETS + API_POSTS, answers, strict=True):
-        assert response.status_code in (400, 404), (path, bad, response.status_code)
+    for url, response in answers:
+        assert response.status_code in (400, 404), (url, response.status_code)
         assert api_error(response)[0] in (400, 404)
 
 
