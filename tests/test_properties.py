@@ -73,6 +73,7 @@ RESTING = (
     TaskState.COPY_FAILED,
 )
 MAX_TASKS = 6
+OUTAGES = st.sampled_from([1, 61, 1801, 7200])  # seconds a dead worker stays down
 DRIVES_PER_RULE = 8
 # What reading the references may meet: a person cancelling meanwhile, a changed photo,
 # the worker dying.
@@ -186,6 +187,7 @@ class AvatarsMachine(RuleBasedStateMachine):
         self.cancelled: set[str] = set()  # tasks a cancel reported cancelled
         self.published: dict[int, list[int]] = {}  # set id -> its assets when published
         self.broken: list[str] = []  # promises broken during a step, said in words
+        self.outage = 1  # seconds a dead worker stays down
 
     def teardown(self) -> None:
         timezone.now = self._real_now  # type: ignore[method-assign]
@@ -216,8 +218,8 @@ class AvatarsMachine(RuleBasedStateMachine):
         return [t for t in self.tasks if t in due]
 
     def restart(self) -> None:
-        """The worker died: in-flight work is gone; a new one wakes up (after a moment)."""
-        self.clock.advance(1)
+        """The worker died: in-flight work is gone; a new one wakes up after the outage."""
+        self.clock.advance(self.outage)
         self.worker = self.new_worker()
         self.worker.recover()
 
@@ -387,6 +389,7 @@ class AvatarsMachine(RuleBasedStateMachine):
         self.ember.calm()
         self.prepare.clear()
         self.disk.plan.clear()
+        self.outage = data.draw(OUTAGES, label="outage if the worker dies")
         for route, behaviours in routes.items():
             for behaviour in data.draw(st.lists(drawable(route, behaviours), max_size=3), route):
                 if route == "prepare":
@@ -411,12 +414,14 @@ class AvatarsMachine(RuleBasedStateMachine):
             self.script(data, WORKER_ROUTES)
             self.drive(task_id)
 
-    @rule()
-    def the_worker_dies_and_restarts(self) -> None:
+    @rule(outage=OUTAGES)
+    def the_worker_dies_and_restarts(self, outage: int) -> None:
+        self.outage = outage
         self.restart()
 
-    @rule()
-    def the_power_fails(self) -> None:
+    @rule(outage=OUTAGES)
+    def the_power_fails(self, outage: int) -> None:
+        self.outage = outage
         self.disk.power_loss()
         self.restart()
 
