@@ -3,7 +3,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv test test-postgres lint demo bench clean
+.PHONY: venv test test-postgres soak lint demo bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -24,6 +24,12 @@ test: $(STAMP)
 test-postgres: $(STAMP)
 	url=$$(scripts/pg.sh start) && trap 'scripts/pg.sh stop' EXIT && \
 		DATABASE_URL=$$url $(VENV)/bin/pytest
+
+# The stateful property test with many more examples (and no time limit); a failure
+# prints the shrunk sequence of steps and a blob to replay it.
+soak: $(STAMP)
+	HYPOTHESIS_PROFILE=soak $(VENV)/bin/pytest -p no:cacheprovider --timeout=0 \
+		--hypothesis-show-statistics tests/test_properties.py
 
 # The performance goals, one table row each (ARGS=--quick for reduced sizes).
 bench: $(STAMP)
