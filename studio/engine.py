@@ -49,6 +49,10 @@ MAX_PROMPT = 4000
 PUBLISH_REFUSED = "Ember history must be recovered before publishing generated images."
 TOO_LATE = "This task has already been sent to Ember; the work is kept."
 ALREADY_ENDED = "This task has already ended; there is nothing to cancel."
+RESUBMIT_WITHDRAWN = (
+    "The resubmit was withdrawn before it was sent. An earlier attempt may still be with "
+    "Ember: reconcile before retry."
+)
 SET_PUBLISHED = "This set is published; its choice can no longer change."
 SET_KEPT_CHANGING = "This set kept changing while it was being published; publish it again."
 PUBLISH_TRIES = 3  # checks of a set whose choice keeps changing under the publish
@@ -565,6 +569,9 @@ def _frames(value: object) -> list[str]:
 def cancel_task(*, task: Task) -> Task:
     """Cancel a task that has sent nothing to Ember (under its current key), or raise TooLate.
 
+    A resubmitted task that is not sent yet is not cancelled but put back to `uncertain`
+    (its earlier attempt may be a paid original in Ember that reconciling collects).
+
     The write is versioned: if the worker moves the task at the same moment,
     exactly one side wins, and a lost race is re-read and judged again.
     """
@@ -579,6 +586,17 @@ def cancel_task(*, task: Task) -> Task:
         if task.state not in CANCELLABLE or task.attempt_under_key() is not None:
             raise TooLate(TOO_LATE)
         try:
+            if task.attempts.exists():
+                # A resubmitted task: an earlier attempt may be a paid original in Ember,
+                # which only reconciling can collect. A cancelled task is never looked at
+                # again, so cancelling withdraws the resubmit and nothing more.
+                return move(
+                    task,
+                    TaskState.UNCERTAIN,
+                    expected=task.version,
+                    phase="Resubmit withdrawn; reconcile before retry",
+                    error=RESUBMIT_WITHDRAWN,
+                )
             return move(
                 task,
                 TaskState.CANCELLED,
@@ -597,9 +615,12 @@ def cancel_batch(*, batch: Batch) -> BatchCancel:
         if task.state in (TaskState.CANCELLED, TaskState.FAILED):
             continue  # nothing to cancel, and no work with Ember to keep
         try:
-            report.cancelled.append(cancel_task(task=task))
+            done = cancel_task(task=task)
         except TooLate:
             report.kept.append(task)
+        else:
+            # A withdrawn resubmit keeps its earlier attempt, which may be with Ember.
+            (report.cancelled if done.state == TaskState.CANCELLED else report.kept).append(done)
     return report
 
 

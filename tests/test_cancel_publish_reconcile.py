@@ -182,14 +182,52 @@ def test_it_refuses_to_cancel_a_clip_already_sent_under_its_key(subject):
     assert (after.state, after.version) == (TaskState.QUEUED, before.version)
 
 
-def test_it_cancels_a_resubmitted_clip_until_it_is_sent_under_its_new_key(subject):
+def test_cancelling_a_resubmitted_clip_withdraws_the_resubmit_and_keeps_it_reconcilable(subject):
     task = a_clip_sent_once(subject)
     move(task, TaskState.UNCERTAIN, submitted_at=timezone.now())
     engine.resubmit(task=task, confirmed_not_received=True)
 
-    cancelled = engine.cancel_task(task=row_of(task))
+    withdrawn = engine.cancel_task(task=row_of(task))
 
-    assert cancelled.state == row_of(task).state == TaskState.CANCELLED
+    # The first key's clip may be a paid original in Ember: cancelled, nothing would
+    # ever collect it. Only the resubmit is withdrawn.
+    assert withdrawn.state == row_of(task).state == TaskState.UNCERTAIN
+    assert withdrawn.error == engine.RESUBMIT_WITHDRAWN
+    assert row_of(task).attempts.count() == 1
+
+
+def test_cancelling_a_resubmitted_image_withdraws_it_and_reconcile_still_collects_the_first(
+    subject, ember, worker
+):
+    """Found by the property test: the cancel orphaned a paid original in Ember."""
+    fake = FakeEmber(ember)
+    fake.lose_answers = 1
+    task = a_task(subject)
+    drain(worker)  # job_1 is created and paid for; its answer is lost
+    assert row_of(task).state == TaskState.UNCERTAIN
+    engine.resubmit(task=row_of(task), confirmed_not_received=True)
+
+    withdrawn = engine.cancel_task(task=row_of(task))
+    drain(worker)
+
+    assert withdrawn.state == row_of(task).state == TaskState.UNCERTAIN
+    assert len(fake.submits) == 1, "the withdrawn resubmit was sent anyway"
+    engine.reconcile(task=row_of(task))
+    drain(worker)
+    done = row_of(task)
+    assert done.state == TaskState.DONE and done.asset.ember_image_id == "img_1"
+    assert fake.charges(str(task.pk)) == 1
+
+
+def test_a_batch_cancel_reports_a_withdrawn_resubmit_as_kept(subject):
+    task = a_clip_sent_once(subject)
+    move(task, TaskState.UNCERTAIN, submitted_at=timezone.now())
+    engine.resubmit(task=task, confirmed_not_received=True)
+
+    report = engine.cancel_batch(batch=task.batch)
+
+    assert [t.pk for t in report.kept] == [task.pk] and report.cancelled == []
+    assert row_of(task).state == TaskState.UNCERTAIN
 
 
 def test_it_keeps_the_clips_of_a_batch_already_sent_under_their_key(subject):

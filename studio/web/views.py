@@ -267,12 +267,15 @@ def task_cancel(request: HttpRequest, task_id: UUID) -> HttpResponse:
     """Cancel one task, or say that it is already with Ember and kept."""
     found = get_object_or_404(Task, pk=task_id)
     try:
-        engine.cancel_task(task=found)
+        done = engine.cancel_task(task=found)
     except engine.TooLate as exc:
         messages.warning(request, str(exc))
     else:
         name = f"{found.provider_label} {found.frame} #{found.ordinal}"
-        messages.success(request, f"Cancelled {name}: nothing was sent to Ember.")
+        if done.state == TaskState.CANCELLED:
+            messages.success(request, f"Cancelled {name}: nothing was sent to Ember.")
+        else:
+            messages.warning(request, f"{name}: {done.error}")
     return redirect("studio:batch", batch_id=found.batch_id)
 
 
