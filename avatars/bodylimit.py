@@ -104,20 +104,8 @@ async def _unauthorized(send: Send) -> None:
 async def _answer(send: Send, scope: Scope, status: int, code: str, message: str) -> None:
     if scope["path"].startswith(API_PREFIX):
         await _send_json(send, status, code, message)
-        return
-    body = message.encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", b"text/plain; charset=utf-8"),
-                (b"content-length", str(len(body)).encode()),
-                (b"connection", b"close"),
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
+    else:
+        await _send(send, status, message.encode(), b"text/plain; charset=utf-8")
 
 
 async def _send_json(
@@ -129,17 +117,22 @@ async def _send_json(
     extra: list[tuple[bytes, bytes]] | None = None,
 ) -> None:
     body = json.dumps({"error": {"code": code, "message": message}}).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(body)).encode()),
-                # The body was not read: the connection cannot carry another request.
-                (b"connection", b"close"),
-                *(extra or []),
-            ],
-        }
-    )
+    await _send(send, status, body, b"application/json", extra)
+
+
+async def _send(
+    send: Send,
+    status: int,
+    body: bytes,
+    content_type: bytes,
+    extra: list[tuple[bytes, bytes]] | None = None,
+) -> None:
+    headers = [
+        (b"content-type", content_type),
+        (b"content-length", str(len(body)).encode()),
+        # The body was not read: the connection cannot carry another request.
+        (b"connection", b"close"),
+        *(extra or []),
+    ]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})

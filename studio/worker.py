@@ -685,28 +685,14 @@ def _record_accepted(task: Task, submitted: Submitted, number: int) -> Task:
 def _record_refusal(task: Task, exc: EmberError, number: int) -> Task:
     """Record what a failed submit proves, row by row of docs/ember.md's Submit outcomes."""
     now = timezone.now()
-    if isinstance(exc, EmberUnavailable):
+    requeue = _not_accepted(exc)
+    if requeue is not None:
+        wait, phase = requeue
         return move(
             task,
             TaskState.QUEUED,
-            due=now + timedelta(seconds=UNREACHABLE_BACKOFF),
-            phase="Ember could not be reached; will try again",
-            error=exc.message,
-        )
-    if isinstance(exc, EmberBusy):
-        return move(
-            task,
-            TaskState.QUEUED,
-            due=now + timedelta(seconds=exc.retry_after),
-            phase=f"Ember is busy; trying again in {exc.retry_after:.0f} s",
-            error=exc.message,
-        )
-    if isinstance(exc, EmberAuthError):
-        return move(
-            task,
-            TaskState.QUEUED,
-            due=now + timedelta(seconds=AUTH_BACKOFF),
-            phase="Ember refused our credentials; check EMBER_TOKEN",
+            due=now + timedelta(seconds=wait),
+            phase=phase,
             error=exc.message,
         )
     if isinstance(exc, EmberRejected | EmberNotFound):
@@ -729,6 +715,17 @@ def _record_refusal(task: Task, exc: EmberError, number: int) -> Task:
             phase=RECONCILE_PHASE,
             error=f"{MAY_HAVE_REACHED} ({exc.message})",
         )
+
+
+def _not_accepted(exc: EmberError) -> tuple[float, str] | None:
+    """Return (seconds to wait, phase) for an answer proving nothing was accepted, else None."""
+    if isinstance(exc, EmberUnavailable):
+        return UNREACHABLE_BACKOFF, "Ember could not be reached; will try again"
+    if isinstance(exc, EmberBusy):
+        return exc.retry_after, f"Ember is busy; trying again in {exc.retry_after:.0f} s"
+    if isinstance(exc, EmberAuthError):
+        return AUTH_BACKOFF, "Ember refused our credentials; check EMBER_TOKEN"
+    return None
 
 
 def _record_unknown_attempt(task: Task, error: str, *, number: int | None = None) -> None:
