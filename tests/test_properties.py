@@ -33,7 +33,7 @@ from hypothesis.stateful import (
 )
 
 from studio import engine, originals
-from studio.ember.client import EmberClient
+from studio.ember.client import MAX_RETRY_AFTER, EmberClient
 from studio.models import ACTIVE, RECONCILABLE, Asset, AvatarSet, Kind, Origin, Task, TaskState
 from studio.worker import Worker
 from tests.conftest import EMBER, png_bytes
@@ -442,10 +442,13 @@ class AvatarsMachine(RuleBasedStateMachine):
         self.ember.calm()
         self.prepare.clear()
         self.disk.plan.clear()
+        # A task Ember told to come back later waits at most an hour, however long Ember
+        # asked for: after that (and a few minutes of healthy Ember) everything rests.
+        self.clock.advance(MAX_RETRY_AFTER)
         for _ in range(3):
             self.clock.advance(61)
             self.work(3 * len(self.tasks))
-        self.assert_all_rest("with Ember healthy for three minutes")
+        self.assert_all_rest("with Ember healthy for an hour and three minutes")
         self.ember.repair_history(stale_nested=stale_nested)
         # Twice: a copy_failed task is copied from its saved answer first, and only a
         # second reconcile asks the history for the row that answer lacked.
