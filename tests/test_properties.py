@@ -27,6 +27,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
     get_state_machine_test,
+    initialize,
     invariant,
     precondition,
     rule,
@@ -59,7 +60,7 @@ COMMON: dict[str, Any] = {
 }
 # The default runs inside `make test`: one failure, shrunk, is enough there.
 settings.register_profile(
-    "avatars", max_examples=25, stateful_step_count=30, report_multiple_bugs=False, **COMMON
+    "avatars", max_examples=75, stateful_step_count=30, report_multiple_bugs=False, **COMMON
 )
 settings.register_profile("soak", max_examples=3000, stateful_step_count=60, **COMMON)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "avatars"))
@@ -73,6 +74,7 @@ RESTING = (
     TaskState.COPY_FAILED,
 )
 MAX_TASKS = 6
+FRAMES = st.sampled_from([["image"], ["clip"], ["image", "clip"]])
 OUTAGES = st.sampled_from([1, 61, 1801, 7200])  # seconds a dead worker stays down
 DRIVES_PER_RULE = 8
 # What reading the references may meet: a person cancelling meanwhile, a changed photo,
@@ -274,12 +276,16 @@ class AvatarsMachine(RuleBasedStateMachine):
 
     # --- people --------------------------------------------------------------------
 
+    @initialize(frames=FRAMES, candidates=st.integers(1, 2))
+    def a_person_plans_the_first_batch(self, frames: list[str], candidates: int) -> None:
+        self.plan(frames, candidates)
+
     @precondition(lambda self: len(self.tasks) < MAX_TASKS)
-    @rule(
-        frames=st.sampled_from([["image"], ["clip"], ["image", "clip"]]),
-        candidates=st.integers(1, 2),
-    )
+    @rule(frames=FRAMES, candidates=st.integers(1, 2))
     def a_person_plans_a_batch(self, frames: list[str], candidates: int) -> None:
+        self.plan(frames, candidates)
+
+    def plan(self, frames: list[str], candidates: int) -> None:
         request = {
             "prompt": "a friendly portrait, watercolour",
             "subjects": [self.subject.pk],
