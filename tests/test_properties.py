@@ -499,6 +499,10 @@ class AvatarsMachine(RuleBasedStateMachine):
             )
             path = originals.path_for(asset.sha256, originals.extension_for(asset.mime))
             assert path.is_file(), f"{image.id} was released but {path.name} is not on disk"
+            assert str(path) not in self.disk.poisoned | self.disk.pending, (
+                f"{image.id} was released but {path.name} was never made durable "
+                "(a directory fsync failed after it was renamed in)"
+            )
             assert originals.file_sha256(path) == image.sha256 == asset.sha256, (
                 f"{image.id} was released but the original on disk is not its bytes"
             )
