@@ -81,6 +81,12 @@ DRIVES_PER_RULE = 8
 # the worker dying.
 PREPARE = ("normal", "cancel", "changed", "cancel_and_changed", "die")
 
+# How the next originals saves meet their two fsyncs (the file's, then the directory's).
+SAVES = {
+    "normal": ["normal", "normal"],
+    "file_fsync_fails": ["fail"],
+    "dir_fsync_fails": ["normal", "fail"],
+}
 WORKER_ROUTES = {
     "prepare": PREPARE,
     "submit": SUBMIT,
@@ -88,7 +94,7 @@ WORKER_ROUTES = {
     "poll": POLL,
     "file": FILE,
     "release": RELEASE,
-    "fsync": ("normal", "fail"),
+    "save": SAVES,
 }
 
 # The behaviours each known hole's switch stops drawing.
@@ -97,7 +103,7 @@ AVOIDED = {
     4: {("prepare", "cancel_and_changed")},
     5: {("submit", "bad_body"), ("submit", "busy_huge")},
     6: {("submit", "busy_0")},
-    12: {("fsync", "fail")},
+    12: {("save", "file_fsync_fails"), ("save", "dir_fsync_fails")},
 }
 
 
@@ -400,8 +406,8 @@ class AvatarsMachine(RuleBasedStateMachine):
             for behaviour in data.draw(st.lists(drawable(route, behaviours), max_size=3), route):
                 if route == "prepare":
                     self.prepare.append(behaviour)
-                elif route == "fsync":
-                    self.disk.plan.append(behaviour)
+                elif route == "save":
+                    self.disk.plan += SAVES[behaviour]
                 else:
                     self.ember.will(route, behaviour)
 
