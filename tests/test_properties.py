@@ -40,8 +40,13 @@ from studio.worker import Worker
 from tests.conftest import EMBER, png_bytes
 from tests.ember_model import FILE, HISTORY, JOB, POLL, RELEASE, SUBMIT, Clock, Death, EmberModel
 
-# Holes the machine found that are being fixed elsewhere, by number (see the report). While
-# a number is listed, the machine avoids the behaviour that exposes it, to keep exploring.
+# Holes the machine found, by the review's numbers: 1 reconcile adopts another attempt's
+# history row, 2 the poll bound ends a task without a poll after an outage, 3 identical
+# bytes strand a copy, 4 unversioned writes race a cancel, 5 an exception on the submit
+# path strands `submitting`, 6 `Retry-After: 0`, 8 a clip that was sent can be cancelled,
+# 9 history repair ignores the row's own id, 10 a clip's re-sends are unbounded,
+# 11 unversioned publish/choose, 12 fsync errors. While a number is listed here, the
+# machine avoids what exposes that hole (to keep exploring the rest); empty when all hold.
 KNOWN_HOLES: frozenset[int] = frozenset()
 
 # No "explain" phase: its line tracing makes each step many times slower.
@@ -60,7 +65,7 @@ COMMON: dict[str, Any] = {
 }
 # The default runs inside `make test`: one failure, shrunk, is enough there.
 settings.register_profile(
-    "avatars", max_examples=75, stateful_step_count=30, report_multiple_bugs=False, **COMMON
+    "avatars", max_examples=50, stateful_step_count=30, report_multiple_bugs=False, **COMMON
 )
 settings.register_profile("soak", max_examples=3000, stateful_step_count=60, **COMMON)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "avatars"))
