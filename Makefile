@@ -26,7 +26,8 @@ test-postgres: $(STAMP)
 		DATABASE_URL=$$url $(VENV)/bin/pytest
 
 # The stateful property test with many more examples (and no time limit); a failure
-# prints the shrunk sequence of steps and a blob to replay it.
+# prints the shrunk sequence of steps and a blob to replay it. AVATARS_SOAK_EXAMPLES sets
+# how many (3000 by default, about half an hour here).
 soak: $(STAMP)
 	HYPOTHESIS_PROFILE=soak $(VENV)/bin/pytest -p no:cacheprovider --timeout=0 \
 		--hypothesis-show-statistics tests/test_properties.py

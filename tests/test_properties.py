@@ -67,7 +67,8 @@ COMMON: dict[str, Any] = {
 settings.register_profile(
     "avatars", max_examples=50, stateful_step_count=30, report_multiple_bugs=False, **COMMON
 )
-settings.register_profile("soak", max_examples=3000, stateful_step_count=60, **COMMON)
+SOAK_EXAMPLES = int(os.environ.get("AVATARS_SOAK_EXAMPLES", "3000"))  # `make soak`'s length
+settings.register_profile("soak", max_examples=SOAK_EXAMPLES, stateful_step_count=60, **COMMON)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "avatars"))
 
 RESTING = (
