@@ -30,11 +30,13 @@ def _routes() -> list[URLPattern | URLResolver]:
         assert isinstance(pattern, URLPattern)
         name, route = pattern.name or "", str(pattern.pattern)
         # Ninja adds one pattern per operation; the first of a path serves all its methods.
-        if name == "api-root" or route in seen:
+        if route in seen:
             continue
         seen.add(route)
         if name == "openapi-json":
             routes.append(path(route, _document, name=name))
+        elif name == "api-root":  # ninja names the API's prefix by it; nothing is there
+            routes.append(path(route, _nothing_here, name=name))
         elif name == "openapi-view":
             routes.append(pattern)
         else:
@@ -42,8 +44,14 @@ def _routes() -> list[URLPattern | URLResolver]:
     return routes
 
 
+@token_first
+def _nothing_here(request: HttpRequest, *args: object, **kwargs: object) -> HttpResponse:
+    """Answer a path the API does not have (after the token check, like every route)."""
+    return not_found()
+
+
 urlpatterns: list[URLPattern | URLResolver] = [
     *_routes(),
     # Last: any other path under /api/v1/ answers in JSON, not with the HTML 404 page.
-    re_path(r"", token_first(lambda request, *args, **kwargs: not_found()), name="not-found"),
+    re_path(r"", _nothing_here, name="not-found"),
 ]
