@@ -110,3 +110,15 @@ def test_it_sends_anyone_but_signed_in_staff_from_the_docs_to_the_sign_in_page(d
 
     assert response.status_code == 302
     assert response["Location"].startswith("/admin/login/")
+
+
+@pytest.mark.parametrize("route", ["subjects", "batches", "sets"])
+def test_it_answers_an_empty_body_with_the_apis_400_not_ninjas_422(db, route):
+    client = bearing(issue_token(user=User.objects.create_user("script")))
+
+    response = client.post(f"/api/v1/{route}", b"", content_type="application/json")
+
+    assert response.status_code == 400
+    assert response.json() == {
+        "error": {"code": "invalid_json", "message": "The request body is not valid JSON."}
+    }
