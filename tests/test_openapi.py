@@ -122,3 +122,21 @@ def test_it_answers_an_empty_body_with_the_apis_400_not_ninjas_422(db, route):
     assert response.json() == {
         "error": {"code": "invalid_json", "message": "The request body is not valid JSON."}
     }
+
+
+def test_it_answers_405_to_a_write_to_the_document(db):
+    client = bearing(issue_token(user=User.objects.create_user("script")))
+
+    response = client.post(DOCUMENT, "{}", content_type="application/json")
+
+    assert response.status_code == 405
+    assert response["Allow"] == "GET"
+    assert response.json()["error"]["code"] == "method_not_allowed"
+
+
+def test_it_documents_the_idempotency_key_and_the_batchs_location(db):
+    batches = document()["paths"]["/api/v1/batches"]["post"]
+
+    assert [(p["name"], p["in"]) for p in batches["parameters"]] == [("Idempotency-Key", "header")]
+    assert batches["parameters"][0]["schema"]["maxLength"] == 200
+    assert "Location" in batches["responses"]["202"]["headers"]

@@ -9,7 +9,7 @@ from django.urls import URLPattern, URLResolver, path, re_path
 from ninja.openapi.views import openapi_json
 
 from studio.api import auth
-from studio.api.door import not_found, token_first, unauthorized
+from studio.api.door import method_not_allowed, not_found, token_first, unauthorized
 from studio.api.views import api
 
 app_name = "api"
@@ -19,6 +19,8 @@ def _document(request: HttpRequest) -> HttpResponse:
     """Serve the OpenAPI document to a token's bearer or to signed-in staff."""
     if not request.user.is_staff and auth.authenticate(request) is None:
         return unauthorized()
+    if request.method != "GET":
+        return method_not_allowed(["GET"])
     return openapi_json(request, api=api)
 
 

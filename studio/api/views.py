@@ -99,7 +99,24 @@ def references(
 
 
 @api.post(
-    "/batches", response={202: BatchOut, **errors(400, 403, 413, 422, 429)}, url_name="batches"
+    "/batches",
+    response={202: BatchOut, **errors(400, 403, 413, 422, 429)},
+    url_name="batches",
+    # The key is read by `_idempotency_key`, which states the API's own refusals.
+    openapi_extra={
+        "parameters": [
+            {
+                "name": "Idempotency-Key",
+                "in": "header",
+                "required": False,
+                "description": "The same key within 24 hours answers with the first batch.",
+                "schema": {"type": "string", "minLength": 1, "maxLength": BatchKey.MAX_LENGTH},
+            }
+        ],
+        "responses": {
+            202: {"headers": {"Location": {"schema": {"type": "string"}, "required": True}}}
+        },
+    },
 )
 def batches(request: HttpRequest, response: HttpResponse, body: BatchIn) -> Status:
     """Plan a batch; the worker sends it to Ember later, hence 202 Accepted.
