@@ -1,5 +1,7 @@
 """The API's OpenAPI document (docs/api.md): generated from the code, served to its callers."""
 
+import json
+
 import pytest
 from django.contrib.auth.models import User
 from django.test import Client
@@ -140,3 +142,18 @@ def test_it_documents_the_idempotency_key_and_the_batchs_location(db):
     assert [(p["name"], p["in"]) for p in batches["parameters"]] == [("Idempotency-Key", "header")]
     assert batches["parameters"][0]["schema"]["maxLength"] == 200
     assert "Location" in batches["responses"]["202"]["headers"]
+
+
+def test_it_states_any_other_ninja_validation_error_as_a_400_in_the_apis_shape(db):
+    from ninja.errors import ValidationError
+
+    from studio.api.views import api
+
+    refused = api.on_exception(
+        None,  # type: ignore[arg-type]
+        ValidationError([{"loc": ("query", "cursor"), "msg": "Input should be a valid string"}]),
+    )
+
+    assert refused.status_code == 400
+    message = "query.cursor: Input should be a valid string"
+    assert json.loads(refused.content) == {"error": {"code": "invalid_request", "message": message}}
