@@ -1,22 +1,16 @@
-"""The plumbing every API view shares: token auth, methods, JSON bodies, errors (docs/api.md)."""
+"""What every API route shares: its errors, the services' refusals, finding rows (docs/api.md)."""
 
-import functools
-import json
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
-from django.core.exceptions import RequestDataTooBig, ValidationError
+from django.core.exceptions import ValidationError
 from django.db.models import AutoField, Model, QuerySet
-from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.views.decorators.csrf import csrf_exempt
+from django.http import JsonResponse
 
 from studio import engine, originals
-from studio.api.auth import authenticate
 from studio.ids import row_id
 from studio.store import Conflict
 
 M = TypeVar("M", bound=Model)
-View = Callable[..., HttpResponse]
 
 UNAUTHORIZED = "A valid API token is required."
 READ_ONLY = "This API token may only read; ask for a token without --read-only to change anything."
@@ -56,62 +50,10 @@ def error_response(status: int, code: str, message: str) -> JsonResponse:
     return JsonResponse({"error": {"code": code, "message": message}}, status=status)
 
 
-def endpoint(*methods: str) -> Callable[[View], View]:
-    """Make `view` an API endpoint answering `methods` to requests bearing a valid token.
-
-    The token is checked before anything else, so a caller without one learns
-    nothing, not even which methods a route takes. The views are exempt from
-    CSRF because they ignore cookies: a browser cannot lend them its session.
-    """
-
-    def decorate(view: View) -> View:
-        @csrf_exempt
-        @functools.wraps(view)
-        def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-            token = authenticate(request)
-            if token is None:
-                response: HttpResponse = error_response(401, "unauthorized", UNAUTHORIZED)
-                response["WWW-Authenticate"] = 'Bearer realm="api"'
-                return response
-            request.user = token.user
-            if request.method not in methods:
-                response = error_response(
-                    405, "method_not_allowed", f"This route takes {' or '.join(methods)}."
-                )
-                response["Allow"] = ", ".join(methods)
-                return response
-            # Every route but a GET changes something; the view never runs for such a token.
-            if request.method != "GET" and not token.may_write:
-                return error_response(403, "read_only", READ_ONLY)
-            try:
-                return view(request, *args, **kwargs)
-            except ApiError as exc:
-                return error_response(exc.status, exc.code, exc.message)
-            except REFUSED as exc:
-                return _refusal(exc)
-
-        return wrapper
-
-    return decorate
-
-
-def _refusal(exc: Exception) -> JsonResponse:
+def refusal(exc: Exception) -> JsonResponse:
+    """State one of the services' refusals (an instance of REFUSED) as REFUSALS says."""
     status, code, message = next((s, c, m) for r, s, c, m in REFUSALS if isinstance(exc, r))
     return error_response(status, code, message or str(exc))
-
-
-def read_json(request: HttpRequest) -> dict[str, Any]:
-    """Return the request's JSON object, or raise ApiError saying what is wrong with it."""
-    try:
-        body = json.loads(request.body)
-    except RequestDataTooBig:
-        raise ApiError(413, "too_large", "The request body is too large.") from None
-    # RecursionError: a body nested thousands deep is not a request, whatever it parses to.
-    except (ValueError, RecursionError):
-        raise ApiError(400, "invalid_json", "The request body is not valid JSON.") from None
-    if not isinstance(body, dict):
-        raise ApiError(400, "invalid_request", "The request body must be a JSON object.")
-    return body
 
 
 def find(queryset: QuerySet[M], pk: str) -> M:

@@ -1,26 +1,59 @@
-"""JSON API routes (docs/api.md), under `/api/v1/`. Ids are taken as text and looked up by `find`,
-so that a malformed id is a JSON 404 like any unknown one."""
+"""JSON API routes (docs/api.md), under `/api/v1/`: ninja's routes behind `token_first`.
 
-from django.urls import URLPattern, path, re_path
+The OpenAPI document answers a valid token or a signed-in member of staff (whose browser
+reads it for the docs page); the docs page itself is for signed-in staff only.
+"""
 
-from studio.api import views
+from django.http import HttpRequest, HttpResponse
+from django.urls import URLPattern, URLResolver, path, re_path
+from ninja.openapi.views import openapi_json
+
+from studio.api import auth
+from studio.api.door import method_not_allowed, not_found, token_first, unauthorized
+from studio.api.views import api
 
 app_name = "api"
 
-urlpatterns: list[URLPattern] = [
-    path("subjects", views.subjects, name="subjects"),
-    path("subjects/<str:subject_id>/references", views.references, name="references"),
-    path("batches", views.batches, name="batches"),
-    path("batches/<str:batch_id>", views.batch, name="batch"),
-    path("batches/<str:batch_id>/cancel", views.batch_cancel, name="batch-cancel"),
-    path("tasks/<str:task_id>", views.task, name="task"),
-    path("tasks/<str:task_id>/cancel", views.task_cancel, name="task-cancel"),
-    path("tasks/<str:task_id>/reconcile", views.task_reconcile, name="task-reconcile"),
-    path("assets/<str:asset_id>", views.asset, name="asset"),
-    path("assets/<str:asset_id>/original", views.asset_original, name="asset-original"),
-    path("sets", views.sets, name="sets"),
-    path("sets/<str:set_id>", views.avatar_set, name="set"),
-    path("sets/<str:set_id>/publish", views.set_publish, name="set-publish"),
+
+def _document(request: HttpRequest) -> HttpResponse:
+    """Serve the OpenAPI document to a token's bearer or to signed-in staff."""
+    if not request.user.is_staff and auth.authenticate(request) is None:
+        return unauthorized()
+    if request.method != "GET":
+        return method_not_allowed(["GET"])
+    return openapi_json(request, api=api)
+
+
+def _routes() -> list[URLPattern | URLResolver]:
+    patterns, _app, _namespace = api.urls
+    routes: list[URLPattern | URLResolver] = []
+    seen: set[str] = set()
+    for pattern in patterns:
+        assert isinstance(pattern, URLPattern)
+        name, route = pattern.name or "", str(pattern.pattern)
+        # Ninja adds one pattern per operation; the first of a path serves all its methods.
+        if route in seen:
+            continue
+        seen.add(route)
+        if name == "openapi-json":
+            routes.append(path(route, _document, name=name))
+        elif name == "api-root":  # ninja names the API's prefix by it; nothing is there
+            routes.append(path(route, _nothing_here, name=name))
+        elif name == "openapi-view":
+            routes.append(pattern)
+        else:
+            routes.append(path(route, token_first(pattern.callback), name=name))
+    return routes
+
+
+@token_first
+def _nothing_here(request: HttpRequest, *args: object, **kwargs: object) -> HttpResponse:
+    """Answer a path the API does not have (after the token check, like every route)."""
+    return not_found()
+
+
+urlpatterns: list[URLPattern | URLResolver] = [
+    *_routes(),
     # Last: any other path under /api/v1/ answers in JSON, not with the HTML 404 page.
-    re_path(r"", views.not_found, name="not-found"),
+    re_path(r"", _nothing_here, name="not-found"),
 ]

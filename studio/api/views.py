@@ -1,18 +1,36 @@
-"""The JSON API of docs/api.md: thin views that read the request, call a service and answer."""
+"""The JSON API of docs/api.md: thin views that read the request, call a service and answer.
+
+Ids are taken as text and looked up by `find`, so that a malformed id is a JSON 404 like
+any unknown one. The shapes are in `studio.api.schemas`; the document made from them is
+served at `/api/v1/openapi.json`.
+"""
 
 from typing import Any
 
 from django.conf import settings
+from django.contrib.admin.views.decorators import staff_member_required
 from django.contrib.auth.models import User
-from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent, TooManyFilesSent
-from django.core.files.uploadedfile import UploadedFile
-from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.http.multipartparser import MultiPartParserError
+from django.http import HttpRequest, HttpResponse
 from django.urls import reverse
+from ninja import File, NinjaAPI, Status, UploadedFile
 
 from studio import engine, originals, uploads
 from studio.api import paging
-from studio.api.http import ApiError, endpoint, find, read_json
+from studio.api.door import BearerToken, JsonObject, state_errors
+from studio.api.http import ApiError, find
+from studio.api.schemas import (
+    AssetOut,
+    BatchIn,
+    BatchOut,
+    CancelReport,
+    ErrorOut,
+    SetIn,
+    SetOut,
+    SubjectIn,
+    SubjectOut,
+    SubjectPage,
+    TaskOut,
+)
 from studio.api.serializers import asset_json, batch_json, set_json, subject_json, task_json
 from studio.models import Asset, AvatarSet, Batch, BatchKey, Subject, Task
 
@@ -21,91 +39,162 @@ ORIGINAL_CACHE_CONTROL = "private, max-age=31536000, immutable"
 RECONCILE_FORBIDDEN = (
     "Reconciling a task needs the permission to change tasks (studio.change_task)."
 )
+IMAGE_TYPES = ("image/png", "image/jpeg", "image/webp", "image/gif")
+
+api = NinjaAPI(
+    title="Avatars",
+    version="1",
+    description="The JSON API of the avatar studio (docs/api.md).",
+    urls_namespace="api",
+    auth=BearerToken(),
+    parser=JsonObject(),
+    openapi_url="/openapi.json",
+    docs_url="/docs",
+    docs_decorator=staff_member_required,
+)
+state_errors(api)
 
 
-@endpoint("GET", "POST")
-def subjects(request: HttpRequest) -> HttpResponse:
-    """List the subjects by name, a page at a time, or create one from `{"name"}`."""
-    if request.method == "POST":
-        subject = engine.create_subject(name=read_json(request).get("name", ""))
-        return JsonResponse(subject_json(subject), status=201)
+def errors(*statuses: int) -> dict[int, type[ErrorOut]]:
+    """Document `statuses`, and the 401 every route may answer, as errors."""
+    return {status: ErrorOut for status in (401, *statuses)}
+
+
+READ = errors(404)
+WRITE = errors(403, 404, 409)
+
+
+@api.get("/subjects", response={200: SubjectPage, **errors(400)}, url_name="subjects")
+def list_subjects(request: HttpRequest, cursor: str | None = None) -> dict[str, Any]:
+    """List the subjects by name, a page at a time."""
     listed, next_url = paging.page(request, Subject.objects.all(), key="name")
-    return JsonResponse({"items": [subject_json(s) for s in listed], "next": next_url})
+    return {"items": [subject_json(s) for s in listed], "next": next_url}
 
 
-@endpoint("POST")
-def references(request: HttpRequest, subject_id: str) -> HttpResponse:
+@api.post("/subjects", response={201: SubjectOut, **errors(400, 403, 413)}, url_name="subjects")
+def create_subject(request: HttpRequest, body: SubjectIn) -> Status:
+    """Create a subject from `{"name"}`."""
+    return Status(201, subject_json(engine.create_subject(name=body.fields().get("name", ""))))
+
+
+@api.post(
+    "/subjects/{subject_id}/references",
+    response={201: AssetOut, **errors(400, 403, 404, 413, 503)},
+    url_name="references",
+)
+def references(
+    request: HttpRequest, subject_id: str, file: UploadedFile | None = File(None)
+) -> Status:
     """Store the uploaded photo (multipart field `file`) as a reference of the subject."""
     subject = find(Subject.objects.all(), subject_id)
-    upload = _upload(request)
+    if file is None:
+        if uploads.dropped_for_size(request):
+            raise ApiError(400, "too_large", originals.too_large())
+        raise ApiError(400, "invalid_upload", "Send the photo as the multipart field `file`.")
     # One byte past the limit is enough for the originals store to refuse the
     # file as too large, should a file past the cap ever reach it.
-    data = upload.read(settings.AVATARS_MAX_IMAGE_BYTES + 1)
-    asset = engine.add_reference(subject=subject, data=data, file_name=upload.name or "")
-    return JsonResponse(asset_json(asset), status=201)
+    data = file.read(settings.AVATARS_MAX_IMAGE_BYTES + 1)
+    asset = engine.add_reference(subject=subject, data=data, file_name=file.name or "")
+    return Status(201, asset_json(asset))
 
 
-@endpoint("POST")
-def batches(request: HttpRequest) -> HttpResponse:
+@api.post(
+    "/batches",
+    response={202: BatchOut, **errors(400, 403, 413, 422, 429)},
+    url_name="batches",
+    # The key is read by `_idempotency_key`, which states the API's own refusals.
+    openapi_extra={
+        "parameters": [
+            {
+                "name": "Idempotency-Key",
+                "in": "header",
+                "required": False,
+                "description": "The same key within 24 hours answers with the first batch.",
+                "schema": {"type": "string", "minLength": 1, "maxLength": BatchKey.MAX_LENGTH},
+            }
+        ],
+        "responses": {
+            202: {"headers": {"Location": {"schema": {"type": "string"}, "required": True}}}
+        },
+    },
+)
+def batches(request: HttpRequest, response: HttpResponse, body: BatchIn) -> Status:
     """Plan a batch; the worker sends it to Ember later, hence 202 Accepted.
 
     A retry under the same `Idempotency-Key` answers with the batch planned first.
     """
     key = _idempotency_key(request)
-    batch = engine.generate(request=read_json(request), user=_user(request), key=key)
-    response = JsonResponse(batch_json(batch), status=202)
+    batch = engine.generate(request=body.fields(), user=_user(request), key=key)
     response["Location"] = reverse("api:batch", args=[batch.pk])
-    return response
+    return Status(202, batch_json(batch))
 
 
-@endpoint("GET")
-def batch(request: HttpRequest, batch_id: str) -> HttpResponse:
+@api.get("/batches/{batch_id}", response={200: BatchOut, **READ}, url_name="batch")
+def batch(request: HttpRequest, batch_id: str) -> dict[str, Any]:
     """Show a batch with its tasks and progress."""
-    return JsonResponse(batch_json(find(Batch.objects.all(), batch_id)))
+    return batch_json(find(Batch.objects.all(), batch_id))
 
 
-@endpoint("POST")
-def batch_cancel(request: HttpRequest, batch_id: str) -> HttpResponse:
+@api.post(
+    "/batches/{batch_id}/cancel", response={200: CancelReport, **WRITE}, url_name="batch-cancel"
+)
+def batch_cancel(request: HttpRequest, batch_id: str) -> dict[str, Any]:
     """Cancel what can still be cancelled in a batch; say which tasks were kept."""
     report = engine.cancel_batch(batch=find(Batch.objects.all(), batch_id))
-    return JsonResponse(
-        {
-            "cancelled": [str(task.pk) for task in report.cancelled],
-            "kept": [str(task.pk) for task in report.kept],
-        }
-    )
+    return {
+        "cancelled": [str(task.pk) for task in report.cancelled],
+        "kept": [str(task.pk) for task in report.kept],
+    }
 
 
-@endpoint("GET")
-def task(request: HttpRequest, task_id: str) -> HttpResponse:
+@api.get("/tasks/{task_id}", response={200: TaskOut, **READ}, url_name="task")
+def task(request: HttpRequest, task_id: str) -> dict[str, Any]:
     """Show a task."""
-    return JsonResponse(task_json(find(Task.objects.all(), task_id)))
+    return task_json(find(Task.objects.all(), task_id))
 
 
-@endpoint("POST")
-def task_cancel(request: HttpRequest, task_id: str) -> HttpResponse:
+@api.post("/tasks/{task_id}/cancel", response={200: TaskOut, **WRITE}, url_name="task-cancel")
+def task_cancel(request: HttpRequest, task_id: str) -> dict[str, Any]:
     """Cancel a task that has sent nothing to Ember (409 once it has)."""
-    return JsonResponse(task_json(engine.cancel_task(task=find(Task.objects.all(), task_id))))
+    return task_json(engine.cancel_task(task=find(Task.objects.all(), task_id)))
 
 
-@endpoint("POST")
-def task_reconcile(request: HttpRequest, task_id: str) -> HttpResponse:
+@api.post(
+    "/tasks/{task_id}/reconcile",
+    response={200: TaskOut, **errors(403, 404, 409, 503)},
+    url_name="task-reconcile",
+)
+def task_reconcile(request: HttpRequest, task_id: str) -> dict[str, Any]:
     """Ask Ember's history about a task that needs care (`studio.change_task`, as in the admin).
 
     Staff status is not required: it only opens the admin site, which the API is not.
     """
     if not _user(request).has_perm("studio.change_task"):
         raise ApiError(403, "forbidden", RECONCILE_FORBIDDEN)
-    return JsonResponse(task_json(engine.reconcile(task=find(Task.objects.all(), task_id))))
+    return task_json(engine.reconcile(task=find(Task.objects.all(), task_id)))
 
 
-@endpoint("GET")
-def asset(request: HttpRequest, asset_id: str) -> HttpResponse:
+@api.get("/assets/{asset_id}", response={200: AssetOut, **READ}, url_name="asset")
+def asset(request: HttpRequest, asset_id: str) -> dict[str, Any]:
     """Show an asset."""
-    return JsonResponse(asset_json(find(Asset.objects.all(), asset_id)))
+    return asset_json(find(Asset.objects.all(), asset_id))
 
 
-@endpoint("GET")
+@api.get(
+    "/assets/{asset_id}/original",
+    response=errors(404, 503),
+    url_name="asset-original",
+    openapi_extra={
+        "responses": {
+            200: {
+                "description": "The original bytes, as uploaded or received from Ember.",
+                "content": {
+                    mime: {"schema": {"type": "string", "format": "binary"}} for mime in IMAGE_TYPES
+                },
+            }
+        }
+    },
+)
 def asset_original(request: HttpRequest, asset_id: str) -> HttpResponse:
     """Send an asset's original bytes, checked against their hash (503 if they fail)."""
     found = find(Asset.objects.all(), asset_id)
@@ -121,37 +210,31 @@ def asset_original(request: HttpRequest, asset_id: str) -> HttpResponse:
     return response
 
 
-@endpoint("POST")
-def sets(request: HttpRequest) -> HttpResponse:
+@api.post("/sets", response={201: SetOut, **errors(400, 403, 413)}, url_name="sets")
+def sets(request: HttpRequest, body: SetIn) -> Status:
     """Create a set from `{"name", "assets": [ids]}`, in that order."""
-    body = read_json(request)
+    fields = body.fields()
     # Unchecked here: the service says what is wrong with a missing or malformed list.
-    asset_ids: Any = body.get("assets")
-    avatar_set = engine.create_set(name=body.get("name", ""), asset_ids=asset_ids)
-    return JsonResponse(set_json(avatar_set), status=201)
+    asset_ids: Any = fields.get("assets")
+    avatar_set = engine.create_set(name=fields.get("name", ""), asset_ids=asset_ids)
+    return Status(201, set_json(avatar_set))
 
 
-@endpoint("GET")
-def avatar_set(request: HttpRequest, set_id: str) -> HttpResponse:
+@api.get("/sets/{set_id}", response={200: SetOut, **READ}, url_name="set")
+def avatar_set(request: HttpRequest, set_id: str) -> dict[str, Any]:
     """Show a set with its assets in order."""
-    return JsonResponse(set_json(find(AvatarSet.objects.all(), set_id)))
+    return set_json(find(AvatarSet.objects.all(), set_id))
 
 
-@endpoint("POST")
-def set_publish(request: HttpRequest, set_id: str) -> HttpResponse:
+@api.post("/sets/{set_id}/publish", response={200: SetOut, **WRITE}, url_name="set-publish")
+def set_publish(request: HttpRequest, set_id: str) -> dict[str, Any]:
     """Publish a set (409 while a chosen generated image lacks its Ember history)."""
     published = engine.publish(avatar_set=find(AvatarSet.objects.all(), set_id))
-    return JsonResponse(set_json(published))
-
-
-@endpoint("GET", "POST", "PUT", "PATCH", "DELETE")
-def not_found(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-    """Answer a path the API does not have (after the token check, like every route)."""
-    raise ApiError(404, "not_found", "The API has no such route.")
+    return set_json(published)
 
 
 def _user(request: HttpRequest) -> User:
-    # `endpoint` put the token's user here; no anonymous request gets this far.
+    # `token_first` put the token's user here; no anonymous request gets this far.
     user = request.user
     assert isinstance(user, User)
     return user
@@ -171,17 +254,3 @@ def _idempotency_key(request: HttpRequest) -> str:
             f"The Idempotency-Key must be at most {BatchKey.MAX_LENGTH} characters.",
         )
     return key
-
-
-def _upload(request: HttpRequest) -> UploadedFile:
-    try:
-        upload = request.FILES.get("file")
-    except RequestDataTooBig:
-        raise ApiError(413, "too_large", "The request body is too large.") from None
-    except (MultiPartParserError, TooManyFieldsSent, TooManyFilesSent):
-        raise ApiError(400, "invalid_upload", "The upload is not a valid multipart form.") from None
-    if upload is None:
-        if uploads.dropped_for_size(request):
-            raise ApiError(400, "too_large", originals.too_large())
-        raise ApiError(400, "invalid_upload", "Send the photo as the multipart field `file`.")
-    return upload

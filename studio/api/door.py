@@ -1,0 +1,157 @@
+"""How django-ninja is made to keep the API's contract (docs/api.md).
+
+Ninja answers a method a route does not take before it authenticates, in plain text, and
+states its own errors (422 with a list) in its own shape. The API promises otherwise: the
+token is checked before anything else, so a caller without one learns nothing, not even
+which methods a route takes; every answer is `{"error": {"code", "message"}}`. So each
+route's view is wrapped in `token_first`, and every exception is stated by a handler here.
+"""
+
+import functools
+import json
+from collections.abc import Callable
+from typing import Any
+
+from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent, TooManyFilesSent
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed
+from django.http.multipartparser import MultiPartParserError
+from django.views.decorators.csrf import csrf_exempt
+from ninja import NinjaAPI
+from ninja.errors import AuthenticationError, HttpError
+from ninja.errors import ValidationError as NinjaValidationError
+from ninja.parser import Parser
+from ninja.security import HttpBearer
+
+from studio.api import auth
+from studio.api.http import (
+    READ_ONLY,
+    REFUSED,
+    UNAUTHORIZED,
+    ApiError,
+    error_response,
+    refusal,
+)
+from studio.models import ApiToken
+
+View = Callable[..., HttpResponse]
+METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")  # the order in which `Allow` names them
+TOO_LARGE = "The request body is too large."
+NOT_JSON = "The request body is not valid JSON."
+BAD_UPLOAD = "The upload is not a valid multipart form."
+
+
+class BearerToken(HttpBearer):
+    """`Authorization: Bearer <token>`; a read-only token may only GET."""
+
+    def authenticate(self, request: HttpRequest, token: str) -> ApiToken | None:
+        # `token_first` has already found the token (and noted its use); look it up again
+        # only for a request that came another way.
+        row: ApiToken | None = getattr(request, "api_token", None) or auth.authenticate(request)
+        if row is None:
+            return None
+        # Every route but a GET changes something; the view never runs for such a token.
+        if request.method != "GET" and not row.may_write:
+            raise ApiError(403, "read_only", READ_ONLY)
+        return row
+
+
+class JsonObject(Parser):
+    """Read a body as a JSON object, saying what is wrong with one that is not."""
+
+    def parse_body(self, request: HttpRequest) -> dict[str, Any]:
+        try:
+            body = json.loads(request.body)
+        # RecursionError: a body nested thousands deep is not a request, whatever it parses to.
+        except (ValueError, RecursionError):
+            raise ApiError(400, "invalid_json", NOT_JSON) from None
+        if not isinstance(body, dict):
+            raise ApiError(400, "invalid_request", "The request body must be a JSON object.")
+        return body
+
+
+def token_first(view: View) -> View:
+    """Wrap a route's view so that a request without a valid token gets 401 before anything.
+
+    The views ignore cookies, so they are exempt from CSRF: a browser cannot lend them its
+    session. A method the route does not take answers 405 in JSON, with `Allow`.
+    """
+
+    @csrf_exempt
+    @functools.wraps(view)
+    def guarded(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        token = auth.authenticate(request)
+        if token is None:
+            return unauthorized()
+        request.user = token.user
+        request.api_token = token  # type: ignore[attr-defined]
+        response = view(request, *args, **kwargs)
+        if isinstance(response, HttpResponseNotAllowed):
+            return method_not_allowed(response["Allow"].split(", "))
+        return response
+
+    return guarded
+
+
+def unauthorized() -> HttpResponse:
+    response = error_response(401, "unauthorized", UNAUTHORIZED)
+    response["WWW-Authenticate"] = 'Bearer realm="api"'
+    return response
+
+
+def method_not_allowed(methods: list[str]) -> HttpResponse:
+    allowed = [m for m in METHODS if m in methods]
+    response = error_response(
+        405, "method_not_allowed", f"This route takes {' or '.join(allowed)}."
+    )
+    response["Allow"] = ", ".join(allowed)
+    return response
+
+
+def state_errors(api: NinjaAPI) -> None:
+    """Make `api` state every error it answers as `{"error": {"code", "message"}}`."""
+    api.add_exception_handler(ApiError, lambda request, exc: _api_error(exc))
+    for refused in REFUSED:
+        api.add_exception_handler(refused, _refused)
+    api.add_exception_handler(NinjaValidationError, _invalid)
+    api.add_exception_handler(HttpError, _http_error)
+    api.add_exception_handler(AuthenticationError, lambda request, exc: unauthorized())
+    api.add_exception_handler(
+        RequestDataTooBig, lambda request, exc: error_response(413, "too_large", TOO_LARGE)
+    )
+    for bad_form in (MultiPartParserError, TooManyFieldsSent, TooManyFilesSent):
+        api.add_exception_handler(
+            bad_form, lambda request, exc: error_response(400, "invalid_upload", BAD_UPLOAD)
+        )
+    api.add_exception_handler(Http404, lambda request, exc: not_found())
+
+
+def not_found() -> HttpResponse:
+    return error_response(404, "not_found", "The API has no such route.")
+
+
+# Ninja types a handler's exception loosely (the class or an instance): these take Any.
+def _api_error(exc: Any) -> HttpResponse:
+    return error_response(exc.status, exc.code, exc.message)
+
+
+def _refused(request: HttpRequest, exc: Any) -> HttpResponse:
+    return refusal(exc)
+
+
+def _invalid(request: HttpRequest, exc: Any) -> HttpResponse:
+    """State a request ninja could not read; the engine judges what it can read."""
+    for error in exc.errors:
+        if error.get("type") == "missing" and tuple(error.get("loc", ()))[:1] == ("body",):
+            return error_response(400, "invalid_json", NOT_JSON)
+    first = exc.errors[0] if exc.errors else {}
+    where = ".".join(str(part) for part in first.get("loc", ()))
+    message = f"{where}: {first.get('msg', 'invalid')}" if where else "The request is invalid."
+    return error_response(400, "invalid_request", message)
+
+
+def _http_error(request: HttpRequest, exc: Any) -> HttpResponse:
+    # Ninja wraps what its parser raised (here: JsonObject's ApiError) in an HttpError.
+    if isinstance(exc.__cause__, ApiError):
+        return _api_error(exc.__cause__)
+    code = "not_found" if exc.status_code == 404 else "invalid_request"
+    return error_response(exc.status_code, code, str(exc))

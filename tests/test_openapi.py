@@ -1,0 +1,159 @@
+"""The API's OpenAPI document (docs/api.md): generated from the code, served to its callers."""
+
+import json
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+
+from studio.api.auth import issue_token
+
+pytestmark = pytest.mark.django_db
+
+DOCUMENT = "/api/v1/openapi.json"
+DOCS = "/api/v1/docs"
+# docs/api.md's table: every route and the methods it takes.
+ROUTES = {
+    "/api/v1/subjects": {"get", "post"},
+    "/api/v1/subjects/{subject_id}/references": {"post"},
+    "/api/v1/batches": {"post"},
+    "/api/v1/batches/{batch_id}": {"get"},
+    "/api/v1/batches/{batch_id}/cancel": {"post"},
+    "/api/v1/tasks/{task_id}": {"get"},
+    "/api/v1/tasks/{task_id}/cancel": {"post"},
+    "/api/v1/tasks/{task_id}/reconcile": {"post"},
+    "/api/v1/assets/{asset_id}": {"get"},
+    "/api/v1/assets/{asset_id}/original": {"get"},
+    "/api/v1/sets": {"post"},
+    "/api/v1/sets/{set_id}": {"get"},
+    "/api/v1/sets/{set_id}/publish": {"post"},
+}
+SUCCESS = {
+    ("post", "/api/v1/subjects"): "201",
+    ("post", "/api/v1/subjects/{subject_id}/references"): "201",
+    ("post", "/api/v1/batches"): "202",
+    ("post", "/api/v1/sets"): "201",
+}
+
+
+def bearing(token: str) -> Client:
+    return Client(headers={"Authorization": f"Bearer {token}"})
+
+
+def document() -> dict:
+    response = bearing(issue_token(user=User.objects.create_user("script"), read_only=True)).get(
+        DOCUMENT
+    )
+    assert response.status_code == 200
+    return response.json()
+
+
+def test_it_serves_an_openapi_3_1_document_of_every_route_to_a_token(db):
+    served = document()
+
+    assert served["openapi"].startswith("3.1")
+    assert {path: set(ops) for path, ops in served["paths"].items()} == ROUTES
+
+
+def test_it_documents_each_routes_success_status_and_the_error_shape(db):
+    served = document()
+
+    for path, methods in ROUTES.items():
+        for method in methods:
+            responses = served["paths"][path][method]["responses"]
+            assert SUCCESS.get((method, path), "200") in responses, (method, path)
+            unauthorized = responses["401"]["content"]["application/json"]["schema"]
+            assert unauthorized == {"$ref": "#/components/schemas/ErrorOut"}, (method, path)
+    error = served["components"]["schemas"]["ErrorDetail"]
+    assert set(error["required"]) == {"code", "message"}
+
+
+def test_it_documents_the_bearer_token_and_the_upload_field(db):
+    served = document()
+
+    schemes = served["components"]["securitySchemes"]
+    assert [(s["type"], s["scheme"]) for s in schemes.values()] == [("http", "bearer")]
+    upload = served["paths"]["/api/v1/subjects/{subject_id}/references"]["post"]["requestBody"]
+    assert "file" in upload["content"]["multipart/form-data"]["schema"]["properties"]
+
+
+def test_it_answers_401_for_the_document_without_a_token(db):
+    response = Client().get(DOCUMENT)
+
+    assert response.status_code == 401
+    assert response.json()["error"]["code"] == "unauthorized"
+    assert response["WWW-Authenticate"] == 'Bearer realm="api"'
+
+
+def test_it_serves_the_document_to_signed_in_staff_for_the_docs_page(client):
+    client.force_login(User.objects.create_user("ada", is_staff=True))
+
+    assert client.get(DOCUMENT).status_code == 200
+
+
+def test_it_shows_the_interactive_docs_to_signed_in_staff(client):
+    client.force_login(User.objects.create_user("ada", is_staff=True))
+
+    response = client.get(DOCS)
+
+    assert response.status_code == 200
+    assert DOCUMENT in response.content.decode()
+
+
+@pytest.mark.parametrize("who", ["anonymous", "signed-in non-staff", "token"])
+def test_it_sends_anyone_but_signed_in_staff_from_the_docs_to_the_sign_in_page(db, who):
+    client = Client()
+    if who == "signed-in non-staff":
+        client.force_login(User.objects.create_user("bob"))
+    if who == "token":
+        client = bearing(issue_token(user=User.objects.create_user("ops", is_staff=True)))
+
+    response = client.get(DOCS)
+
+    assert response.status_code == 302
+    assert response["Location"].startswith("/admin/login/")
+
+
+@pytest.mark.parametrize("route", ["subjects", "batches", "sets"])
+def test_it_answers_an_empty_body_with_the_apis_400_not_ninjas_422(db, route):
+    client = bearing(issue_token(user=User.objects.create_user("script")))
+
+    response = client.post(f"/api/v1/{route}", b"", content_type="application/json")
+
+    assert response.status_code == 400
+    assert response.json() == {
+        "error": {"code": "invalid_json", "message": "The request body is not valid JSON."}
+    }
+
+
+def test_it_answers_405_to_a_write_to_the_document(db):
+    client = bearing(issue_token(user=User.objects.create_user("script")))
+
+    response = client.post(DOCUMENT, "{}", content_type="application/json")
+
+    assert response.status_code == 405
+    assert response["Allow"] == "GET"
+    assert response.json()["error"]["code"] == "method_not_allowed"
+
+
+def test_it_documents_the_idempotency_key_and_the_batchs_location(db):
+    batches = document()["paths"]["/api/v1/batches"]["post"]
+
+    assert [(p["name"], p["in"]) for p in batches["parameters"]] == [("Idempotency-Key", "header")]
+    assert batches["parameters"][0]["schema"]["maxLength"] == 200
+    assert "Location" in batches["responses"]["202"]["headers"]
+
+
+def test_it_states_any_other_ninja_validation_error_as_a_400_in_the_apis_shape(db):
+    from ninja.errors import ValidationError
+
+    from studio.api.views import api
+
+    refused = api.on_exception(
+        None,  # type: ignore[arg-type]
+        ValidationError([{"loc": ("query", "cursor"), "msg": "Input should be a valid string"}]),
+    )
+
+    assert refused.status_code == 400
+    message = "query.cursor: Input should be a valid string"
+    assert json.loads(refused.content) == {"error": {"code": "invalid_request", "message": message}}
