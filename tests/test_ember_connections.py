@@ -13,34 +13,15 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
 
 from asgiref.sync import async_to_sync
 
 from studio.ember.client import EmberClient, EmberError, Job, Submitted
 from studio.ember.simulator import Simulator
+from tests.test_ember_client import PAYLOAD
 
 JOBS = "/api/v1/api-generators/jobs"
 CLOSE_AFTER = 0.3  # seconds the test server keeps a connection open after its one answer
-
-PAYLOAD: dict[str, Any] = {
-    "kind": "image",
-    "provider": "openai",
-    "model": None,
-    "prompt": "a friendly portrait, watercolour",
-    "frame": "image",
-    "references": [],
-    "source_metadata": {
-        "source_app": "cwkAvatars",
-        "purpose": "exploration",
-        "batch_id": "0b9a8c7d-6e5f-4a3b-2c1d-0e9f8a7b6c5d",
-        "task_id": "6f1c2d3e-4b5a-4c7d-8e9f-0a1b2c3d4e5f",
-        "attempt": 1,
-        "subjects": [1],
-        "frame": "image",
-        "candidate": 1,
-    },
-}
 
 
 class AnswerOnceThenClose(socketserver.StreamRequestHandler):

@@ -886,24 +886,6 @@ def test_it_fails_a_job_ember_failed_with_embers_message(subject, ember, worker)
     assert task.error == "Refused by the provider."
 
 
-def test_it_gives_up_polling_at_the_bound_as_uncertain_without_resubmitting(subject, ember, worker):
-    fake = FakeEmber(ember)
-    fake.poll_route.mock(
-        return_value=httpx.Response(200, json={"id": "job_1", "status": "running"})
-    )
-    [task] = plan(subject)
-    async_to_sync(fake_submit)(worker, task)
-    long_ago = timezone.now() - timedelta(seconds=1801)
-    move(task, TaskState.RUNNING, ember_job_id="job_1", submitted_at=long_ago)
-
-    drain(worker)
-
-    task.refresh_from_db()
-    assert task.state == TaskState.UNCERTAIN
-    assert "did not finish in time" in task.phase
-    assert len(fake.submits) == 1
-
-
 def test_it_polls_a_job_sent_long_before_a_worker_outage_and_finishes_it(subject, ember, worker):
     fake = FakeEmber(ember)
     [task] = plan(subject)
