@@ -109,3 +109,45 @@ def test_studio_pages_and_forms_answer_a_bad_id_without_a_500(browser, subject, 
     assert batch.status_code in (200, 400), batch.status_code  # the form again, with errors
     assert chosen.status_code in (200, 400, 302), chosen.status_code
     assert not Batch.objects.exists() and not AvatarSet.objects.filter(items__isnull=False).exists()
+
+
+# Text no database column can hold: PostgreSQL refuses NUL in text, and a lone surrogate
+# cannot be encoded as UTF-8 by either database. (Found by the API fuzzer on PostgreSQL.)
+UNSTORABLE = {"NUL": "Ada\u0000", "lone surrogate": "Ada\ud8ce"}
+
+
+@pytest.mark.parametrize("kind", list(UNSTORABLE))
+def test_text_no_database_can_store_is_a_400_not_a_500(browser, staff, subject, kind):
+    auth = {"HTTP_AUTHORIZATION": f"Bearer {issue_token(user=staff)}"}
+    text = UNSTORABLE[kind]
+    bodies = [
+        ("subjects", {"name": text}),
+        ("sets", {"name": text, "assets": []}),
+        (
+            "batches",
+            {"prompt": text, "subjects": [subject.pk], "providers": [{"provider": "openai"}]},
+        ),
+        (
+            "batches",
+            {
+                "prompt": "p",
+                "title": text,
+                "subjects": [subject.pk],
+                "providers": [{"provider": "openai"}],
+            },
+        ),
+        (
+            "batches",
+            {
+                "prompt": "p",
+                "subjects": [subject.pk],
+                text: 1,
+                "providers": [{"provider": "openai"}],
+            },
+        ),
+    ]
+    for path, body in bodies:
+        raw = json.dumps(body)  # escapes both, as a client's JSON would
+        response = browser.post(f"/api/v1/{path}", raw, content_type="application/json", **auth)
+        assert api_error(response)[0] == 400, (path, kind, response.status_code)
+    assert not Batch.objects.exists() and not AvatarSet.objects.exists()

@@ -55,6 +55,9 @@ class BearerToken(HttpBearer):
         return row
 
 
+UNSTORABLE = "Text in the request must not contain NUL characters or unpaired surrogates."
+
+
 class JsonObject(Parser):
     """Read a body as a JSON object, saying what is wrong with one that is not."""
 
@@ -66,7 +69,34 @@ class JsonObject(Parser):
             raise ApiError(400, "invalid_json", NOT_JSON) from None
         if not isinstance(body, dict):
             raise ApiError(400, "invalid_request", "The request body must be a JSON object.")
+        if not _storable(body):
+            raise ApiError(400, "invalid_request", UNSTORABLE)
         return body
+
+
+def _storable(value: object) -> bool:
+    """Say whether every text in `value` can be stored: no NUL, no lone surrogate.
+
+    PostgreSQL refuses NUL in text, and a lone surrogate (which JSON's escapes allow)
+    cannot be encoded as UTF-8 by either database: both would be a 500 deep in a query.
+    """
+    if isinstance(value, str):
+        return _encodes(value)
+    if isinstance(value, dict):
+        return all(_storable(k) and _storable(v) for k, v in value.items())
+    if isinstance(value, list):
+        return all(_storable(item) for item in value)
+    return True
+
+
+def _encodes(text: str) -> bool:
+    if "\x00" in text:
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def token_first(view: View) -> View:
