@@ -42,6 +42,19 @@ def originals_on_disk() -> set[str]:
     return {p.name for p in folder.iterdir()}
 
 
+def assert_sent_once_under_its_key(task: Task) -> Attempt:
+    """Check the clip's send is one `unknown` attempt under its key and cannot be cancelled."""
+    [attempt] = task.attempts.all()
+    assert (attempt.outcome, attempt.ember_job_id, attempt.idempotency_key) == (
+        Attempt.Outcome.UNKNOWN,
+        "",
+        task.idempotency_key,
+    )
+    with pytest.raises(engine.TooLate, match="already been sent to Ember"):
+        engine.cancel_task(task=task)
+    return attempt
+
+
 # --- the happy path -------------------------------------------------------------
 
 
@@ -170,14 +183,7 @@ def test_it_records_a_woken_clips_send_so_it_can_no_longer_be_cancelled(subject,
 
     task.refresh_from_db()
     assert task.state == TaskState.QUEUED
-    [attempt] = task.attempts.all()
-    assert (attempt.outcome, attempt.ember_job_id, attempt.idempotency_key) == (
-        Attempt.Outcome.UNKNOWN,
-        "",
-        task.idempotency_key,
-    )
-    with pytest.raises(engine.TooLate, match="already been sent to Ember"):
-        engine.cancel_task(task=task)
+    assert_sent_once_under_its_key(task)
     assert Task.objects.get(pk=task.pk).state == TaskState.QUEUED
 
 
@@ -754,14 +760,7 @@ def test_it_refuses_to_cancel_a_clip_whose_answer_was_lost_and_finishes_it_as_on
     task = submit_once(worker, task)
 
     assert task.state == TaskState.QUEUED
-    [sent] = task.attempts.all()
-    assert (sent.outcome, sent.ember_job_id, sent.idempotency_key) == (
-        Attempt.Outcome.UNKNOWN,
-        "",
-        task.idempotency_key,
-    )
-    with pytest.raises(engine.TooLate, match="already been sent to Ember"):
-        engine.cancel_task(task=task)
+    sent = assert_sent_once_under_its_key(task)
 
     move(task, TaskState.QUEUED)  # due now rather than after the back-off
     drain(worker)
