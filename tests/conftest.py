@@ -13,11 +13,13 @@ import pytest
 import respx
 from asgiref.sync import async_to_sync
 from django.conf import settings
+from django.utils import timezone
 from PIL import Image
 
-from studio import originals
+from studio import engine, originals
 from studio.ember.client import EmberClient
-from studio.models import Asset, AvatarSet, Origin, SetItem, Subject, Task
+from studio.models import Asset, Attempt, AvatarSet, Origin, SetItem, Subject, Task, TaskState
+from studio.store import move
 from studio.worker import Worker
 from tests import browsers
 
@@ -145,6 +147,21 @@ def generated_asset(*, history_id: str = "", task: Task | None = None, **fields:
     )
 
 
+def a_clip_sent_once(subject: Subject) -> Task:
+    """A queued clip whose first send's answer was lost: Ember may have it under its key."""
+    task = engine.generate(request=batch_request(subject, frames=["clip"])).tasks.get()
+    Attempt.objects.create(
+        task=task,
+        number=1,
+        idempotency_key=task.idempotency_key,
+        submitted_at=timezone.now(),
+        outcome=Attempt.Outcome.UNKNOWN,
+    )
+    return move(
+        task, TaskState.QUEUED, phase="Ember's answer was lost; re-sending under the same key"
+    )
+
+
 def a_set(*assets: Asset, name: str = "Family 2026") -> AvatarSet:
     """A set holding `assets` in order."""
     chosen = AvatarSet.objects.create(name=name)
@@ -173,4 +190,13 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         Path(f"{test_name}.worker-lock").unlink(missing_ok=True)
 
 
-__all__ = ["EMBER", "a_set", "batch_request", "drain", "generated_asset", "png_bytes", "settings"]
+__all__ = [
+    "EMBER",
+    "a_clip_sent_once",
+    "a_set",
+    "batch_request",
+    "drain",
+    "generated_asset",
+    "png_bytes",
+    "settings",
+]

@@ -33,7 +33,7 @@ from studio.models import (
 )
 from studio.store import Conflict, move
 from tests import conftest
-from tests.conftest import a_set, batch_request, png_bytes
+from tests.conftest import a_clip_sent_once, a_set, batch_request, png_bytes
 from tests.processes import (
     free_port,
     migrated_template,
@@ -989,16 +989,7 @@ def test_it_refuses_to_cancel_a_task_that_already_reached_ember(api, subject):
 
 
 def test_it_refuses_to_cancel_a_clip_whose_send_may_have_reached_ember(api, subject):
-    batch = engine.generate(request=batch_request(subject, frames=["clip"]))
-    task = batch.tasks.get()
-    Attempt.objects.create(
-        task=task,
-        number=1,
-        idempotency_key=task.idempotency_key,
-        submitted_at=timezone.now(),
-        outcome=Attempt.Outcome.UNKNOWN,
-    )
-    move(task, TaskState.QUEUED, phase="Ember's answer was lost; re-sending under the same key")
+    task = a_clip_sent_once(subject)
 
     response = api.post(f"{API}/tasks/{task.pk}/cancel")
 

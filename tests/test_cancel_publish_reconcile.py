@@ -14,7 +14,7 @@ from studio.ember.client import EmberClient
 from studio.engine import PublishRefused, TooLate
 from studio.models import Asset, Attempt, AvatarSet, Origin, Task, TaskState
 from studio.store import Conflict, move, update
-from tests.conftest import a_set, batch_request, drain, generated_asset
+from tests.conftest import a_clip_sent_once, a_set, batch_request, drain, generated_asset
 from tests.fake_ember import FakeEmber
 
 pytestmark = pytest.mark.django_db
@@ -153,21 +153,6 @@ def test_it_answers_a_second_cancel_without_claiming_the_task_reached_ember(subj
 
     assert again.state == TaskState.CANCELLED
     assert row_of(task).state == TaskState.CANCELLED
-
-
-def a_clip_sent_once(subject) -> Task:
-    """A queued clip whose first send's answer was lost: Ember may have it under its key."""
-    task = a_task(subject, frames=["clip"])
-    Attempt.objects.create(
-        task=task,
-        number=1,
-        idempotency_key=task.idempotency_key,
-        submitted_at=timezone.now(),
-        outcome=Attempt.Outcome.UNKNOWN,
-    )
-    return move(
-        task, TaskState.QUEUED, phase="Ember's answer was lost; re-sending under the same key"
-    )
 
 
 def test_it_refuses_to_cancel_a_clip_already_sent_under_its_key(subject):
