@@ -2,7 +2,7 @@
 
 from django.urls import URLPattern, path, register_converter
 
-from studio.web import views
+from studio.web.views import batches, images, sets, subjects
 
 
 class RowId:
@@ -22,19 +22,19 @@ register_converter(RowId, "rowid")
 app_name = "studio"
 
 urlpatterns: list[URLPattern] = [
-    path("", views.home, name="home"),
-    path("subjects/", views.subjects, name="subjects"),
-    path("subjects/<rowid:subject_id>/", views.subject, name="subject"),
-    path("batches/new/", views.batch_new, name="batch-new"),
-    path("batches/<uuid:batch_id>/", views.batch, name="batch"),
-    path("batches/<uuid:batch_id>/progress/", views.batch_progress, name="batch-progress"),
-    path("batches/<uuid:batch_id>/cancel/", views.batch_cancel, name="batch-cancel"),
-    path("tasks/<uuid:task_id>/cancel/", views.task_cancel, name="task-cancel"),
-    path("gallery/", views.gallery, name="gallery"),
-    path("sets/", views.sets, name="sets"),
-    path("sets/<rowid:set_id>/", views.avatar_set, name="set"),
-    path("sets/<rowid:set_id>/publish/", views.set_publish, name="set-publish"),
-    path("sets/<rowid:set_id>/published/", views.set_published, name="set-published"),
-    path("assets/<rowid:asset_id>/thumb/<int:size>/", views.asset_thumb, name="asset-thumb"),
-    path("assets/<rowid:asset_id>/original/", views.asset_original, name="asset-original"),
+    path("", batches.home, name="home"),
+    path("subjects/", subjects.subjects, name="subjects"),
+    path("subjects/<rowid:subject_id>/", subjects.subject_detail, name="subject"),
+    path("batches/new/", batches.batch_new, name="batch-new"),
+    path("batches/<uuid:batch_id>/", batches.batch_detail, name="batch"),
+    path("batches/<uuid:batch_id>/progress/", batches.batch_progress, name="batch-progress"),
+    path("batches/<uuid:batch_id>/cancel/", batches.batch_cancel, name="batch-cancel"),
+    path("tasks/<uuid:task_id>/cancel/", batches.task_cancel, name="task-cancel"),
+    path("gallery/", sets.gallery, name="gallery"),
+    path("sets/", sets.sets, name="sets"),
+    path("sets/<rowid:set_id>/", sets.set_detail, name="set"),
+    path("sets/<rowid:set_id>/publish/", sets.set_publish, name="set-publish"),
+    path("sets/<rowid:set_id>/published/", sets.set_published, name="set-published"),
+    path("assets/<rowid:asset_id>/thumb/<int:size>/", images.asset_thumb, name="asset-thumb"),
+    path("assets/<rowid:asset_id>/original/", images.asset_original, name="asset-original"),
 ]

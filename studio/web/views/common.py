@@ -1,0 +1,87 @@
+"""Helpers every studio page shares: the sign-in guard, form binding and paging."""
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from functools import wraps
+from typing import Any
+from urllib.parse import urlencode
+
+from django.conf import settings
+from django.contrib.auth.decorators import login_required
+from django.contrib.auth.models import User
+from django.http import HttpRequest, HttpResponse
+from django_htmx.http import HttpResponseClientRedirect
+from django_htmx.middleware import HtmxDetails
+
+LIST_PAGE = 50  # subjects or sets per page
+
+
+def login_required_htmx(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """Require a signed-in person; tell htmx to load the sign-in page rather than swap it in.
+
+    A poll that follows a redirect would otherwise put the whole sign-in page
+    inside the progress section once a session expires.
+    """
+    guarded = login_required(view)
+
+    @wraps(view)
+    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        htmx: HtmxDetails | None = getattr(request, "htmx", None)
+        if htmx and not request.user.is_authenticated:
+            page = htmx.current_url_abs_path or "/"
+            return HttpResponseClientRedirect(f"{settings.LOGIN_URL}?{urlencode({'next': page})}")
+        return guarded(request, *args, **kwargs)
+
+    return wrapper
+
+
+def user_of(request: HttpRequest) -> User | None:
+    return request.user if isinstance(request.user, User) else None
+
+
+def posted(request: HttpRequest, *, files: bool = False) -> tuple[Any, ...]:
+    """Return the form data of a POST (even an empty one), or nothing for an unbound form."""
+    if request.method != "POST":
+        return ()
+    return (request.POST, request.FILES) if files else (request.POST,)
+
+
+@dataclass
+class Window:
+    """One page of a long list, found without counting the list.
+
+    Django's Paginator runs COUNT(*) over every row to number the pages, which grows
+    with history; a page only needs to know whether another one follows.
+    """
+
+    object_list: list[Any]
+    number: int
+    has_next: bool
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.object_list)
+
+    def __len__(self) -> int:
+        return len(self.object_list)
+
+    @property
+    def has_previous(self) -> bool:
+        return self.number > 1
+
+    def has_other_pages(self) -> bool:
+        return self.has_previous or self.has_next
+
+    def previous_page_number(self) -> int:
+        return self.number - 1
+
+    def next_page_number(self) -> int:
+        return self.number + 1
+
+
+def page_of(request: HttpRequest, items: Any, per_page: int) -> Window:
+    raw = request.GET.get("page", "1")
+    # isascii(): "²" is a digit to isdigit() but not to int().
+    number = int(raw) if raw.isascii() and raw.isdigit() and 0 < int(raw) < 100_000 else 1
+    start = (number - 1) * per_page
+    rows = list(items[start : start + per_page + 1])  # one more says a next page exists
+    return Window(object_list=rows[:per_page], number=number, has_next=len(rows) > per_page)
