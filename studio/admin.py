@@ -31,6 +31,7 @@ from studio import engine, originals
 from studio.ember.client import EmberError
 from studio.models import (
     ACTIVE,
+    POLL_BOUND,
     RECONCILABLE,
     ApiToken,
     Asset,
@@ -45,7 +46,6 @@ from studio.models import (
     WorkerHeartbeat,
 )
 from studio.store import Conflict, update
-from studio.worker import POLL_BOUND
 
 STALE_EDIT = (
     "This row changed while you were editing it (the worker moved it). Reload and try again."
@@ -491,8 +491,7 @@ class TaskAdmin(VersionedAdmin):
                 "name": task_name(task),
                 "uncertain": task.state == TaskState.UNCERTAIN,
                 "sent": task.submitted_at,
-                "bound_passed": task.submitted_at is None
-                or (now - task.submitted_at).total_seconds() >= POLL_BOUND,
+                "bound_passed": task.poll_bound_passed(now),
             }
             for task in tasks
         ]

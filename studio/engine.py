@@ -39,9 +39,9 @@ from studio.models import (
     Subject,
     Task,
     TaskState,
+    stored_facts,
 )
 from studio.store import Conflict, move, update
-from studio.worker import POLL_BOUND
 
 FRAMES = ("image", "headshot", "full-body", "clip")
 MAX_CANDIDATES = 8  # per provider, however a request splits them over its models
@@ -180,11 +180,8 @@ def add_reference(*, subject: Subject, data: bytes, file_name: str) -> Asset:
             sha256=original.sha256,
             origin=Origin.UPLOADED,
             defaults={
+                **stored_facts(original),
                 "file_name": (file_name or f"reference{original.info.extension}")[:255],
-                "mime": original.info.mime,
-                "width": original.info.width,
-                "height": original.info.height,
-                "size": original.size,
                 "label": subject.name,
             },
         )
@@ -844,9 +841,7 @@ def resubmit(*, task: Task, confirmed_not_received: bool = False) -> Task:
     task.refresh_from_db()
     if task.state != TaskState.UNCERTAIN:
         raise ResubmitRefused("Only an uncertain task can be resubmitted.")
-    sent = task.submitted_at
-    waited = (timezone.now() - sent).total_seconds() if sent else POLL_BOUND
-    if waited < POLL_BOUND and not confirmed_not_received:
+    if not task.poll_bound_passed() and not confirmed_not_received:
         raise ResubmitRefused(RESUBMIT_TOO_EARLY)
     return move(
         task,

@@ -5,12 +5,16 @@ so that a writer can say "only if nobody moved this row since I read it".
 """
 
 import uuid
-from datetime import timedelta
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
+
+if TYPE_CHECKING:
+    from studio.originals import Original
 
 
 class TaskState(models.TextChoices):
@@ -35,6 +39,12 @@ RECONCILABLE = (TaskState.UNCERTAIN, TaskState.HISTORY_MISSING, TaskState.COPY_F
 FINAL = (TaskState.DONE, TaskState.FAILED, TaskState.CANCELLED)
 # Nothing has been sent to Ember for this intent in these states (docs/design.md §9).
 CANCELLABLE = (TaskState.QUEUED, TaskState.PREPARING)
+# What a person may ask to stop: cancel answers for those already with Ember.
+STOPPABLE = (*ACTIVE, TaskState.PREPARING, TaskState.SUBMITTING)
+
+# Seconds after a submit during which the worker keeps asking Ember about the job: a
+# transport bound, not a verdict on the job. Past it, resubmitting needs no confirmation.
+POLL_BOUND = 1800.0
 
 
 class Kind(models.TextChoices):
@@ -164,6 +174,35 @@ class Task(Versioned):
             return None
         return Attempt.objects.filter(task=self, idempotency_key=self.idempotency_key).first()
 
+    def poll_bound_passed(self, now: "datetime | None" = None) -> bool:
+        """Say whether the poll bound has passed since the last submit (or nothing was sent).
+
+        Before it, the worker may still learn the job's fate; a resubmit then needs a
+        person's word that Ember did not receive it (docs/design.md §8).
+        """
+        if self.submitted_at is None:
+            return True
+        waited = ((now or timezone.now()) - self.submitted_at).total_seconds()
+        return waited >= POLL_BOUND
+
+
+class AssetQuerySet(models.QuerySet["Asset"]):
+    def create_stored(self, original: "Original", **fields: Any) -> "Asset":
+        """Create the row of an original already in the store, its facts taken from the file."""
+        return self.create(**stored_facts(original), **fields)
+
+
+def stored_facts(original: "Original") -> dict[str, Any]:
+    """Return the columns a stored original decides: its hash, type, dimensions and size."""
+    info = original.info
+    return {
+        "sha256": original.sha256,
+        "mime": info.mime,
+        "width": info.width,
+        "height": info.height,
+        "size": original.size,
+    }
+
 
 class Asset(Versioned):
     # Not unique: two results may carry the same bytes (a provider's placeholder, a
@@ -194,6 +233,8 @@ class Asset(Versioned):
     prompt = models.TextField(blank=True, default="")
     upstream = models.JSONField(null=True, blank=True)  # Ember's answer
     created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = AssetQuerySet.as_manager()
 
     class Meta:
         ordering = ["-created_at", "-id"]

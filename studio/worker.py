@@ -43,13 +43,22 @@ from studio.ember.client import (
     Job,
     Submitted,
 )
-from studio.models import ACTIVE, Asset, Attempt, Kind, Origin, Task, TaskState, WorkerHeartbeat
+from studio.models import (
+    ACTIVE,
+    POLL_BOUND,
+    Asset,
+    Attempt,
+    Kind,
+    Origin,
+    Task,
+    TaskState,
+    WorkerHeartbeat,
+)
 from studio.ownership import LOCK_LOST, NotOwner, Ownership, OwnershipLost
 from studio.store import Conflict, move, update
 
 log = logging.getLogger("studio.worker")
 
-POLL_BOUND = 1800.0  # seconds after submit; a transport bound, not a verdict on the job
 TICK = 1.0  # seconds between pump passes
 UNREACHABLE_BACKOFF = 10.0  # seconds before re-sending after nothing reached Ember
 AUTH_BACKOFF = 300.0  # seconds; wrong credentials will not fix themselves quickly
@@ -758,13 +767,9 @@ def record_asset(task: Task, original: originals.Original) -> Asset:
     history = result.get("history") or {}
     metadata = image.get("metadata") or {}
     with transaction.atomic():
-        asset = Asset.objects.create(
-            sha256=original.sha256,
+        asset = Asset.objects.create_stored(
+            original,
             file_name=f"{task.provider}-{task.frame}-{task.ordinal}{original.info.extension}",
-            mime=original.info.mime,
-            width=original.info.width,
-            height=original.info.height,
-            size=original.size,
             label=f"{task.provider_label} · {task.frame} #{task.ordinal}",
             origin=Origin.GENERATED,
             references=[r["asset"] for r in task.references],

@@ -64,13 +64,9 @@ def make_reference(db: None):
     def make(subject: Subject, data: bytes | None = None) -> Asset:
         data = data or png_bytes(next(counter))
         original = originals.save(data)
-        asset = Asset.objects.create(
-            sha256=original.sha256,
+        asset = Asset.objects.create_stored(
+            original,
             file_name=f"{subject.slug}{original.info.extension}",
-            mime=original.info.mime,
-            width=original.info.width,
-            height=original.info.height,
-            size=original.size,
             origin=Origin.UPLOADED,
         )
         asset.subjects.add(subject)

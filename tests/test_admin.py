@@ -102,13 +102,9 @@ def uncertain(task: Task, *, sent_ago: timedelta = timedelta(minutes=1)) -> Task
 def stored_generated_asset(task: Task, *, history_id: str = "hist_1") -> Asset:
     """A generated original really in the store, as the worker's copy leaves it."""
     original = originals.save(png_bytes(77, size=(400, 300)))
-    return Asset.objects.create(
-        sha256=original.sha256,
+    return Asset.objects.create_stored(
+        original,
         file_name="candidate.png",
-        mime=original.info.mime,
-        width=original.info.width,
-        height=original.info.height,
-        size=original.size,
         origin=Origin.GENERATED,
         task=task,
         batch=task.batch,

@@ -419,13 +419,9 @@ def test_it_refuses_a_generated_image_as_a_reference_photo(subject):
 def generated_from(data: bytes) -> Asset:
     """A generated original whose file is on disk, as the worker's copy leaves it."""
     original = originals.save(data)
-    return Asset.objects.create(
-        sha256=original.sha256,
+    return Asset.objects.create_stored(
+        original,
         file_name="openai-image-1.png",
-        mime=original.info.mime,
-        width=original.info.width,
-        height=original.info.height,
-        size=original.size,
         origin=Origin.GENERATED,
         ember_image_id="img_1",
     )

@@ -56,13 +56,9 @@ def generated(
 ) -> Asset:
     """Store a generated original and its asset row, as the worker's copy would."""
     original = originals.save(png_bytes(seed))
-    return Asset.objects.create(
-        sha256=original.sha256,
+    return Asset.objects.create_stored(
+        original,
         file_name=f"gen-{seed}.png",
-        mime=original.info.mime,
-        width=original.info.width,
-        height=original.info.height,
-        size=original.size,
         origin=Origin.GENERATED,
         label=label or f"Generated {seed}",
         ember_history_id=f"hist_{seed}" if history else "",

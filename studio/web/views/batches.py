@@ -13,8 +13,8 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from studio import engine
 from studio.models import (
-    ACTIVE,
     FINAL,
+    STOPPABLE,
     Batch,
     Task,
     TaskState,
@@ -28,8 +28,6 @@ FORM_REUSED = (
     "This form had already planned this batch; nothing new was planned. "
     "Open a new form to plan another batch."
 )
-# The tasks a person may ask to stop: cancel answers for those already with Ember.
-STOPPABLE = frozenset((*ACTIVE, TaskState.PREPARING, TaskState.SUBMITTING))
 
 
 @login_required
