@@ -3,7 +3,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv test test-postgres soak lint demo bench clean
+.PHONY: venv test test-fast test-postgres soak lint demo bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -19,6 +19,10 @@ test: $(STAMP)
 	status=0; AVATARS_BROWSER_SKIP_REPORT=$(VENV)/browser-skips $(VENV)/bin/pytest || status=$$?; \
 		AVATARS_BROWSER_SKIP_REPORT=$(VENV)/browser-skips $(PY) -m tests.browsers report; \
 		exit $$status
+
+# Everything but the tests that start processes (tests/e2e/): a quick check while working.
+test-fast: $(STAMP)
+	$(VENV)/bin/pytest -m "not e2e"
 
 # The same suite against a throwaway PostgreSQL cluster (scripts/pg.sh), then stopped.
 test-postgres: $(STAMP)

@@ -172,7 +172,7 @@ _browser_skips: set[str] = set()
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    if report.skipped and report.nodeid.startswith("tests/test_browser.py"):
+    if report.skipped and "browser" in report.keywords:
         _browser_skips.add(report.nodeid)
 
 

@@ -8,11 +8,8 @@ import sys
 import time
 
 import httpx
-import pytest
 
 from tests.processes import ROOT, Stack, free_port
-
-pytestmark = pytest.mark.e2e
 
 
 def start_demo(data_dir, web_port: int, ember_port: int) -> tuple[subprocess.Popen[str], dict]:

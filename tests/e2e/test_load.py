@@ -27,8 +27,6 @@ from tests.processes import (
     wait_for_http,
 )
 
-pytestmark = pytest.mark.e2e
-
 CLIENTS = 4
 BATCHES_PER_CLIENT = 5
 TASKS_PER_BATCH = 15  # 3 providers x 5 candidates: 300 tasks in all

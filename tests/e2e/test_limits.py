@@ -10,8 +10,6 @@ import pytest
 
 from tests.processes import Simulator, Stack, Web, migrated_template, new_stack
 
-pytestmark = pytest.mark.e2e
-
 MB = 1024 * 1024
 HUGE = 300 * MB
 TOKEN_SEED = """

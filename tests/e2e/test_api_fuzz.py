@@ -18,8 +18,6 @@ from schemathesis.checks import negative_data_rejection, positive_data_acceptanc
 
 from tests.processes import Simulator, Web, migrated_template, new_stack
 
-pytestmark = pytest.mark.e2e
-
 # A user allowed to reconcile (studio.change_task), so that no operation is closed to it,
 # and a subject with a photo so that the lists are not empty.
 TOKEN_SEED = """

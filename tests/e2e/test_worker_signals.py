@@ -9,8 +9,6 @@ import pytest
 
 from tests.processes import Simulator, Stack, migrated_template, new_stack, seed
 
-pytestmark = pytest.mark.e2e
-
 STATES = (
     "from studio.models import Task\nresult = sorted(Task.objects.values_list('state', flat=True))"
 )

@@ -23,8 +23,6 @@ from tests.processes import (
     snapshot,
 )
 
-pytestmark = pytest.mark.e2e
-
 PROVIDERS = [{"provider": "openai", "candidates": 1}, {"provider": "flux", "candidates": 1}]
 FRAMES = ["image", "clip"]
 KILL_POINTS = [

@@ -1,0 +1,175 @@
+"""The studio in a real browser: Debian's chromium, the web server, the worker and the simulator.
+
+Everything runs as it would for a person: uvicorn serves the pages, `run_worker`
+drives the tasks through the Ember simulator, and Playwright clicks. Waits are
+bounded; the assertions are what a person sees on the page.
+"""
+
+import re
+from pathlib import Path
+
+from playwright.sync_api import Page, expect
+
+from tests.e2e.studio import (
+    SLOW,
+    Studio,
+    asset_ids_on,
+    go,
+    loaded_thumbnails,
+    plan_batch,
+    portrait_png,
+    screenshot,
+    sign_in,
+    wait_until_finished,
+)
+
+PUBLISH_REFUSED = "Ember history must be recovered before publishing generated images."
+
+
+# --- scenarios --------------------------------------------------------------------------
+
+
+def test_it_uploads_a_photo_and_watches_a_batch_finish_without_a_reload(page: Page, tmp_path: Path):
+    sign_in(page)
+
+    go(page, "Subjects")
+    page.get_by_label("New subject").fill("Ada")
+    page.get_by_role("button", name="Add subject").click()
+    expect(page.get_by_role("heading", name="Ada")).to_be_visible()
+    page.get_by_label("Add a reference photo").set_input_files(portrait_png(tmp_path / "ada.png"))
+    page.get_by_role("button", name="Upload").click()
+    expect(page.get_by_text("Added ada.png to Ada's photos.")).to_be_visible()
+    expect(page.locator(".grid img")).to_have_count(1)
+    page.wait_for_function(
+        "() => [...document.querySelectorAll('.grid img')].every(i => i.naturalWidth > 0)"
+    )
+
+    plan_batch(page, prompt="Ada, a friendly watercolour portrait", subject="Ada")
+    progress = page.get_by_test_id("progress")
+    expect(progress).to_be_visible()
+    # Set after the page loaded: a full reload would wipe it.
+    page.evaluate("window.sameDocument = true")
+
+    wait_until_finished(page, 2)
+    expect(page.get_by_test_id("task-state")).to_have_text(["done", "done"])
+    expect(page.get_by_test_id("paid")).to_have_text("Paid Ember requests: 2")
+    expect(progress).to_have_attribute("value", "2")
+    page.wait_for_function(
+        "() => [...document.querySelectorAll('[data-testid=task] img')]"
+        ".filter(i => i.complete && i.naturalWidth > 0).length === 2",
+        timeout=SLOW,
+    )
+    assert loaded_thumbnails(page) == 2
+    assert page.evaluate("window.sameDocument") is True
+    expect(page.get_by_test_id("worker")).to_have_text("Worker running")
+    screenshot(page, "batch")
+
+
+def test_it_cancels_a_batch_that_is_still_queued(page: Page, studio: Studio):
+    sign_in(page)
+    studio.stop_worker()
+    try:
+        plan_batch(page, prompt="Bo in a hat, nobody sends this", candidates=3)
+        expect(page.get_by_test_id("task-state")).to_have_text(["queued"] * 3)
+
+        page.get_by_role("button", name="Cancel batch").click()
+
+        expect(page.get_by_text("Cancelled 3 tasks; kept 0 already with Ember.")).to_be_visible()
+        expect(page.get_by_test_id("task-state")).to_have_text(["cancelled"] * 3)
+        expect(page.get_by_test_id("progress-text")).to_have_text("3 of 3 finished")
+        expect(page.get_by_test_id("paid")).to_have_text("Paid Ember requests: 0")
+        expect(page.get_by_role("button", name="Cancel batch")).to_have_count(0)
+    finally:
+        studio.start_worker()
+
+
+def test_it_builds_reorders_and_publishes_a_set(page: Page):
+    sign_in(page)
+    plan_batch(page, prompt="Bo for the family set", candidates=2)
+    wait_until_finished(page, 2)
+    first, second = asset_ids_on(page)
+
+    go(page, "Sets")
+    page.get_by_label("New set").fill("Family")
+    page.get_by_role("button", name="Create set").click()
+    expect(page.get_by_role("heading", name="Family")).to_be_visible()
+    page.locator(f'input[name="assets"][value="{first}"]').check()
+    page.locator(f'input[name="assets"][value="{second}"]').check()
+    page.get_by_role("button", name="Add chosen").click()
+    chosen = page.locator("[data-testid=chosen] > li")
+    expect(chosen).to_have_count(2)
+    top, bottom = (chosen.nth(i).get_attribute("data-asset") for i in (0, 1))
+    assert {top, bottom} == {str(first), str(second)}
+
+    chosen.nth(0).get_by_role("button", name="Down").click()
+    expect(chosen.nth(0)).to_have_attribute("data-asset", str(bottom))
+    expect(chosen.nth(1)).to_have_attribute("data-asset", str(top))
+
+    page.get_by_role("button", name="Publish").click()
+    expect(page.get_by_text("Published Family.")).to_be_visible()
+    expect(page).to_have_url(re.compile(r"/sets/\d+/published/$"))
+    shown = page.locator("[data-testid=published] a")
+    expect(shown).to_have_count(2)
+    expect(shown.nth(0)).to_have_attribute("href", f"/assets/{bottom}/original/")
+    expect(shown.nth(1)).to_have_attribute("href", f"/assets/{top}/original/")
+    page.wait_for_function(
+        "() => [...document.querySelectorAll('[data-testid=published] img')]"
+        ".every(i => i.complete && i.naturalWidth > 0)"
+    )
+    expect(page.get_by_role("button", name="Publish")).to_have_count(0)
+
+
+def test_it_refuses_to_publish_while_an_images_history_is_missing(page: Page, studio: Studio):
+    sign_in(page)
+    studio.configure_ember(fail_history_writes=True)
+    try:
+        plan_batch(page, prompt="Bo whose history Ember lost", candidates=1)
+        expect(page.get_by_test_id("task-state")).to_have_text(["history_missing"], timeout=SLOW)
+        page.wait_for_function(
+            "() => document.querySelector('[data-testid=task] img')?.naturalWidth > 0"
+        )
+        [lost] = asset_ids_on(page)
+    finally:
+        studio.configure_ember(fail_history_writes=False)
+
+    go(page, "Sets")
+    page.get_by_label("New set").fill("Needs repair")
+    page.get_by_role("button", name="Create set").click()
+    page.locator(f'input[name="assets"][value="{lost}"]').check()
+    page.get_by_role("button", name="Add chosen").click()
+    expect(page.locator("[data-testid=chosen] > li")).to_have_count(1)
+
+    page.get_by_role("button", name="Publish").click()
+
+    expect(page.locator(".message.error")).to_have_text(PUBLISH_REFUSED)
+    expect(page.get_by_role("heading", name="Needs repair")).to_be_visible()
+    expect(page.get_by_role("button", name="Publish")).to_be_visible()
+
+
+def test_an_operator_repairs_missing_history_from_the_admin(page: Page, studio: Studio):
+    sign_in(page)
+    studio.configure_ember(fail_history_writes=True)
+    try:
+        batch_url = plan_batch(page, prompt="Bo, repaired by an operator", candidates=1)
+        expect(page.get_by_test_id("task-state")).to_have_text(["history_missing"], timeout=SLOW)
+    finally:
+        studio.configure_ember(fail_history_writes=False)
+    assert studio.sim is not None
+    studio.sim.post("/_sim/history/repair")  # Ember's own repair of its history rows
+    batch_id = batch_url.rstrip("/").split("/")[-1]
+
+    page.goto(f"/admin/studio/task/?batch__id__exact={batch_id}")
+    expect(page.get_by_text("worker running", exact=False).first).to_be_visible()
+    row = page.locator("#result_list tbody tr")
+    expect(row).to_have_count(1)
+    expect(row).to_contain_text("History Missing")
+    row.locator("input.action-select").check()
+    page.locator("select[name=action]").select_option("reconcile_tasks")
+    page.get_by_role("button", name="Go").click()
+
+    expect(page.locator(".messagelist").first).to_contain_text("copying")
+    # The worker owns the copy: it finds the original already saved and records the history.
+    page.goto(batch_url)
+    expect(page.get_by_test_id("task-state")).to_have_text(["done"], timeout=SLOW)
+    page.goto(f"/admin/studio/task/?batch__id__exact={batch_id}")
+    expect(page.locator("#result_list tbody tr")).to_contain_text("Done")
