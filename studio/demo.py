@@ -7,7 +7,7 @@ from django.contrib.auth.models import User
 from django.db import transaction
 
 from studio import engine
-from studio.ember.simulator import Picture, render_png
+from studio.drawing import Picture, render_png
 from studio.models import Batch, Origin, Subject
 
 DEMO_USER = "demo"

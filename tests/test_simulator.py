@@ -3,7 +3,10 @@
 import hashlib
 import io
 import json
+import os
 import pickle
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -492,3 +495,17 @@ class _Touch:
 
     def __reduce__(self):
         return (Path.touch, (Path(self.path),))
+
+
+def test_it_runs_without_django():
+    """bench runs the simulator in a process with no settings and no data dir at all."""
+    probe = (
+        "import sys, studio.ember.simulator\nprint(sorted({m.split('.')[0] for m in sys.modules}))"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
+    root = Path(__file__).resolve().parent.parent
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, env=env, cwd=root, check=True
+    )
+
+    assert "django" not in done.stdout and "PIL" in done.stdout, done.stdout

@@ -3,6 +3,7 @@
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -117,3 +118,28 @@ def test_the_demo_runs_everything_prints_a_login_and_stops_on_ctrl_c(tmp_path):
         " sorted(set(Task.objects.values_list('state', flat=True)))]"
     )
     assert counts == [1, 2, ["done"]]
+
+
+def test_it_stops_everything_and_says_which_process_died_when_one_exits(tmp_path):
+    """Ember's port is taken: the simulator cannot listen, so the whole demo stops and fails."""
+    env = {**os.environ, "AVATARS_DATA_DIR": str(tmp_path / "demo"), "PYTHONUNBUFFERED": "1"}
+    env.pop("DATABASE_URL", None)
+    web = free_port()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        ember = str(taken.getsockname()[1])
+        done = subprocess.run(
+            [sys.executable, "manage.py", "demo", "--port", str(web), "--ember-port", ember],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    assert done.returncode != 0
+    assert "The ember simulator exited with code 1." in done.stderr, done.stderr
+    assert "Avatars demo stopped." not in done.stdout
+    with pytest.raises(httpx.TransportError):  # the studio it had started is gone too
+        httpx.get(f"http://127.0.0.1:{web}/", timeout=2)

@@ -4,6 +4,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -26,59 +27,16 @@ class Command(BaseCommand):
         parser.add_argument("--job-seconds", type=float, default=4.0, help="simulated job time")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        """Migrate, seed, start the three processes, and stop them all on Ctrl-C or a failure."""
         call_command("migrate", verbosity=0)
         seeded = seed_demo()
         ember_url = f"http://127.0.0.1:{options['ember_port']}"
         # The worker talks to the simulator this command starts, whatever EMBER_URL says.
         env = {**os.environ, "EMBER_URL": ember_url, "EMBER_TOKEN": settings.EMBER_TOKEN}
-        python = sys.executable
-        manage = str(ROOT / "manage.py")
-        commands = {
-            "ember simulator": [
-                python,
-                manage,
-                "ember_simulator",
-                "--port",
-                str(options["ember_port"]),
-                "--job-seconds",
-                str(options["job_seconds"]),
-                # Ember remembers its jobs across a demo restart, as the real one would.
-                "--state-file",
-                str(Path(settings.AVATARS_DATA_DIR) / "ember-simulator.state"),
-            ],
-            "studio": [
-                python,
-                "-m",
-                "uvicorn",
-                "avatars.asgi:application",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(options["port"]),
-                "--log-level",
-                "warning",
-            ],
-            "worker": [python, manage, "run_worker"],
-        }
-        stopping = False
-
-        def stop(*_: object) -> None:
-            nonlocal stopping
-            stopping = True
-
-        signal.signal(signal.SIGINT, stop)
-        signal.signal(signal.SIGTERM, stop)
-        procs = {
-            name: subprocess.Popen(
-                # Own sessions: Ctrl-C reaches only this command, which then sends each
-                # child exactly one SIGTERM (a second signal would force the worker).
-                argv,
-                cwd=ROOT,
-                env=env,
-                start_new_session=True,
-            )
-            for name, argv in commands.items()
-        }
+        stopping = threading.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: stopping.set())
+        procs = {name: _start(argv, env) for name, argv in _commands(options).items()}
         url = f"http://127.0.0.1:{options['port']}/"
         self.stdout.write(
             "\nAvatars demo is running (Ctrl-C stops it):\n"
@@ -89,21 +47,71 @@ class Command(BaseCommand):
             f"  password: {seeded.password}\n"
         )
         self.stdout.flush()
-        failed = ""
-        while not stopping:
-            for name, proc in procs.items():
-                if proc.poll() is not None:
-                    failed = f"The {name} exited with code {proc.returncode}."
-                    stopping = True
-            time.sleep(0.2)
-        for proc in procs.values():
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in procs.values():
-            try:
-                proc.wait(timeout=40)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        failed = _watch(procs, stopping)
+        _stop_all(procs)
         if failed:
             raise CommandError(failed)
         self.stdout.write("Avatars demo stopped.")
+
+
+def _commands(options: dict[str, Any]) -> dict[str, list[str]]:
+    """Return the argv of each process the demo runs, by the name it reports failures under."""
+    python = sys.executable
+    manage = str(ROOT / "manage.py")
+    return {
+        "ember simulator": [
+            python,
+            manage,
+            "ember_simulator",
+            "--port",
+            str(options["ember_port"]),
+            "--job-seconds",
+            str(options["job_seconds"]),
+            # Ember remembers its jobs across a demo restart, as the real one would.
+            "--state-file",
+            str(Path(settings.AVATARS_DATA_DIR) / "ember-simulator.state"),
+        ],
+        "studio": [
+            python,
+            "-m",
+            "uvicorn",
+            "avatars.asgi:application",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(options["port"]),
+            "--log-level",
+            "warning",
+        ],
+        "worker": [python, manage, "run_worker"],
+    }
+
+
+def _start(argv: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """Start one child in a session of its own."""
+    # Own sessions: Ctrl-C reaches only this command, which then sends each
+    # child exactly one SIGTERM (a second signal would force the worker).
+    return subprocess.Popen(argv, cwd=ROOT, env=env, start_new_session=True)
+
+
+def _watch(procs: dict[str, subprocess.Popen[bytes]], stopping: threading.Event) -> str:
+    """Wait for a stop signal or a child's exit; return what failed ("" on a signal)."""
+    # Only the signal handler sets the event: setting it here too could deadlock on its lock.
+    while not stopping.is_set():
+        exited = [name for name, proc in procs.items() if proc.poll() is not None]
+        if exited:
+            return f"The {exited[-1]} exited with code {procs[exited[-1]].returncode}."
+        time.sleep(0.2)
+    return ""
+
+
+def _stop_all(procs: dict[str, subprocess.Popen[bytes]]) -> None:
+    """Send each running child one SIGTERM, then wait for all (killing any that hangs)."""
+    for proc in procs.values():
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    for proc in procs.values():
+        try:
+            proc.wait(timeout=40)
+        except subprocess.TimeoutExpired:
+            proc.kill()

@@ -1,0 +1,61 @@
+"""The placeholder portraits: drawn for Ember's stand-in and for the demo's reference photos."""
+
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from PIL import Image
+
+from studio.drawing import Picture, render_clip, render_png
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def portrait(seed: str, stamp: str = "job_1") -> Picture:
+    return Picture(seed=seed, provider="flux", frame="image", candidate="#1", stamp=stamp)
+
+
+def test_it_draws_a_png_portrait_of_the_asked_size():
+    image = Image.open(io.BytesIO(render_png(portrait("ada"), size=384)))
+
+    assert (image.format, image.size) == ("PNG", (384, 384))
+
+
+def test_it_draws_different_people_for_different_seeds_and_stamps():
+    ada, bo = render_png(portrait("ada")), render_png(portrait("bo"))
+    ada_again = render_png(portrait("ada", stamp="job_2"))
+
+    assert len({ada, bo, ada_again}) == 3
+
+
+def test_it_draws_a_clip_as_an_animated_webp():
+    clip = Image.open(io.BytesIO(render_clip(portrait("ada"))))
+
+    assert clip.format == "WEBP" and clip.n_frames > 1
+
+
+def test_it_seeds_the_demo_without_loading_the_ember_simulator(tmp_path):
+    """The demo draws its reference photos itself; Ember's stand-in is another process."""
+    probe = (
+        "import json, sys, django\n"
+        "django.setup()\n"
+        "import studio.demo\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m.startswith('studio.ember'))))\n"
+    )
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "avatars.settings"}
+    env["AVATARS_DATA_DIR"] = str(tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=ROOT,
+        check=True,
+    )
+
+    loaded = json.loads(done.stdout.strip().splitlines()[-1])
+    assert not [m for m in loaded if m.startswith("studio.ember.simulator")], loaded
