@@ -12,6 +12,7 @@ import os
 import platform
 import secrets
 import shutil
+import socket
 import sqlite3
 import statistics
 import subprocess
@@ -22,6 +23,8 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
+
+import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -41,6 +44,7 @@ class Result:
     passed: bool
     raw: str
     notes: list[str] = field(default_factory=list)
+    stage: str = ""  # the module that measured it (set by bench.run)
 
     @property
     def measured_text(self) -> str:
@@ -57,6 +61,7 @@ class Context:
 
     tmp: Path
     quick: bool
+    database_url: str = ""  # PostgreSQL for the stages that run on it (make bench-postgres)
 
     def size(self, full: int, quick: int) -> int:
         return quick if self.quick else full
@@ -218,7 +223,57 @@ class SimProcess:
         self.close()
 
 
+class WebProcess:
+    """The studio and API under uvicorn on a free loopback port, on a child's data dir."""
+
+    def __init__(self, ctx: Context, data_dir: Path, *, name: str = "web", **env: str) -> None:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        self.url = f"http://127.0.0.1:{port}"
+        self._log: IO[str] = (ctx.tmp / f"{name}.log").open("w")
+        argv = [sys.executable, "-m", "uvicorn", "avatars.asgi:application"]
+        argv += ["--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"]
+        self.proc = subprocess.Popen(
+            argv, cwd=ROOT, env=child_env(data_dir, **env), stdout=self._log, stderr=self._log
+        )
+        self._wait()
+
+    def _wait(self, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                break
+            try:
+                httpx.get(f"{self.url}/accounts/login/", timeout=5)
+                return
+            except httpx.TransportError:
+                time.sleep(0.2)
+        raise ChildFailed(f"uvicorn did not start; see {self._log.name}")
+
+    def close(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self._log.close()
+
+    def __enter__(self) -> "WebProcess":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 # --- figures ----------------------------------------------------------------
+
+
+def percentile(values: Sequence[float], share: float) -> float:
+    """Return the value below which `share` of `values` fall (nearest rank)."""
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(share * len(ordered)) - 1)]
 
 
 def median(values: Sequence[float]) -> float:

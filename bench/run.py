@@ -10,10 +10,14 @@ when a goal fails.
 """
 
 import argparse
+import datetime
 import importlib
+import json
 import math
 import os
+import secrets
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -24,8 +28,11 @@ from pathlib import Path
 # their children run); this process never connects to the database it names.
 _PARENT_DATA = Path(tempfile.mkdtemp(prefix="avatars-bench-"))
 os.environ["AVATARS_DATA_DIR"] = str(_PARENT_DATA / "parent")
-os.environ.pop("DATABASE_URL", None)
+# A DATABASE_URL (make bench-postgres) is for the stages that name it, never for this process.
+POSTGRES = os.environ.pop("DATABASE_URL", "")
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "avatars.settings")
+# Production settings refuse to load without a real secret; this process signs nothing.
+os.environ.setdefault("DJANGO_SECRET_KEY", f"bench-parent-{secrets.token_hex(32)}")
 
 import django  # noqa: E402
 
@@ -33,8 +40,20 @@ django.setup()
 
 from bench.common import Context, Result, machine  # noqa: E402
 
-# One module per goal, in the order of the issue's table; each has `run(ctx) -> Result`.
-STAGES = ("pump", "throughput", "planning", "pages", "leak", "latency")
+# One module per goal, in the table's order; each has `run(ctx) -> Result`.
+STAGES = (
+    "pump",
+    "throughput",
+    "planning",
+    "pages",
+    "leak",
+    "latency",
+    "loaded",
+    "slots",
+    "upload",
+    "memory",
+)
+RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -45,12 +64,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--keep", action="store_true", help="keep the temporary data dirs")
     args = parser.parse_args(argv)
-    chosen = [s.strip() for s in args.only.split(",") if s.strip()] or list(STAGES)
-    unknown = [s for s in chosen if s not in STAGES]
+    stages = (*STAGES, "loaded_postgres") if POSTGRES else STAGES
+    chosen = [s.strip() for s in args.only.split(",") if s.strip()] or list(stages)
+    unknown = [s for s in chosen if s not in stages]
     if unknown:
-        parser.error(f"unknown stage(s) {unknown}; choose from {list(STAGES)}")
+        parser.error(f"unknown stage(s) {unknown}; choose from {list(stages)}")
 
-    ctx = Context(tmp=_PARENT_DATA, quick=args.quick)
+    ctx = Context(tmp=_PARENT_DATA, quick=args.quick, database_url=POSTGRES)
     began = time.monotonic()
     results = []
     try:
@@ -63,18 +83,23 @@ def main(argv: list[str] | None = None) -> int:
             ctx.log(f"data kept in {ctx.tmp}")
         else:
             shutil.rmtree(ctx.tmp, ignore_errors=True)
-    print(report(results, quick=args.quick, seconds=time.monotonic() - began))
+    seconds = time.monotonic() - began
+    print(report(results, quick=args.quick, seconds=seconds))
+    saved = save(results, quick=args.quick, seconds=seconds)
+    ctx.log(f"figures written to {saved}")
     return 0 if all(r.passed for r in results) else 1
 
 
 def run_stage(name: str, ctx: Context) -> Result:
     """Run one stage; a stage that breaks is a failed row with its reason, not a lost table."""
     try:
-        return importlib.import_module(f"bench.{name}").run(ctx)
+        result: Result = importlib.import_module(f"bench.{name}").run(ctx)
     except Exception as exc:
         ctx.log(f"{name} broke:\n{traceback.format_exc()}")
         reason = " ".join(str(exc).split())[:300]
-        return Result(name, math.nan, "x", "-", False, f"the stage broke: {reason}")
+        result = Result(name, math.nan, "x", "-", False, f"the stage broke: {reason}")
+    result.stage = name
+    return result
 
 
 def report(results: list[Result], *, quick: bool, seconds: float) -> str:
@@ -93,6 +118,58 @@ def report(results: list[Result], *, quick: bool, seconds: float) -> str:
         if r.notes:
             lines += ["", f"{r.goal}:", *(f"  {note}" for note in r.notes)]
     return "\n".join(lines)
+
+
+def save(results: list[Result], *, quick: bool, seconds: float) -> Path:
+    """Write the run as JSON under bench/results/, so the next change has figures to compare."""
+    now = datetime.datetime.now(datetime.UTC)
+    record = {
+        "date": now.isoformat(timespec="seconds"),
+        "commit": _commit(),
+        "quick": quick,
+        "seconds": round(seconds, 1),
+        "machine": machine(Path(tempfile.gettempdir())),
+        "rows": [
+            {
+                "stage": r.stage,
+                "goal": r.goal,
+                "measured": None if math.isnan(r.measured) else r.measured,
+                "unit": r.unit,
+                "target": r.target,
+                "passed": r.passed,
+                "raw": r.raw,
+                "notes": r.notes,
+            }
+            for r in results
+        ],
+    }
+    RESULTS.mkdir(exist_ok=True)
+    kind = "quick" if quick else "full"
+    path = RESULTS / f"{now:%Y%m%dT%H%M%SZ}-{kind}.json"
+    path.write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n")
+    return path
+
+
+def _commit() -> str:
+    """Return the checkout's commit (with "+dirty" when files differ from it), or "unknown"."""
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=RESULTS.parent,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=RESULTS.parent,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return f"{head}+dirty" if dirty else head
 
 
 if __name__ == "__main__":

@@ -1,0 +1,83 @@
+"""Goal: throughput grows with slots; the pump keeps every slot busy.
+
+The real simulator runs every job for one second. For each slot count
+(`AVATARS_WORKERS` 4, 16 and 64) a fresh worker process plans `rounds x slots`
+image tasks and drives them all to `done`; the ideal is `slots` jobs a second
+(every slot always holding a job), so the measured throughput is divided by
+`slots / job time`. Polling is every 0.1 s, so a job is seen done within a tenth
+of its length; what is left is the worker's own cost per task (submit, the
+durable states, fetch, hash and fsync, release), done by one database thread.
+"""
+
+import asyncio
+import time
+
+from django.conf import settings
+
+from bench import data
+from bench.common import Child, Context, Result, SimProcess
+from studio import engine
+from studio.models import Task, TaskState
+from studio.worker import Worker
+
+TARGET = 0.9
+SLOTS = (4, 16, 64)
+JOB_SECONDS = 1.0
+POLL_INTERVAL = 0.1  # seconds: a finished job waits at most this long to be seen
+
+
+def run(ctx: Context) -> Result:
+    rounds = ctx.size(5, 3)
+    figures: dict[int, dict[str, float]] = {}
+    with SimProcess(ctx, name="slots-sim", job_seconds=JOB_SECONDS) as sim:
+        for slots in SLOTS:
+            ctx.log(f"slots: {slots} slots, {rounds * slots} one-second jobs")
+            child = Child(ctx, f"slots-{slots}", __name__, EMBER_URL=sim.url)
+            try:
+                figures[slots] = child.call("drive", slots=slots, tasks=rounds * slots)
+            finally:
+                child.close()
+    shares = {slots: f["rate"] / (slots / JOB_SECONDS) for slots, f in figures.items()}
+    worst = min(shares.values())
+    return Result(
+        goal="throughput with 4, 16, 64 slots",
+        measured=worst,
+        unit="x",
+        target=f"each ≥ {TARGET:.0%} of slots ÷ job time",
+        passed=all(share >= TARGET for share in shares.values()),
+        raw="; ".join(
+            f"{slots} slots: {f['rate']:.1f} tasks/s of {slots / JOB_SECONDS:.0f} "
+            f"({shares[slots]:.0%}, {f['tasks']:.0f} tasks in {f['seconds']:.1f} s)"
+            for slots, f in figures.items()
+        ),
+        notes=[
+            f"jobs take {JOB_SECONDS:.0f} s in the simulator; the worker polls every "
+            f"{POLL_INTERVAL} s; the measured figure is the lowest share"
+        ],
+    )
+
+
+# --- in the child -------------------------------------------------------------
+
+
+def op_drive(slots: int, tasks: int) -> dict[str, float]:
+    """Plan `tasks` image tasks, then time one worker with `slots` slots driving them all."""
+    data.migrate()
+    subject = data.subject_with_reference()
+    left = tasks
+    while left:
+        size = min(settings.AVATARS_MAX_TASKS_PER_BATCH, left)
+        engine.generate(request=data.request_for(size, subject))
+        left -= size
+    worker = Worker(workers=slots, poll_interval=POLL_INTERVAL)
+    worker.lock()
+    try:
+        started = time.perf_counter()
+        asyncio.run(worker.run(once=True))
+        seconds = time.perf_counter() - started
+    finally:
+        worker.unlock()
+    done = Task.objects.filter(state=TaskState.DONE).count()
+    if done != tasks:
+        raise RuntimeError(f"only {done} of {tasks} tasks reached done")
+    return {"tasks": tasks, "seconds": seconds, "rate": tasks / seconds}
