@@ -9,6 +9,7 @@ import sys
 import time
 
 import httpx
+import pytest
 
 from tests.processes import ROOT, Stack, free_port
 
