@@ -16,10 +16,16 @@ from django.db import DatabaseError, connection, connections
 from django.utils import timezone
 
 from studio import engine, originals
-from studio import worker as worker_module
 from studio.models import Asset, Attempt, Kind, Task, TaskState
 from studio.store import move
-from studio.worker import MAY_HAVE_REACHED, RECONCILE_PHASE, REFERENCE_CHANGED, Worker
+from studio.worker import (
+    MAY_HAVE_REACHED,
+    RECONCILE_PHASE,
+    REFERENCE_CHANGED,
+    Worker,
+    steps,
+    transitions,
+)
 from tests.conftest import batch_request, drain, png_bytes
 from tests.fake_ember import JOBS, FakeEmber, catch_strays, flood, seen
 
@@ -255,14 +261,15 @@ def cancel_before_the_worker_writes(monkeypatch, *, source: TaskState, target: T
     The worker's `move` from `source` to `target` first lets the cancel land on the
     row, then writes from the copy the worker read (with that copy's version).
     """
-    real = worker_module.move
+    real = transitions.move
 
     def racing(task: Task, state: TaskState, **fields):
         if task.state == source and state == target:
             engine.cancel_task(task=Task.objects.get(pk=task.pk))
         return real(task, state, **fields)
 
-    monkeypatch.setattr(worker_module, "move", racing)
+    for module in (steps, transitions):  # every worker module that moves a task
+        monkeypatch.setattr(module, "move", racing)
 
 
 def test_it_keeps_a_cancel_that_won_against_the_wake_up_and_sends_nothing(
@@ -619,7 +626,7 @@ def test_it_logs_the_job_id_when_recording_an_accepted_submit_fails(
 ):
     fake = FakeEmber(ember)
     [task] = plan(subject, frames=(frame,))
-    monkeypatch.setattr(worker_module, "_record_accepted", database_error)
+    monkeypatch.setattr(steps, "_record_accepted", database_error)
 
     task = drive_once(worker, task)
 
@@ -660,7 +667,7 @@ def test_it_never_suspects_a_submit_ember_refused_when_recording_the_refusal_fai
         return_value=answer
     )
     [task] = plan(subject, frames=(frame,))
-    monkeypatch.setattr(worker_module, "_record_refusal", database_error)
+    monkeypatch.setattr(steps, "_record_refusal", database_error)
 
     task = drive_once(worker, task)
 
@@ -677,8 +684,8 @@ def test_it_repairs_a_task_left_submitting_while_the_worker_lives(
     fake = FakeEmber(ember)
     [task] = plan(subject, frames=(frame,))
     # The database refuses every write that would record Ember's answer, once.
-    monkeypatch.setattr(worker_module, "_record_accepted", database_error)
-    monkeypatch.setattr(worker_module, "_settle_unrecorded", database_error, raising=False)
+    monkeypatch.setattr(steps, "_record_accepted", database_error)
+    monkeypatch.setattr(steps, "_settle_unrecorded", database_error, raising=False)
     stuck = {}
 
     async def two_passes() -> None:
@@ -735,7 +742,7 @@ def test_it_repairs_a_task_left_preparing_while_the_worker_lives(
         return await real(self, task)
 
     monkeypatch.setattr(Worker, "load_references", flaky)
-    monkeypatch.setattr(worker_module, "_postpone", database_error)
+    monkeypatch.setattr(steps, "_postpone", database_error)
 
     drain(worker)
 
@@ -1386,7 +1393,7 @@ def test_it_rests_a_clip_accepted_under_an_unsafe_id_uncertain_even_when_recordi
     fake.submit_route.mock(return_value=httpx.Response(202, json={"id": UNSAFE_JOB}))
     catch_strays(ember)
     [task] = plan(subject, frames=("clip",))
-    monkeypatch.setattr(worker_module, "_record_refusal", database_error)
+    monkeypatch.setattr(steps, "_record_refusal", database_error)
 
     task = drive_once(worker, task)
     monkeypatch.undo()

@@ -146,14 +146,14 @@ def test_it_outlives_a_failing_pump_query_and_heartbeat_and_then_finishes_the_ta
 ):
     from django.db import InterfaceError, OperationalError
 
-    from studio import worker as worker_module
     from studio.models import WorkerHeartbeat
+    from studio.worker import loop
 
     fake = FakeEmber(ember)
     [task] = plan(subject)
-    beat = Hiccups(worker_module._beat, 2, OperationalError("database is locked"))
+    beat = Hiccups(loop._beat, 2, OperationalError("database is locked"))
     due = Hiccups(Worker._due, 2, InterfaceError("connection already closed"))
-    monkeypatch.setattr(worker_module, "_beat", beat)
+    monkeypatch.setattr(loop, "_beat", beat)
     monkeypatch.setattr(Worker, "_due", lambda self, limit: due(self, limit))
     worker.db_retry_delay = 0.01  # the back-off's first wait, shrunk for the test
     caplog.set_level(logging.WARNING, logger="studio.worker")

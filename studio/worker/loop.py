@@ -1,0 +1,305 @@
+"""The worker's loop (docs/design.md §6.1, §6.4, §6.8): one owner, the pump, stopping.
+
+`Worker` owns the database's lock, wakes up by the wake-up table, then pumps: once
+a tick, and whenever a slot frees, it starts one coroutine per due task (the steps,
+mixed in from steps.py). Database calls run through `db` (one thread, one
+connection); Ember calls are async; file work runs in threads. A failing database
+is waited out with back-off; a lost lock stops the worker at once.
+"""
+
+import asyncio
+import contextlib
+import logging
+import time
+from datetime import datetime
+from typing import Any
+
+from django.conf import settings
+from django.db import (
+    DatabaseError,
+    InterfaceError,
+    OperationalError,
+    close_old_connections,
+    connection,
+)
+from django.db.models import QuerySet
+from django.utils import timezone
+
+from studio import originals
+from studio.ember.client import EmberClient
+from studio.models import POLL_BOUND, Task
+from studio.ownership import LOCK_LOST, NotOwner, Ownership, OwnershipLost
+from studio.worker.steps import FETCH_RETRY_DELAY, Steps
+from studio.worker.transitions import Answer, _beat, _wake_stranded, db
+
+log = logging.getLogger("studio.worker")
+
+TICK = 1.0  # seconds between pump passes
+STOP_GRACE = 30.0  # seconds in-flight steps get to record Ember's answer on shutdown
+HEARTBEAT_INTERVAL = 5.0  # seconds between the worker's "still alive" writes
+DB_RETRY_DELAY = 1.0  # seconds before the pump retries a failed database; doubled each time
+DB_RETRY_MAX = 30.0  # seconds; the back-off's ceiling
+# What a locked, restarting or unreachable database raises; it passes, so the pump waits.
+DB_ERRORS = (OperationalError, InterfaceError)
+
+
+class Worker(Steps):
+    """Drive ACTIVE tasks to a resting point; see `run`."""
+
+    def __init__(
+        self,
+        *,
+        client: EmberClient | None = None,
+        workers: int | None = None,
+        poll_interval: float | None = None,
+        poll_bound: float = POLL_BOUND,
+        tick: float = TICK,
+        fetch_retry_delay: float = FETCH_RETRY_DELAY,
+        stop_grace: float = STOP_GRACE,
+        db_retry_delay: float = DB_RETRY_DELAY,
+    ) -> None:
+        """Set the worker up; it drives nothing until `lock()` and `run()`.
+
+        Without `client` it opens (and at the end closes) its own Ember client.
+        """
+        self._own_client = client is None
+        self.client = client or EmberClient()
+        self.workers = workers or settings.AVATARS_WORKERS
+        self.poll_interval = (
+            settings.AVATARS_POLL_INTERVAL if poll_interval is None else poll_interval
+        )
+        self.poll_bound = poll_bound
+        self.tick = tick
+        self.fetch_retry_delay = fetch_retry_delay
+        self.stop_grace = stop_grace
+        self.in_hand: dict[str, asyncio.Task[None]] = {}
+        self.stopping = False
+        self._stop_event: asyncio.Event | None = None
+        self._slot_freed: asyncio.Event | None = None
+        self._recycled_at = float("-inf")  # time.monotonic() of the last connection check
+        self._swept_at = float("-inf")  # time.monotonic() of the last sweep
+        # Ember's answers whose recording failed, by task id, until the task is settled.
+        self.unrecorded: dict[str, Answer] = {}
+        self._last_beat = float("-inf")  # loop time of the last heartbeat written
+        self._last_verified = float("-inf")  # loop time the lock was last checked
+        self.db_retry_delay = db_retry_delay
+        self._ownership = Ownership()
+
+    # --- ownership (§6.1) -------------------------------------------------------------
+
+    def lock(self) -> None:
+        """Become the database's one worker, or raise AlreadyRunning (or NotDurable)."""
+        self._ownership.acquire()
+
+    def unlock(self) -> None:
+        """Give up ownership of the database (the locks `lock` took)."""
+        self._ownership.release()
+
+    # --- waking up after a death (§6.2) -----------------------------------------------
+
+    def recover(self) -> dict[str, int]:
+        """Apply the wake-up table to tasks a dead worker left mid-step; return counts."""
+        counts = {"temp_files": originals.remove_stale_temp_files()}
+        counts.update(_wake_stranded(in_hand=[], answers={}))
+        # `running` resumes polling its job id; `copying` runs finish() again.
+        return counts
+
+    # --- the pump (§6.4) --------------------------------------------------------------
+
+    async def run(self, *, once: bool = False) -> None:
+        """Recover, then pump until stopped (or, with `once`, until nothing is due or in hand).
+
+        Only the database's owner runs: call `lock()` first (NotOwner otherwise).
+        A database that fails (locked, restarting, unreachable) is waited out with
+        back-off; losing the lock stops the worker at once (OwnershipLost).
+        """
+        if not self._ownership.held:
+            raise NotOwner()
+        self._stop_event = asyncio.Event()
+        self._slot_freed = asyncio.Event()
+        counts = await db(self.recover)()
+        log.info("worker started workers=%s recovered=%s", self.workers, counts)
+        started_at = timezone.now()
+        delay = self.db_retry_delay
+        try:
+            while not self.stopping:
+                try:
+                    started = await self._pass(started_at)
+                except DB_ERRORS as exc:
+                    log.warning("database error: %s; retrying in %g s", exc, delay)
+                    await db(_drop_connection)()
+                    await self._sleep(delay)
+                    delay = min(delay * 2, DB_RETRY_MAX)
+                    continue
+                except OwnershipLost:
+                    log.error("%s", LOCK_LOST)
+                    self._stop_now()
+                    raise
+                delay = self.db_retry_delay  # the database answers again
+                if once and not self.in_hand and started == 0:
+                    break
+                await self._idle()
+        finally:
+            await self._drain()
+            if self._own_client:
+                await self.client.aclose()
+            log.info("worker stopped")
+
+    async def _pass(self, started_at: datetime) -> int:
+        """Run one pump pass: the heartbeat and the lock check when due, then `pump`."""
+        loop = asyncio.get_running_loop()
+        if loop.time() - self._last_beat >= HEARTBEAT_INTERVAL:
+            # One small write every few seconds, not one per task.
+            await db(_beat)(started_at)
+            self._last_beat = loop.time()
+        if self._ownership.can_be_lost and loop.time() - self._last_verified >= self.tick:
+            # A worker whose lock went must not start another step (at most once a tick:
+            # the pump also passes whenever a slot frees).
+            await db(self._ownership.verify)()
+            self._last_verified = loop.time()
+        return await self.pump()
+
+    async def pump(self) -> int:
+        """Reap, settle stranded tasks, start due ones up to the limit; return how many started."""
+        if self._slot_freed is not None:
+            self._slot_freed.clear()  # this pass reaps every coroutine that ended until now
+        self._reap()
+        await self.sweep()
+        room = self.workers - len(self.in_hand)
+        if room <= 0 or self.stopping:
+            return 0
+        ids = await db(self._due)(room)
+        for task_id in ids:
+            job = asyncio.create_task(self.drive(task_id), name=task_id)
+            job.add_done_callback(self._freed)
+            self.in_hand[task_id] = job
+        return len(ids)
+
+    async def sweep(self) -> None:
+        """Settle tasks left `preparing`/`submitting` that no coroutine holds (once a tick).
+
+        Only a coroutine holds those states; one that ended without moving its task on
+        (a write that failed, say) would leave it where nothing moves it while this
+        worker lives. Ember's answer, when one came, decides where it goes.
+        """
+        now = time.monotonic()
+        if now - self._swept_at < self.tick:
+            return
+        self._swept_at = now
+        answers = dict(self.unrecorded)
+        try:
+            counts = await db(_wake_stranded)(in_hand=list(self.in_hand), answers=answers)
+        except Exception:
+            log.exception("sweeping tasks left mid-step failed; trying again next tick")
+            return
+        for task_id in answers:
+            if task_id not in self.in_hand:
+                self.unrecorded.pop(task_id, None)
+        if any(counts.values()):
+            log.warning("settled tasks left mid-step: %s", counts)
+
+    def _due(self, limit: int) -> list[str]:
+        """Return the ids of up to `limit` due tasks not in hand, on a fresh connection."""
+        checked = time.monotonic()
+        # A long-lived worker drops connections that broke or aged out, at most once a
+        # tick: the pump also passes whenever a slot frees, and reconnecting for every
+        # task would cost more than the query. (A test's transaction is not stale.)
+        if not connection.in_atomic_block and checked - self._recycled_at >= self.tick:
+            close_old_connections()
+            self._recycled_at = checked
+        return [str(pk) for pk in self._due_query(timezone.now())[:limit]]
+
+    def _due_query(self, now: datetime) -> "QuerySet[Task, Any]":
+        """Return the pump's query: due ACTIVE tasks not in hand (served by `task_due_idx`)."""
+        rows = Task.objects.due(now).exclude(pk__in=list(self.in_hand))
+        return rows.values_list("pk", flat=True)
+
+    def _reap(self) -> None:
+        """Forget coroutines that ended, logging the ones that raised."""
+        for task_id, job in list(self.in_hand.items()):
+            if job.done():
+                del self.in_hand[task_id]
+                if not job.cancelled() and job.exception() is not None:
+                    log.error("task=%s coroutine failed", task_id, exc_info=job.exception())
+
+    # --- stopping (§6.8) --------------------------------------------------------------
+
+    def request_stop(self) -> None:
+        """Ask the loop to stop (first signal); a second call cancels in-flight work."""
+        if self.stopping:
+            for job in self.in_hand.values():
+                job.cancel()
+            return
+        self.stopping = True
+        if self._stop_event is not None:
+            self._stop_event.set()
+
+    def _stop_now(self) -> None:
+        """Stop and cancel in-flight work at once, as a second signal does."""
+        self.request_stop()
+        self.request_stop()
+
+    async def _drain(self) -> None:
+        """Let in-flight steps record their outcome (bounded), then cancel what remains.
+
+        Cancelling our coroutines never cancels Ember's jobs: the next start
+        resumes polling them by id.
+        """
+        jobs = list(self.in_hand.values())
+        if jobs:
+            _done, pending = await asyncio.wait(jobs, timeout=self.stop_grace)
+            for job in pending:
+                job.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+        self._reap()
+        # A cancelled coroutine does not stop the database call it was waiting on: that
+        # call still runs on the database thread. A no-op queued on the same thread
+        # returns only after it, so the caller releases the lock after the last write.
+        await asyncio.shield(db(_nothing)())
+
+    async def _sleep(self, seconds: float) -> None:
+        """Sleep, waking early when a stop is requested."""
+        if self._stop_event is None:
+            await asyncio.sleep(seconds)
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stop_event.wait(), timeout=seconds)
+
+    async def _idle(self) -> None:
+        """Wait for the next pump pass: one tick, or less when a stop is asked or a slot frees.
+
+        A freed slot is refilled at once, not at the next tick: otherwise the pump
+        starts at most `workers` tasks per tick (4 a second by default) however
+        fast Ember answers.
+        """
+        events = [e for e in (self._stop_event, self._slot_freed) if e is not None]
+        if not events:
+            await asyncio.sleep(self.tick)
+            return
+        waits = [asyncio.ensure_future(event.wait()) for event in events]
+        try:
+            await asyncio.wait(waits, timeout=self.tick, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for wait in waits:
+                wait.cancel()
+
+    def _freed(self, job: "asyncio.Task[None]") -> None:
+        """Wake the pump when a coroutine ends cleanly (its slot is free)."""
+        # One that raised waits for the tick, so a failing step is not retried in a tight loop.
+        if self._slot_freed is not None and not job.cancelled() and job.exception() is None:
+            self._slot_freed.set()
+
+
+def _drop_connection() -> None:
+    """Close this thread's connection after a database error; the next query opens a new one.
+
+    Django keeps a broken connection and fails every later query on it. (Inside a
+    test's transaction the connection is not broken, and closing would end it.)
+    """
+    if not connection.in_atomic_block:
+        with contextlib.suppress(DatabaseError):  # a broken one may complain while closing
+            connection.close()
+
+
+def _nothing() -> None:
+    """Return at once: awaited on the database thread, it waits for the call ahead of it."""

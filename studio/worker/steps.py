@@ -1,0 +1,309 @@
+"""The steps of one task (docs/design.md §6.5-§6.7): submit, follow, finish, copy.
+
+`Steps` is mixed into `Worker` (loop.py): the steps use the worker's Ember client,
+its settings and its stop flag; the loop starts one `drive` coroutine per due task.
+Each step commits the state naming it before acting on it, so a process killed at
+any line leaves a row that says how far it got. What each step writes is in
+transitions.py, run on the database thread through `db`.
+"""
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from datetime import UTC, timedelta
+from typing import Any
+
+from django.utils import timezone
+
+from studio import originals
+from studio.ember.client import (
+    EmberClient,
+    EmberError,
+    EmberNotFound,
+    EmberTooLarge,
+    EmberUnsafeId,
+    Submitted,
+)
+from studio.models import ACTIVE, Asset, Task, TaskState
+from studio.store import Conflict, move, update
+from studio.worker.transitions import (
+    RECONCILE_PHASE,
+    REFERENCE_CHANGED,
+    Answer,
+    _attempt_number,
+    _postpone,
+    _read_references,
+    _record_accepted,
+    _record_ended,
+    _record_refusal,
+    _rest,
+    _rest_unsafe,
+    _settle_unrecorded,
+    build_payload,
+    db,
+    record_asset,
+)
+
+log = logging.getLogger("studio.worker")
+
+FETCH_TRIES = 3
+FETCH_RETRY_DELAY = 1.0  # seconds, doubled after each failed try
+
+
+class Steps:
+    """Advance one task through submit, follow and finish; mixed into `Worker`."""
+
+    # Set by `Worker.__init__` (loop.py).
+    client: EmberClient
+    stopping: bool
+    poll_bound: float
+    poll_interval: float
+    fetch_retry_delay: float
+    unrecorded: dict[str, Answer]
+    # The loop's sleep, which wakes early when a stop is asked.
+    _sleep: Callable[[float], Awaitable[None]]
+
+    async def drive(self, task_id: str) -> None:
+        """Advance one task through its states until it rests, waits or the worker stops."""
+        task = await db(Task.objects.get)(pk=task_id)
+        try:
+            while not self.stopping and task.state in ACTIVE:
+                if task.state == TaskState.QUEUED:
+                    if not await self.submit(task):
+                        return
+                elif task.state == TaskState.RUNNING:
+                    if not await self.follow(task):
+                        return
+                else:
+                    await self.finish(task)
+        except Conflict:
+            log.info("task=%s moved under us; leaving it to the other writer", task_id)
+        except Exception as exc:
+            # One task's surprise never stops the pump; it waits before being tried again.
+            log.exception("task=%s step failed", task_id)
+            await db(_postpone)(task_id, f"The worker hit an error: {exc}")
+
+    async def submit(self, task: Task) -> bool:
+        """Take a queued task through `preparing` and `submitting` to the POST (§6.5).
+
+        The answer leaves the task on the row docs/ember.md's table names. Return
+        True when the task went on to `running`.
+        """
+        if await db(self._stop_resending)(task):
+            return False
+        await db(move)(
+            task, TaskState.PREPARING, expected=task.version, phase="Checking reference photos"
+        )
+        references = await self.load_references(task)
+        if references is None:
+            # Versioned: a cancel that won while the references were read stands.
+            await db(move)(
+                task,
+                TaskState.FAILED,
+                expected=task.version,
+                phase="Failed",
+                error=REFERENCE_CHANGED,
+            )
+            return False
+        if self.stopping:
+            # Nothing has been sent: a stopping worker does not start a paid request.
+            await db(move)(
+                task, TaskState.QUEUED, expected=task.version, phase="Waiting for the worker"
+            )
+            return False
+        number = await db(_attempt_number)(task)
+        payload = build_payload(task, references, attempt=number)
+        await db(move)(
+            task,
+            TaskState.SUBMITTING,
+            expected=task.version,
+            submitted_at=timezone.now(),
+            phase="Sending to Ember",
+        )
+        return await self._send(task, payload, number)
+
+    def _stop_resending(self, task: Task) -> bool:
+        """Rest a clip `uncertain` once its key was first sent longer than the poll bound ago.
+
+        Re-sending under the key is free, but one whose answers keep getting lost
+        would otherwise be sent every few seconds for ever. Return True when it rests.
+        """
+        sent = task.attempt_under_key()
+        if sent is None:
+            return False
+        if (timezone.now() - sent.submitted_at).total_seconds() <= self.poll_bound:
+            return False
+        since = sent.submitted_at.astimezone(UTC)
+        move(
+            task,
+            TaskState.UNCERTAIN,
+            expected=task.version,
+            phase=RECONCILE_PHASE,
+            error=f"Ember's answer to this clip never arrived: it was re-sent under key "
+            f"{task.idempotency_key} since {since:%Y-%m-%d %H:%M:%S} UTC; nothing more was sent.",
+        )
+        return True
+
+    async def _send(self, task: Task, payload: dict[str, Any], number: int) -> bool:
+        """POST the job and record what the answer proves; return True when it went on to `running`.
+
+        Nothing that goes wrong here leaves the task `submitting`, where nothing would
+        move it while this worker lives: an answer that cannot be read, or one whose
+        recording fails, puts the task where the wake-up table would, at once.
+        """
+        task_id = str(task.pk)
+        answer: Answer = None
+        try:
+            submitted = await self.client.submit(payload, idempotency_key=task.idempotency_key)
+        except EmberError as exc:
+            answer, detail = exc, exc.message
+        except Exception as exc:
+            log.exception("task=%s Ember's answer to a submit could not be read", task_id)
+            detail = f"Ember's answer could not be read ({type(exc).__name__})."
+        else:
+            answer = submitted
+            detail = f"Ember accepted job {submitted.job_id}, but recording it failed."
+        try:
+            # Shielded: Ember's answer is recorded even if we are being cancelled.
+            if isinstance(answer, Submitted):
+                await asyncio.shield(db(_record_accepted)(task, answer, number))
+                return True
+            if isinstance(answer, EmberError):
+                await asyncio.shield(db(_record_refusal)(task, answer, number))
+                return False
+        except Exception:
+            if isinstance(answer, Submitted):
+                # A person may need this job id to find the paid job: say it loudly.
+                log.error(
+                    "task=%s Ember accepted job %s, but recording it failed",
+                    task_id,
+                    answer.job_id,
+                    exc_info=True,
+                )
+            else:
+                log.exception("task=%s recording Ember's answer failed", task_id)
+        # If this write fails too, the pump's sweep settles the task from `unrecorded`.
+        self.unrecorded[task_id] = answer
+        await asyncio.shield(db(_settle_unrecorded)(task_id, answer, detail))
+        del self.unrecorded[task_id]
+        return False
+
+    async def load_references(self, task: Task) -> list[dict[str, Any]] | None:
+        """Read and re-hash each frozen reference; None when one is missing or changed."""
+        return await asyncio.to_thread(_read_references, task.references)
+
+    async def follow(self, task: Task) -> bool:
+        """Poll a running job until it ends (§6.6); return True when it went on to `copying`.
+
+        Errors while polling are transient (docs/ember.md): polling goes on within the
+        bound, and the latest problem is shown on the task so people see why it waits.
+        The bound is applied only after an answer that does not end the job: a worker
+        back from a long outage asks Ember first, since the job may well have finished.
+        """
+        assert task.submitted_at is not None
+        deadline = task.submitted_at + timedelta(seconds=self.poll_bound)
+        while not self.stopping:
+            try:
+                job = await self.client.poll(task.ember_job_id)
+            except EmberUnsafeId as exc:
+                # The job id, or the image its result names, cannot go into a URL.
+                await db(_rest_unsafe)(task, exc)
+                return False
+            except EmberNotFound:
+                await db(move)(
+                    task,
+                    TaskState.UNCERTAIN,
+                    phase=RECONCILE_PHASE,
+                    error=f"Ember does not know job {task.ember_job_id}. Nothing was resubmitted.",
+                )
+                return False
+            except EmberError as exc:
+                log.warning("task=%s poll failed: %s", task.pk, exc.message)
+                if task.error != exc.message:  # one write per new problem, not per poll
+                    await db(update)(
+                        task, phase="Ember's answer was unusable; still polling", error=exc.message
+                    )
+            else:
+                if job.status in ("succeeded", "failed"):
+                    return await db(_record_ended)(task, job)
+            if timezone.now() > deadline:
+                await db(self._give_up)(task)
+                return False
+            await self._sleep(self.poll_interval)
+        return False
+
+    def _give_up(self, task: Task) -> None:
+        """Rest a job unfinished past the bound `uncertain`, resubmitting nothing (§6.6)."""
+        last = f" Ember's last answer: {task.error}" if task.error else ""
+        move(
+            task,
+            TaskState.UNCERTAIN,
+            phase="Ember did not finish in time; reconcile before retry",
+            error=f"Ember's job {task.ember_job_id} did not finish within "
+            f"{self.poll_bound:.0f} seconds. Nothing was resubmitted.{last}",
+        )
+
+    async def finish(self, task: Task) -> None:
+        """Copy first, release last (§6.7): the original, its row, then the PATCH."""
+        result = task.result or {}
+        image = result.get("image") or {}
+        history = result.get("history") or {}
+        # The asset row and `task.asset` are written in one transaction (record_asset),
+        # so the task, read fresh by this coroutine, says whether the bytes are safe.
+        asset = None if task.asset_id is None else await db(Asset.objects.get)(pk=task.asset_id)
+        if asset is None:
+            original = await self._copy_or_rest(task, image)
+            if original is None:
+                return
+            asset = await db(record_asset)(task, original)
+        elif (
+            history.get("id")
+            and not asset.ember_history_id
+            and image.get("id") == asset.ember_image_id
+        ):
+            # The bytes are already safe: only the history id is new. An answer about
+            # another image (another attempt's) never lends this one its history.
+            await db(update)(asset, ember_history_id=history["id"])
+        released = task.protection_released
+        if released is not True and asset.ember_image_id:
+            # Always the image whose bytes Avatars holds, never one it did not copy.
+            released = await self.client.release(asset.ember_image_id)
+        await db(_rest)(task, asset, result, released)
+
+    async def _copy_or_rest(self, task: Task, image: dict[str, Any]) -> originals.Original | None:
+        """Copy the image, or rest the task where the failure says and return None."""
+        try:
+            return await self._copy(image)
+        except EmberUnsafeId as exc:
+            # Nothing was fetched; an original nobody can name safely is not "failed".
+            await db(_rest_unsafe)(task, exc)
+        except (EmberError, originals.NotAnImage, originals.ChecksumFailed, OSError) as exc:
+            await db(move)(
+                task,
+                TaskState.COPY_FAILED,
+                phase="The copy from Ember failed; reconcile to retry",
+                error=getattr(exc, "message", None) or str(exc),
+            )
+        return None
+
+    async def _copy(self, image: dict[str, Any]) -> originals.Original:
+        """Fetch the image and save it as an original, retrying a few times."""
+        delay = self.fetch_retry_delay
+        for attempt in range(1, FETCH_TRIES + 1):
+            try:
+                data, _content_type = await self.client.fetch(
+                    image["id"], sha256=image.get("sha256")
+                )
+                return await asyncio.to_thread(originals.save, data)
+            except (EmberNotFound, EmberTooLarge, EmberUnsafeId, originals.NotDurable):
+                # The image is gone, too large, or cannot be named safely, or the disk
+                # did not confirm the write: asking again gets the same answer, and a
+                # second fsync proves nothing (the kernel may have dropped the pages it
+                # failed to write).
+                raise
+            except (EmberError, originals.NotAnImage, originals.ChecksumFailed, OSError):
+                if attempt == FETCH_TRIES:
+                    raise
+            await asyncio.sleep(delay)
+            delay *= 2
+        raise AssertionError("unreachable")
