@@ -9,6 +9,8 @@ from studio.store import Conflict, move
 
 @dataclass
 class BatchCancel:
+    """What a batch's cancel did: the tasks it cancelled and those it kept going."""
+
     cancelled: list[Task] = field(default_factory=list)
     kept: list[Task] = field(default_factory=list)
 

@@ -81,6 +81,7 @@ def _keyed_batch(*, user: User, key: str, body_sha256: str) -> Batch | None:
 
 
 def _record_key(*, user: User, key: str, body_sha256: str, batch: Batch) -> None:
+    """Record that `key` planned `batch`; call inside the transaction that writes the batch."""
     now = timezone.now()
     # Forget the user's expired keys first: an expired row would block this one.
     BatchKey.objects.filter(user=user, created_at__lte=now - BatchKey.LIFETIME).delete()

@@ -27,6 +27,7 @@ def reconcile(*, task: Task, client: EmberClient | None = None) -> Task:
 
 
 async def areconcile(*, task: Task, client: EmberClient | None = None) -> Task:
+    """Reconcile `task` (see `reconcile`); read Ember's history outside any transaction."""
     await sync_to_async(task.refresh_from_db)()
     if task.state not in RECONCILABLE:
         return task
@@ -107,6 +108,7 @@ def _refused_note(rows: list[dict[str, Any]]) -> str:
 
 
 def _row_image(row: dict[str, Any]) -> str:
+    """Return the Ember image id a usable history row is about."""
     return str(row.get("image_id") or row["result"]["image"]["id"])
 
 
@@ -188,6 +190,7 @@ def _others_note(others: list[dict[str, Any]]) -> str:
 
 
 def _no_row_phase(task: Task, rows: list[dict[str, Any]]) -> str:
+    """Say, for people, why no row of Ember's history was taken as the task's own."""
     if task.asset_id is not None:
         return "Ember's history has no row for this task's image yet"
     if not task.ember_job_id and len(_unclaimed(task, rows)) > 1:
@@ -196,6 +199,7 @@ def _no_row_phase(task: Task, rows: list[dict[str, Any]]) -> str:
 
 
 def _back_to_copying(task: Task, result: dict[str, Any], job_id: str, *, note: str = "") -> Task:
+    """Hand the task back to the worker to copy the original Ember's answer `result` names."""
     with transaction.atomic():
         latest = task.attempts.order_by("-number").first()
         if job_id and not task.ember_job_id and latest is not None and not latest.ember_job_id:

@@ -18,6 +18,7 @@ MAX_PROMPT = 4000
 
 
 def validate(request: object) -> dict[str, Any]:
+    """Return the plan for `request` (its tasks, and the request to store), or InvalidRequest."""
     if not isinstance(request, dict):
         raise InvalidRequest("The request must be a JSON object.")
     prompt = request.get("prompt")
@@ -84,6 +85,7 @@ def existing_ids(ids: list[int]) -> list[int]:
 
 
 def _subjects(value: object) -> list[Subject]:
+    """Return the subjects `value` names, in its order; at least one, every one known."""
     ids = id_list(value if value is not None else [], "Subjects")
     if not ids:
         raise InvalidRequest("Choose at least one subject.")
@@ -95,6 +97,7 @@ def _subjects(value: object) -> list[Subject]:
 
 
 def _references(value: object, subjects: list[Subject]) -> list[dict[str, Any]]:
+    """Freeze the reference photos `value` names, or (when absent) every one of `subjects`."""
     uploaded = Asset.objects.filter(origin=Origin.UPLOADED)
     if value is None:
         assets = list(uploaded.filter(subjects__in=subjects).distinct().order_by("pk"))
@@ -136,6 +139,7 @@ def _bytes(size: int) -> str:
 
 
 def _providers(value: object) -> list[dict[str, Any]]:
+    """Read the `providers` rows, refusing a repeated row or too many candidates per provider."""
     if not isinstance(value, list) or not value:
         raise InvalidRequest("Choose at least one provider.")
     providers: list[dict[str, Any]] = []
@@ -199,6 +203,7 @@ def _provider_models(name: str) -> list[str]:
 
 
 def _frames(value: object) -> list[str]:
+    """Return the distinct frames `value` names, in its order; at least one, every one known."""
     if not isinstance(value, list) or not value:
         raise InvalidRequest("Choose at least one frame.")
     for frame in value:
