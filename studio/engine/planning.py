@@ -1,7 +1,7 @@
 """Planning a batch: generate, its daily cap and its idempotency key (docs/design.md §5, §11).
 
 Nothing is sent to Ember here: the batch and its tasks are written `queued`, and the
-worker picks them up.
+worker picks them up; `progress` counts how far the planned tasks have got since.
 """
 
 import hashlib
