@@ -14,6 +14,7 @@ from django.utils import timezone
 from bench import data
 from bench.common import Context, Result, children, median, paired_ratio
 from studio import engine
+from studio.engine import validation
 from studio.models import Batch, Kind, Subject, Task, TaskState
 
 TARGET = 2.0
@@ -60,7 +61,7 @@ def op_setup() -> None:
     data.migrate()
     _subject = data.subject_with_reference()
     _request = data.request_for(TASKS, _subject, title="planning")
-    plan = engine._validate(_request)  # once, here: the bare insert skips validation
+    plan = validation.validate(_request)  # once, here: the bare insert skips validation
     _rows = [
         {
             "kind": Kind.IMAGE,

@@ -26,6 +26,7 @@ from bench import data
 from bench.common import Context, Result, SimProcess, children, paired_ratio
 from studio import engine, originals
 from studio.ember.client import EmberClient
+from studio.engine import validation
 from studio.models import Batch, Kind, Subject, Task, TaskState
 from studio.worker import Worker, build_payload
 
@@ -94,7 +95,7 @@ def op_setup() -> None:
     data.migrate()
     _subject = data.subject_with_reference()
     frozen = data.request_for(1, _subject)  # the bare client sends the same references
-    plan = engine._validate(frozen)
+    plan = validation.validate(frozen)
     _references = [
         {
             "name": ref["name"],

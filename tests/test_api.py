@@ -20,6 +20,7 @@ from django.utils import timezone
 
 from studio import engine, originals
 from studio.api.auth import issue_token
+from studio.engine import planning
 from studio.models import (
     Asset,
     Attempt,
@@ -838,13 +839,13 @@ def test_it_plans_one_batch_for_two_concurrent_requests_with_the_same_key(subjec
     # Both requests have looked for the key (and found none) before either plans:
     # the race the unique (user, key) constraint must settle.
     both_checked = threading.Barrier(2, timeout=10)
-    validate = engine._validate
+    validate = planning.validate
 
     def validate_in_step(body: Any) -> Any:
         both_checked.wait()
         return validate(body)
 
-    monkeypatch.setattr(engine, "_validate", validate_in_step)
+    monkeypatch.setattr(planning, "validate", validate_in_step)
     answers: list[Any] = []
 
     def post() -> None:

@@ -12,6 +12,7 @@ from django.utils import timezone
 from studio import engine
 from studio.ember.client import EmberClient
 from studio.engine import PublishRefused, TooLate
+from studio.engine import sets as set_services
 from studio.models import Asset, Attempt, AvatarSet, Origin, Task, TaskState
 from studio.store import Conflict, move, update
 from tests.conftest import a_clip_sent_once, a_set, batch_request, drain, generated_asset
@@ -343,8 +344,8 @@ def test_it_publishes_once_the_missing_history_is_recovered(subject):
 
 
 def interleave(monkeypatch, name: str, other_writer, *, times: int = 1) -> None:
-    """Run `other_writer`, committed, just before the service's next `times` calls of `name`."""
-    real = getattr(engine, name)
+    """Run `other_writer`, committed, just before the set service's next `times` calls of `name`."""
+    real = getattr(set_services, name)
     left = [times]
 
     def first_the_other_writer(*args: Any, **kwargs: Any) -> Any:
@@ -354,7 +355,7 @@ def interleave(monkeypatch, name: str, other_writer, *, times: int = 1) -> None:
             left[0] = still
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(engine, name, first_the_other_writer)
+    monkeypatch.setattr(set_services, name, first_the_other_writer)
 
 
 def test_it_refuses_to_publish_an_unrecovered_image_chosen_after_its_check(subject, monkeypatch):
@@ -428,7 +429,7 @@ def test_it_refuses_to_change_a_set_published_while_the_choice_was_checked(subje
     # Another request publishes the set while this choice is being checked.
     interleave(
         monkeypatch,
-        "_existing",
+        "existing_ids",
         lambda: engine.publish(avatar_set=AvatarSet.objects.get(pk=chosen.pk)),
     )
 

@@ -12,7 +12,7 @@ from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from studio import engine, originals
-from studio.engine import InvalidRequest
+from studio.engine import InvalidRequest, planning
 from studio.models import Asset, Batch, BatchKey, Kind, Origin, Task, TaskState
 from tests.conftest import batch_request, png_bytes
 
@@ -720,7 +720,7 @@ def test_it_lets_one_of_two_concurrent_batches_under_the_daily_cap(subject, sett
     # Each plan waits (briefly) after counting for the other to count too: were the count
     # not serialised with the insert, both would count 4 and both would plan 6.
     counted = threading.Barrier(2, timeout=2)
-    count = engine._tasks_planned_since
+    count = planning._tasks_planned_since
 
     def count_in_step(*args: Any, **kwargs: Any) -> int:
         planned = count(*args, **kwargs)
@@ -729,7 +729,7 @@ def test_it_lets_one_of_two_concurrent_batches_under_the_daily_cap(subject, sett
             counted.wait()
         return planned
 
-    monkeypatch.setattr(engine, "_tasks_planned_since", count_in_step)
+    monkeypatch.setattr(planning, "_tasks_planned_since", count_in_step)
     outcomes: list[str] = []
 
     def plan() -> None:

@@ -5,6 +5,7 @@ import re
 import pytest
 
 from studio import engine
+from studio.engine import library
 from studio.models import Subject
 
 pytestmark = pytest.mark.django_db
@@ -56,7 +57,7 @@ def test_it_starts_numbering_at_2(db):
 
 def a_rival_taking(times: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """Let a second writer take the slug `create_subject` found, the first `times` times."""
-    free_slug = engine._free_slug
+    free_slug = library._free_slug
     races = iter(range(times))
 
     def rival_wins_the_race(base: str) -> str:
@@ -65,7 +66,7 @@ def a_rival_taking(times: int, monkeypatch: pytest.MonkeyPatch) -> None:
             Subject.objects.create(name="Ada (the other request)", slug=slug)
         return slug
 
-    monkeypatch.setattr(engine, "_free_slug", rival_wins_the_race)
+    monkeypatch.setattr(library, "_free_slug", rival_wins_the_race)
 
 
 def test_it_takes_the_next_slug_when_a_second_writer_takes_the_one_it_found(monkeypatch):

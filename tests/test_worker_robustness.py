@@ -87,7 +87,7 @@ def test_it_writes_the_original_afresh_when_a_copy_whose_fsync_failed_is_retried
     task.refresh_from_db()
     assert task.state == TaskState.COPY_FAILED
 
-    # A reconcile puts the task back to `copying` (as engine._back_to_copying does),
+    # A reconcile puts the task back to `copying` (as the engine's recovery does),
     # with the disk healthy again.
     working = BrokenFsync("nothing")
     monkeypatch.setattr(os, "fsync", working)

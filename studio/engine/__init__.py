@@ -1,0 +1,77 @@
+"""Services that touch several models, the store or Ember: generate, cancel, reconcile, publish.
+
+Views, API routes, admin actions and commands call these (`engine.generate(...)`); they
+never change task state themselves. One module per concern:
+
+- `errors`: the refusals and the fixed sentences they say them with;
+- `library`: subjects and their reference photos;
+- `validation` and `planning`: reading a request, and writing its batch (docs/design.md §5);
+- `cancel`: cancelling while nothing may be with Ember (docs/design.md §9);
+- `recovery`: reconcile and resubmit, a person's ways out of `uncertain` (docs/design.md §8);
+- `sets`: choosing assets and publishing (docs/design.md §10).
+
+Callers use the names below; a test that replaces a helper patches it in its own module,
+where the services look it up.
+"""
+
+from studio.engine.cancel import BatchCancel, cancel_batch, cancel_task
+from studio.engine.errors import (
+    ALREADY_ENDED,
+    KEY_REUSED,
+    PUBLISH_REFUSED,
+    RESUBMIT_TOO_EARLY,
+    RESUBMIT_WARNING,
+    RESUBMIT_WITHDRAWN,
+    SET_KEPT_CHANGING,
+    SET_PUBLISHED,
+    SPEND_WINDOW_HOURS,
+    TOO_LATE,
+    InvalidRequest,
+    KeyReused,
+    PublishRefused,
+    ResubmitRefused,
+    SpendCapReached,
+    TooLate,
+)
+from studio.engine.library import add_reference, create_subject
+from studio.engine.planning import canonical_sha256, generate, progress
+from studio.engine.recovery import areconcile, reconcile, resubmit
+from studio.engine.sets import PUBLISH_TRIES, choose_assets, create_set, publish
+from studio.engine.validation import FRAMES, MAX_CANDIDATES, MAX_PROMPT
+
+__all__ = [
+    "ALREADY_ENDED",
+    "FRAMES",
+    "KEY_REUSED",
+    "MAX_CANDIDATES",
+    "MAX_PROMPT",
+    "PUBLISH_REFUSED",
+    "PUBLISH_TRIES",
+    "RESUBMIT_TOO_EARLY",
+    "RESUBMIT_WARNING",
+    "RESUBMIT_WITHDRAWN",
+    "SET_KEPT_CHANGING",
+    "SET_PUBLISHED",
+    "SPEND_WINDOW_HOURS",
+    "TOO_LATE",
+    "BatchCancel",
+    "InvalidRequest",
+    "KeyReused",
+    "PublishRefused",
+    "ResubmitRefused",
+    "SpendCapReached",
+    "TooLate",
+    "add_reference",
+    "areconcile",
+    "cancel_batch",
+    "cancel_task",
+    "canonical_sha256",
+    "choose_assets",
+    "create_set",
+    "create_subject",
+    "generate",
+    "progress",
+    "publish",
+    "reconcile",
+    "resubmit",
+]

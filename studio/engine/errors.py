@@ -1,0 +1,74 @@
+"""The services' refusals and the fixed sentences they say them with.
+
+The sentences are part of the contract (the pages, the API and the admin show them as
+they are): change one only together with everything that quotes it.
+"""
+
+from studio.models import Batch
+
+PUBLISH_REFUSED = "Ember history must be recovered before publishing generated images."
+TOO_LATE = "This task has already been sent to Ember; the work is kept."
+ALREADY_ENDED = "This task has already ended; there is nothing to cancel."
+RESUBMIT_WITHDRAWN = (
+    "The resubmit was withdrawn before it was sent. An earlier attempt may still be with "
+    "Ember: reconcile before retry."
+)
+SET_PUBLISHED = "This set is published; its choice can no longer change."
+SET_KEPT_CHANGING = "This set kept changing while it was being published; publish it again."
+KEY_REUSED = "This key already planned a batch from a different request."
+RESUBMIT_WARNING = "Resubmitting may pay for a second generation: Ember may already have this job."
+RESUBMIT_TOO_EARLY = (
+    "Ember may still be working on the last submit. Wait until the poll bound has passed "
+    "since it was sent, or confirm that you checked Ember and it did not receive this."
+)
+SPEND_WINDOW_HOURS = 24  # the daily cap counts the tasks planned in this many hours
+
+
+class InvalidRequest(ValueError):
+    """A request that cannot be planned; the message says why, for people.
+
+    `field` names the part of the request at fault ("providers" or "references"; empty
+    for the request as a whole) and `provider` the provider, so that a form can show the
+    message beside what caused it.
+    """
+
+    def __init__(self, message: str, *, field: str = "", provider: str = "") -> None:
+        super().__init__(message)
+        self.field = field
+        self.provider = provider
+
+
+class SpendCapReached(InvalidRequest):
+    """The batch would take its user past the daily cap on paid tasks; the numbers say how."""
+
+    def __init__(self, *, planned: int, more: int, limit: int) -> None:
+        super().__init__(
+            f"You have planned {planned} paid tasks in the last {SPEND_WINDOW_HOURS} hours; "
+            f"this batch would make {more} more and the daily limit is {limit}."
+        )
+        self.planned = planned
+        self.more = more
+        self.limit = limit
+
+
+class KeyReused(Exception):
+    """The idempotency key already planned a batch from another request: `batch`."""
+
+    def __init__(self, batch: Batch) -> None:
+        super().__init__(KEY_REUSED)
+        self.batch = batch
+
+
+class TooLate(Exception):
+    """The task already reached Ember (or finished): it cannot be cancelled."""
+
+
+class PublishRefused(Exception):
+    """The set cannot be published (yet); the message says why, for people."""
+
+    def __init__(self, message: str = PUBLISH_REFUSED) -> None:
+        super().__init__(message)
+
+
+class ResubmitRefused(Exception):
+    """The resubmit is not allowed (yet); the message says why."""

@@ -1,0 +1,85 @@
+"""Subjects and their reference photos."""
+
+import re
+import secrets
+
+from django.db import IntegrityError, transaction
+from django.db.models import BigIntegerField, Count, Max, Q
+from django.db.models.functions import Cast, Substr
+from django.utils.text import slugify
+
+from studio import metadata, originals
+from studio.engine.errors import InvalidRequest
+from studio.models import Asset, Origin, Subject, stored_facts
+
+SLUG_TRIES = 3  # numbered slugs tried before a random suffix; a concurrent create costs one
+
+
+def create_subject(*, name: str) -> Subject:
+    """Create a subject with a unique slug derived from `name`."""
+    name = name.strip() if isinstance(name, str) else ""
+    if not name:
+        raise InvalidRequest("A subject needs a name.")
+    if len(name) > 120:
+        raise InvalidRequest("A subject's name must be at most 120 characters.")
+    base = slugify(name)[:120] or "subject"
+    for _ in range(SLUG_TRIES):
+        subject = _create_subject_as(name=name, slug=_free_slug(base))
+        if subject is not None:
+            return subject
+    # Concurrent requests keep taking the next number: a random suffix no other one computes.
+    return Subject.objects.create(name=name, slug=f"{base}-{secrets.token_hex(4)}")
+
+
+def _free_slug(base: str) -> str:
+    """Return `base` if no subject has it, else `base-N` past the highest N taken, in one query.
+
+    The range on `slug` lets its unique index find the `base-<digit>…` rows rather than
+    probing one slug per query; the pattern then drops other names that merely start
+    with a digit ("ada-1st"). Suffixes of ten digits or more (or with a leading zero)
+    are other names, and keep the cast within any database's integer.
+    """
+    numbered = Q(
+        slug__gte=f"{base}-1",
+        slug__lt=f"{base}-:",  # ":" follows "9" in ASCII
+        slug__regex=rf"^{re.escape(base)}-[1-9][0-9]{{0,8}}$",
+    )
+    suffix = Cast(Substr("slug", len(base) + 2), BigIntegerField())
+    taken = Subject.objects.filter(Q(slug=base) | numbered).aggregate(
+        bare=Count("pk", filter=Q(slug=base)), highest=Max(suffix, filter=~Q(slug=base))
+    )
+    if not taken["bare"]:
+        return base
+    return f"{base}-{(taken['highest'] or 1) + 1}"
+
+
+def _create_subject_as(*, name: str, slug: str) -> Subject | None:
+    """Create the subject under `slug`, or return None if another request just took it."""
+    try:
+        with transaction.atomic():  # a savepoint: a lost race leaves the outer transaction usable
+            return Subject.objects.create(name=name, slug=slug)
+    except IntegrityError:
+        return None
+
+
+def add_reference(*, subject: Subject, data: bytes, file_name: str) -> Asset:
+    """Store an uploaded reference photo for `subject` (raises originals.NotAnImage).
+
+    The same photo uploaded twice is one reference: the existing upload gains the
+    subject. Bytes that only a generated asset has so far become a new reference row
+    (sharing the file); the generated row is left as it is.
+    """
+    # Location data never reaches the store, the studio's pages or Ember (lossless).
+    original = originals.save(metadata.strip_location(data))
+    with transaction.atomic():
+        asset, _created = Asset.objects.get_or_create(
+            sha256=original.sha256,
+            origin=Origin.UPLOADED,
+            defaults={
+                **stored_facts(original),
+                "file_name": (file_name or f"reference{original.info.extension}")[:255],
+                "label": subject.name,
+            },
+        )
+        asset.subjects.add(subject)
+    return asset

@@ -1,0 +1,159 @@
+"""Planning a batch: generate, its daily cap and its idempotency key (docs/design.md §5, §11).
+
+Nothing is sent to Ember here: the batch and its tasks are written `queued`, and the
+worker picks them up; `progress` counts how far the planned tasks have got since.
+"""
+
+import hashlib
+import json
+import uuid
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import User
+from django.db import IntegrityError, transaction
+from django.db.models import Count
+from django.utils import timezone
+
+from studio.engine.errors import SPEND_WINDOW_HOURS, KeyReused, SpendCapReached
+from studio.engine.validation import validate
+from studio.models import FINAL, Attempt, Batch, BatchKey, Kind, Task, TaskState
+
+
+def generate(*, request: dict[str, Any], user: User | None = None, key: str = "") -> Batch:
+    """Validate `request` and write the batch with all its tasks queued, in one transaction.
+
+    With `key` (one of `user`'s idempotency keys), the same key with the same request
+    within `BatchKey.LIFETIME` returns the batch the first one planned and plans
+    nothing; the same key with another request raises KeyReused. A request past a cap
+    raises InvalidRequest; past `user`'s daily cap, SpendCapReached. Nothing is sent to
+    Ember here: the worker picks the tasks up.
+    """
+    if key:
+        if user is None:
+            raise ValueError("An idempotency key belongs to a user.")
+        return _generate_once(request=request, user=user, key=key)
+    plan = validate(request)
+    with transaction.atomic():
+        return _write_plan(plan, user)
+
+
+def _generate_once(*, request: dict[str, Any], user: User, key: str) -> Batch:
+    """Plan `request` unless `key` already did; the plan and the key commit together."""
+    body_sha256 = canonical_sha256(request)
+    first = _keyed_batch(user=user, key=key, body_sha256=body_sha256)
+    if first is not None:
+        return first
+    plan = validate(request)
+    try:
+        with transaction.atomic():
+            batch = _write_plan(plan, user)
+            _record_key(user=user, key=key, body_sha256=body_sha256, batch=batch)
+    except IntegrityError:
+        # A concurrent request with this key committed first (the key is unique per
+        # user): this transaction planned nothing, and the first batch stands.
+        first = _keyed_batch(user=user, key=key, body_sha256=body_sha256)
+        if first is None:
+            raise
+        return first
+    return batch
+
+
+def canonical_sha256(request: object) -> str:
+    """Hash `request` as canonical JSON: the same fields and values hash alike in any order."""
+    text = json.dumps(request, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _keyed_batch(*, user: User, key: str, body_sha256: str) -> Batch | None:
+    """Return the batch `key` planned within its lifetime, or None; KeyReused for another body."""
+    row = (
+        BatchKey.objects.select_related("batch")
+        .filter(user=user, key=key, created_at__gt=timezone.now() - BatchKey.LIFETIME)
+        .first()
+    )
+    if row is None:
+        return None
+    if row.body_sha256 != body_sha256:
+        raise KeyReused(row.batch)
+    return row.batch
+
+
+def _record_key(*, user: User, key: str, body_sha256: str, batch: Batch) -> None:
+    """Record that `key` planned `batch`; call inside the transaction that writes the batch."""
+    now = timezone.now()
+    # Forget the user's expired keys first: an expired row would block this one.
+    BatchKey.objects.filter(user=user, created_at__lte=now - BatchKey.LIFETIME).delete()
+    BatchKey.objects.create(
+        user=user, key=key, body_sha256=body_sha256, batch=batch, created_at=now
+    )
+
+
+def _write_plan(plan: dict[str, Any], user: User | None) -> Batch:
+    """Write the planned batch and its tasks; call inside the transaction that commits them.
+
+    The daily cap is counted in the same transaction as the insert, so that two
+    concurrent plans of one user cannot both fit under it.
+    """
+    if user is not None:
+        _check_daily_cap(user, plan["tasks"])
+    now = timezone.now()
+    batch = Batch.objects.create(title=plan["title"], request=plan["request"], created_by=user)
+    Task.objects.bulk_create(
+        Task(
+            batch=batch,
+            kind=Kind.CLIP if frame == "clip" else Kind.IMAGE,
+            state=TaskState.QUEUED,
+            phase="Waiting for the worker",
+            provider=provider["provider"],
+            provider_label=provider["label"],
+            model=provider["model"],
+            frame=frame,
+            ordinal=ordinal,
+            prompt=plan["prompt"],
+            subjects=plan["subjects"],
+            references=plan["references"],
+            # A clip's key is chosen once, here: every re-send of this
+            # intent carries it, so Ember never charges for it twice.
+            idempotency_key=uuid.uuid4().hex if frame == "clip" else "",
+            next_attempt_at=now,
+        )
+        for provider in plan["providers"]
+        for frame in plan["frames"]
+        for ordinal in range(1, provider["candidates"] + 1)
+    )
+    return batch
+
+
+def _check_daily_cap(user: User, more: int) -> None:
+    """Raise SpendCapReached if `more` tasks would take `user` past the daily cap.
+
+    Every task planned counts, whatever became of it since: a cancelled one was not
+    paid for, but counting what was planned keeps the cap simple to state and check.
+    """
+    limit = settings.AVATARS_DAILY_TASK_CAP
+    if not limit:
+        return
+    # Serialise this user's plans until the transaction ends: on PostgreSQL the row lock
+    # on the user; SQLite's IMMEDIATE transactions already hold the database's write lock.
+    list(User.objects.select_for_update().filter(pk=user.pk).values_list("pk", flat=True))
+    planned = _tasks_planned_since(user, timezone.now() - timedelta(hours=SPEND_WINDOW_HOURS))
+    if planned + more > limit:
+        raise SpendCapReached(planned=planned, more=more, limit=limit)
+
+
+def _tasks_planned_since(user: User, since: datetime) -> int:
+    """Count the tasks of `user`'s batches planned after `since`, whatever their state."""
+    return Task.objects.filter(batch__created_by=user, created_at__gt=since).count()
+
+
+def progress(*, batch: Batch) -> dict[str, int]:
+    """Count the batch's tasks by state, plus `total`, `finished` and `paid_requests`."""
+    counts = {state.value: 0 for state in TaskState}
+    for row in batch.tasks.values("state").annotate(n=Count("pk")):
+        counts[row["state"]] = row["n"]
+    counts["total"] = sum(counts[s.value] for s in TaskState)
+    counts["finished"] = sum(counts[s.value] for s in FINAL)
+    counts["paid_requests"] = Attempt.objects.filter(task__batch=batch).count()
+    return counts

@@ -1,0 +1,241 @@
+"""A person's ways out of `uncertain` and the other RECONCILABLE states (docs/design.md §8).
+
+Reconcile reads Ember's history and hands the task back to the worker, which owns every
+copy; resubmit sends the task again as a new attempt, a person's explicit choice.
+"""
+
+import uuid
+from typing import Any
+
+from asgiref.sync import async_to_sync, sync_to_async
+from django.db import transaction
+
+from studio.ember.client import EmberClient, EmberError, check_result, is_safe_id, shown_id
+from studio.engine.errors import RESUBMIT_TOO_EARLY, ResubmitRefused
+from studio.models import RECONCILABLE, Asset, Kind, Task, TaskState
+from studio.store import move, update
+
+REFUSED_SHOWN = 3  # unsafe ids a reconcile names on the task; the rest are counted
+
+
+def reconcile(*, task: Task, client: EmberClient | None = None) -> Task:
+    """Record what Ember's history says about a RECONCILABLE task and hand it back to the worker.
+
+    Reconciliation never copies (the worker owns every copy) and never resubmits.
+    """
+    return async_to_sync(areconcile)(task=task, client=client)
+
+
+async def areconcile(*, task: Task, client: EmberClient | None = None) -> Task:
+    """Reconcile `task` (see `reconcile`); read Ember's history outside any transaction."""
+    await sync_to_async(task.refresh_from_db)()
+    if task.state not in RECONCILABLE:
+        return task
+    if task.state == TaskState.COPY_FAILED and task.result:
+        return await sync_to_async(_back_to_copying)(task, task.result, task.ember_job_id)
+    own_client = client is None
+    client = client or EmberClient()
+    try:
+        rows = await client.history(str(task.pk))
+    except EmberError as exc:
+        return await sync_to_async(update)(
+            task, expected=task.version, phase=f"Ember's history could not be read: {exc.message}"
+        )
+    finally:
+        if own_client:
+            await client.aclose()
+    return await sync_to_async(_record_history)(task, rows)
+
+
+def _record_history(task: Task, rows: list[dict[str, Any]]) -> Task:
+    """Adopt the task's own row from Ember's history, or say what the history holds instead.
+
+    Every other row is another paid original of this task (a submit whose answer
+    was lost, or an earlier attempt): it is shown on the task and recorded on the
+    attempt that sent it, but never copied, released or taken as this task's.
+    """
+    usable = [row for row in rows if _usable(row)]
+    refused = _refused_note(rows)
+    with transaction.atomic():
+        _learn_attempts(task, usable)
+        own = _pick_row(task, usable)
+        others = [row for row in usable if row is not own]
+        note = " ".join(filter(None, [_others_note(others), refused]))
+        if own is not None:
+            job_id = own.get("job_id") or ""
+            return _back_to_copying(task, _adopted(own), job_id, note=note)
+        noted = {"error": note} if note else {}
+        return update(task, expected=task.version, phase=_no_row_phase(task, usable), **noted)
+
+
+def _usable(row: dict[str, Any]) -> bool:
+    """Say whether a history row has a succeeded job's answer about one image."""
+    try:
+        check_result(row.get("result"))
+    except EmberError:
+        return False
+    job_id, image_id = row.get("job_id"), row.get("image_id")
+    if not isinstance(job_id, str | None) or not isinstance(image_id, str | None):
+        return False
+    if _unsafe_ids(row):
+        return False  # its job or image could not be asked about without leaving its route
+    # A row naming two images cannot say which one it is about.
+    return not image_id or image_id == row["result"]["image"]["id"]
+
+
+def _unsafe_ids(row: dict[str, Any]) -> list[str]:
+    """Return the ids a history row names that Avatars will not put in a URL, shown escaped."""
+    result = row.get("result")
+    image = result.get("image") if isinstance(result, dict) else None
+    named = [row.get("job_id"), row.get("image_id")]
+    named.append(image.get("id") if isinstance(image, dict) else None)
+    unsafe = [shown_id(v) for v in named if isinstance(v, str) and v and not is_safe_id(v)]
+    return list(dict.fromkeys(unsafe))
+
+
+def _refused_note(rows: list[dict[str, Any]]) -> str:
+    """Say, for people, which history rows were not taken because of the ids they name."""
+    unsafe = list(dict.fromkeys(shown for row in rows for shown in _unsafe_ids(row)))
+    if not unsafe:
+        return ""
+    named = ", ".join(unsafe[:REFUSED_SHOWN])
+    if len(unsafe) > REFUSED_SHOWN:
+        named += f" and {len(unsafe) - REFUSED_SHOWN} more"
+    return (
+        f"Ember's history names {named}: ids Avatars will not put in a URL. "
+        "Those rows were not taken; nothing was fetched or released for them."
+    )
+
+
+def _row_image(row: dict[str, Any]) -> str:
+    """Return the Ember image id a usable history row is about."""
+    return str(row.get("image_id") or row["result"]["image"]["id"])
+
+
+def _pick_row(task: Task, rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Return the task's own row among `rows`, or None.
+
+    Once the task has an original, its own row is the one about that image: a row
+    of another attempt must never lend it a history id. Before that, the row of the
+    task's job; and when the last submit's answer was lost (no job id), the one row
+    that no other attempt of the task has recorded, if there is exactly one.
+    """
+    if task.asset_id is not None:
+        image_id = Asset.objects.filter(pk=task.asset_id).values_list("ember_image_id", flat=True)
+        own_image = image_id.first()
+        return next((r for r in rows if own_image and _row_image(r) == own_image), None)
+    if task.ember_job_id:
+        return next((r for r in rows if r.get("job_id") == task.ember_job_id), None)
+    candidates = _unclaimed(task, rows)
+    return candidates[0] if len(candidates) == 1 else None
+
+
+def _unclaimed(task: Task, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Return the rows whose job no attempt but the task's latest has recorded."""
+    jobs = list(task.attempts.order_by("number").values_list("ember_job_id", flat=True))
+    claimed = {job for job in jobs[:-1] if job}
+    return [row for row in rows if row.get("job_id") not in claimed]
+
+
+def _learn_attempts(task: Task, rows: list[dict[str, Any]]) -> None:
+    """Record a row's job on the attempt that sent it (its `source_metadata.attempt`).
+
+    Only an attempt whose answer was lost (no job id yet) learns its job this way,
+    so each paid original Ember's history shows ends up named on its own attempt.
+    """
+    lost = {a.number: a for a in task.attempts.filter(ember_job_id="")}
+    known = set(task.attempts.exclude(ember_job_id="").values_list("ember_job_id", flat=True))
+    for row in rows:
+        number, job_id = (row.get("source_metadata") or {}).get("attempt"), row.get("job_id")
+        attempt = lost.get(number) if type(number) is int else None
+        if attempt is None or not job_id or job_id in known:
+            continue
+        seen = f"Ember's history shows it arrived: job {job_id}, image {_row_image(row)}."
+        update(attempt, ember_job_id=job_id, error=f"{attempt.error} {seen}".strip())
+        known.add(job_id)
+        del lost[attempt.number]
+
+
+def _adopted(row: dict[str, Any]) -> dict[str, Any]:
+    """Return the row's answer with the history id taken from the row itself.
+
+    A repaired row has its own `id` while the answer nested in it may still say
+    `history: null`; finish() reads the id from the saved answer.
+    """
+    result = dict(row["result"])
+    own_id = row.get("id")
+    history_id = own_id if isinstance(own_id, str) and own_id else None
+    history_id = history_id or (result.get("history") or {}).get("id")
+    if history_id:
+        result["history"], result["history_error"] = {"id": history_id}, None
+    return result
+
+
+def _others_note(others: list[dict[str, Any]]) -> str:
+    """Describe, for people, paid originals of this task that Avatars did not take."""
+    if not others:
+        return ""
+    if len(others) == 1:
+        row = others[0]
+        return (
+            "Ember's history also holds another paid original of this task, still protected "
+            f"in Ember: job {row.get('job_id') or '?'}, image {_row_image(row)}. "
+            "Avatars did not copy it and does not release it."
+        )
+    listed = ", ".join(f"job {r.get('job_id') or '?'} (image {_row_image(r)})" for r in others)
+    return (
+        f"Ember's history also holds {len(others)} other paid originals of this task, still "
+        f"protected in Ember: {listed}. Avatars did not copy them and does not release them."
+    )
+
+
+def _no_row_phase(task: Task, rows: list[dict[str, Any]]) -> str:
+    """Say, for people, why no row of Ember's history was taken as the task's own."""
+    if task.asset_id is not None:
+        return "Ember's history has no row for this task's image yet"
+    if not task.ember_job_id and len(_unclaimed(task, rows)) > 1:
+        return "Ember's history has several rows this submit could be; none was taken"
+    return "Ember's history has no row for this task yet"
+
+
+def _back_to_copying(task: Task, result: dict[str, Any], job_id: str, *, note: str = "") -> Task:
+    """Hand the task back to the worker to copy the original Ember's answer `result` names."""
+    with transaction.atomic():
+        latest = task.attempts.order_by("-number").first()
+        if job_id and not task.ember_job_id and latest is not None and not latest.ember_job_id:
+            # The lost answer of the task's latest submit: this is its job.
+            update(latest, ember_job_id=job_id)
+        return move(
+            task,
+            TaskState.COPYING,
+            expected=task.version,
+            result=result,
+            # A job id the task already has is never replaced by another row's.
+            ember_job_id=task.ember_job_id or job_id,
+            phase="Copying the original from Ember",
+            error=note,
+        )
+
+
+def resubmit(*, task: Task, confirmed_not_received: bool = False) -> Task:
+    """Send an uncertain task again, as a new attempt: a person's explicit choice.
+
+    Allowed once the worker's poll bound has passed since the last submit, or when
+    the person confirms they checked Ember and it did not receive this.
+    """
+    task.refresh_from_db()
+    if task.state != TaskState.UNCERTAIN:
+        raise ResubmitRefused("Only an uncertain task can be resubmitted.")
+    if not task.poll_bound_passed() and not confirmed_not_received:
+        raise ResubmitRefused(RESUBMIT_TOO_EARLY)
+    return move(
+        task,
+        TaskState.QUEUED,
+        expected=task.version,
+        phase="Resubmitted by a person",
+        error="",
+        ember_job_id="",
+        result=None,
+        # A clip resubmitted on purpose is a new intent to pay: it needs a new key.
+        idempotency_key=uuid.uuid4().hex if task.kind == Kind.CLIP else "",
+    )

@@ -1,0 +1,80 @@
+"""Sets: an ordered choice of assets, and publishing it (docs/design.md §10).
+
+The choice and the publish are both compare-and-swaps on the set's version, each in one
+transaction with its check (docs/design.md §6.3).
+"""
+
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from studio.engine.errors import SET_KEPT_CHANGING, SET_PUBLISHED, InvalidRequest, PublishRefused
+from studio.engine.validation import existing_ids, id_list
+from studio.models import Asset, AvatarSet, Origin, SetItem
+from studio.store import Conflict, update
+
+PUBLISH_TRIES = 3  # checks of a set whose choice keeps changing under the publish
+
+
+def create_set(*, name: str, asset_ids: list[Any]) -> AvatarSet:
+    """Create a set holding the given assets in the given order."""
+    name = name.strip() if isinstance(name, str) else ""
+    if not name:
+        raise InvalidRequest("A set needs a name.")
+    with transaction.atomic():
+        avatar_set = AvatarSet.objects.create(name=name[:120])
+        choose_assets(avatar_set=avatar_set, asset_ids=asset_ids)
+    return avatar_set
+
+
+def choose_assets(*, avatar_set: AvatarSet, asset_ids: list[Any]) -> AvatarSet:
+    """Replace the set's choice with `asset_ids`, in that order, while the set is a draft.
+
+    The write is versioned against the row that was seen to be a draft: a publish
+    that lands in between moves the version, and the choice is then judged again.
+    """
+    ids = id_list(asset_ids, "Assets")
+    found = set(Asset.objects.filter(pk__in=existing_ids(ids)).values_list("pk", flat=True))
+    missing = [i for i in ids if i not in found]
+    if missing:
+        raise InvalidRequest(f"Unknown asset: {missing[0]}.")
+    while True:
+        if avatar_set.published_at is not None:
+            raise InvalidRequest(SET_PUBLISHED)
+        try:
+            with transaction.atomic():
+                # Claim the version first: a publish's own versioned write cannot land
+                # until this transaction ends, and then finds the version moved.
+                update(avatar_set, expected=avatar_set.version)
+                avatar_set.items.all().delete()
+                SetItem.objects.bulk_create(
+                    SetItem(avatar_set=avatar_set, asset_id=asset_id, position=position)
+                    for position, asset_id in enumerate(ids)
+                )
+            return avatar_set
+        except Conflict:
+            # Another choice (whose order this one replaces whole) or a publish.
+            avatar_set.refresh_from_db(fields=["version", "published_at"])
+
+
+def publish(*, avatar_set: AvatarSet) -> AvatarSet:
+    """Publish a set, refusing while any chosen generated image lacks its Ember history.
+
+    The check and the write are about one version of the set: the write is versioned,
+    so a choice that changes in between makes this publish look again, never publish
+    unchecked. Publishing again keeps the first publication time.
+    """
+    for _ in range(PUBLISH_TRIES):
+        if avatar_set.published_at is not None:
+            return avatar_set
+        with transaction.atomic():
+            chosen = avatar_set.assets.filter(origin=Origin.GENERATED)
+            if chosen.filter(ember_history_id="").exists():
+                raise PublishRefused()
+            try:
+                return update(avatar_set, expected=avatar_set.version, published_at=timezone.now())
+            except Conflict:
+                pass  # nothing was written; the choice moved since it was read
+        avatar_set.refresh_from_db(fields=["version", "published_at"])
+    raise PublishRefused(SET_KEPT_CHANGING)

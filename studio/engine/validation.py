@@ -1,0 +1,212 @@
+"""Reading a batch request into a plan, or refusing it with a sentence (docs/design.md §5).
+
+Nothing here writes: `validate` reads the subjects, reference photos and the provider
+catalogue, and checks the request against the caps.
+"""
+
+from typing import Any
+
+from django.conf import settings
+
+from studio import ids as ids_module
+from studio.engine.errors import InvalidRequest
+from studio.models import Asset, Origin, Subject
+
+FRAMES = ("image", "headshot", "full-body", "clip")
+MAX_CANDIDATES = 8  # per provider, however a request splits them over its models
+MAX_PROMPT = 4000
+
+
+def validate(request: object) -> dict[str, Any]:
+    """Return the plan for `request` (its tasks, and the request to store), or InvalidRequest."""
+    if not isinstance(request, dict):
+        raise InvalidRequest("The request must be a JSON object.")
+    prompt = request.get("prompt")
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise InvalidRequest("The prompt must not be empty.")
+    prompt = prompt.strip()
+    if len(prompt) > MAX_PROMPT:
+        raise InvalidRequest(f"The prompt is too long (at most {MAX_PROMPT} characters).")
+    title = request.get("title") or prompt[:80]
+    if not isinstance(title, str):
+        raise InvalidRequest("The title must be text.")
+    subjects = _subjects(request.get("subjects"))
+    references = _references(request.get("references"), subjects)
+    providers = _providers(request.get("providers"))
+    frames = _frames(request.get("frames", ["image"]))
+    total = sum(p["candidates"] for p in providers) * len(frames)
+    limit = settings.AVATARS_MAX_TASKS_PER_BATCH
+    if total > limit:
+        raise InvalidRequest(
+            f"This batch would make {total} tasks; the limit is {limit}.", field="providers"
+        )
+    subject_ids = [s.pk for s in subjects]
+    return {
+        "title": title.strip()[:200],
+        "prompt": prompt,
+        "subjects": subject_ids,
+        "references": references,
+        "providers": providers,
+        "frames": frames,
+        "tasks": total,
+        "request": {
+            "title": title.strip()[:200],
+            "prompt": prompt,
+            "subjects": subject_ids,
+            "references": [r["asset"] for r in references],
+            "providers": [
+                {"provider": p["provider"], "model": p["model"], "candidates": p["candidates"]}
+                for p in providers
+            ],
+            "frames": frames,
+        },
+    }
+
+
+def id_list(value: object, what: str) -> list[int]:
+    """Return the distinct ids in `value`: whole numbers or ASCII digit strings, nothing else.
+
+    An id no row can have (0, or past the database's range) is kept, so that the caller
+    answers "Unknown ..." for it; only `existing_ids` ids are ever put to the database.
+    """
+    if not isinstance(value, list):
+        raise InvalidRequest(f"{what} must be a list of ids.")
+    ids = []
+    for item in value:
+        if not ids_module.looks_like_id(item):
+            raise InvalidRequest(f"{what} must be a list of ids; {item!r} is not one.")
+        ids.append(int(item))
+    return list(dict.fromkeys(ids))
+
+
+def existing_ids(ids: list[int]) -> list[int]:
+    """Drop ids no row can have, so the database is never asked about them."""
+    return [i for i in ids if ids_module.row_id(i) is not None]
+
+
+def _subjects(value: object) -> list[Subject]:
+    """Return the subjects `value` names, in its order; at least one, every one known."""
+    ids = id_list(value if value is not None else [], "Subjects")
+    if not ids:
+        raise InvalidRequest("Choose at least one subject.")
+    found = {s.pk: s for s in Subject.objects.filter(pk__in=existing_ids(ids))}
+    missing = [i for i in ids if i not in found]
+    if missing:
+        raise InvalidRequest(f"Unknown subject: {missing[0]}.")
+    return [found[i] for i in ids]
+
+
+def _references(value: object, subjects: list[Subject]) -> list[dict[str, Any]]:
+    """Freeze the reference photos `value` names, or (when absent) every one of `subjects`."""
+    uploaded = Asset.objects.filter(origin=Origin.UPLOADED)
+    if value is None:
+        assets = list(uploaded.filter(subjects__in=subjects).distinct().order_by("pk"))
+    else:
+        ids = id_list(value, "References")
+        found = {a.pk: a for a in uploaded.filter(pk__in=existing_ids(ids))}
+        missing = [i for i in ids if i not in found]
+        if missing:
+            raise InvalidRequest(f"Unknown reference photo: {missing[0]}.")
+        assets = [found[i] for i in ids]
+    _check_reference_caps(assets, every_photo=value is None)
+    # Frozen now: the worker re-hashes each file and refuses one that changed.
+    return [
+        {"asset": a.pk, "sha256": a.sha256, "name": a.file_name, "mime": a.mime} for a in assets
+    ]
+
+
+def _check_reference_caps(assets: list[Asset], *, every_photo: bool) -> None:
+    """Refuse more photos, or more bytes of them, than every task of the batch may send."""
+    limit = settings.AVATARS_MAX_REFERENCES
+    if len(assets) > limit:
+        which = " (every photo of its subjects)" if every_photo else ""
+        raise InvalidRequest(
+            f"This batch would send {len(assets)} reference photos{which}; the limit is {limit}.",
+            field="references",
+        )
+    total, most = sum(a.size for a in assets), settings.AVATARS_MAX_REFERENCE_BYTES
+    if total > most:
+        raise InvalidRequest(
+            f"The reference photos come to {_bytes(total)}; the limit is {_bytes(most)}.",
+            field="references",
+        )
+
+
+def _bytes(size: int) -> str:
+    """Say `size` exactly, with mebibytes beside it once it is that large."""
+    mib = 1024 * 1024
+    return f"{size:,} bytes" + (f" ({size / mib:.1f} MiB)" if size >= mib else "")
+
+
+def _providers(value: object) -> list[dict[str, Any]]:
+    """Read the `providers` rows, refusing a repeated row or too many candidates per provider."""
+    if not isinstance(value, list) or not value:
+        raise InvalidRequest("Choose at least one provider.")
+    providers: list[dict[str, Any]] = []
+    for entry in value:
+        provider = _provider(entry)
+        name, model = provider["provider"], provider["model"]
+        if any(p["provider"] == name and p["model"] == model for p in providers):
+            raise InvalidRequest(f"Provider {name!r} is listed twice.")
+        providers.append(provider)
+    # Rows of one provider split by model still spend that provider's candidates.
+    for name in dict.fromkeys(p["provider"] for p in providers):
+        count = sum(p["candidates"] for p in providers if p["provider"] == name)
+        if count > MAX_CANDIDATES:
+            raise InvalidRequest(
+                f"Provider {name!r} has {count} candidates across its rows; "
+                f"the limit is {MAX_CANDIDATES} per provider.",
+                field="providers",
+                provider=name,
+            )
+    return providers
+
+
+def _provider(entry: object) -> dict[str, Any]:
+    """Read one row of `providers`: a provider of the catalogue, one of its models, candidates."""
+    catalogue = settings.AVATARS_PROVIDERS
+    if not isinstance(entry, dict):
+        raise InvalidRequest("Each provider must be an object with a provider name.")
+    name = entry.get("provider")
+    if not isinstance(name, str) or name not in catalogue:
+        raise InvalidRequest(f"Unknown provider: {name!r}.")
+    candidates = entry.get("candidates", 1)
+    if isinstance(candidates, bool) or not isinstance(candidates, int):
+        raise InvalidRequest("Candidates must be a whole number.")
+    if not 1 <= candidates <= MAX_CANDIDATES:
+        raise InvalidRequest(f"Candidates must be between 1 and {MAX_CANDIDATES}.")
+    default = catalogue[name].get("model") or ""
+    model = entry.get("model") or default
+    if not isinstance(model, str):
+        raise InvalidRequest("A provider's model must be text.")
+    models = _provider_models(name)
+    if model and model not in models:
+        known = ", ".join(models) or "none"
+        raise InvalidRequest(
+            f"Unknown model for provider {name!r}: {model!r}. Its models are {known}.",
+            field="providers",
+            provider=name,
+        )
+    return {
+        "provider": name,
+        "label": catalogue[name]["label"],
+        "model": model,
+        "candidates": candidates,
+    }
+
+
+def _provider_models(name: str) -> list[str]:
+    """Return the models a batch may name for provider `name`: its default model first."""
+    entry = settings.AVATARS_PROVIDERS[name]
+    models = [entry.get("model") or "", *entry.get("models", [])]
+    return [m for m in dict.fromkeys(models) if m]
+
+
+def _frames(value: object) -> list[str]:
+    """Return the distinct frames `value` names, in its order; at least one, every one known."""
+    if not isinstance(value, list) or not value:
+        raise InvalidRequest("Choose at least one frame.")
+    for frame in value:
+        if frame not in FRAMES:
+            raise InvalidRequest(f"Unknown frame: {frame!r}. Frames are {', '.join(FRAMES)}.")
+    return list(dict.fromkeys(value))
