@@ -23,6 +23,7 @@ from studio.ember.client import (
     EmberTooLarge,
     EmberUnsafeId,
     Submitted,
+    encode_payload,
 )
 from studio.models import ACTIVE, Asset, Task, TaskState
 from studio.store import Conflict, move, update
@@ -112,7 +113,9 @@ class Steps:
             )
             return False
         number = await db(_attempt_number)(task)
-        payload = build_payload(task, references, attempt=number)
+        body = encode_payload(build_payload(task, references, attempt=number))
+        # The photos' base64 is in the body now: let it go before the (long) send.
+        del references
         await db(move)(
             task,
             TaskState.SUBMITTING,
@@ -120,7 +123,7 @@ class Steps:
             submitted_at=timezone.now(),
             phase="Sending to Ember",
         )
-        return await self._send(task, payload, number)
+        return await self._send(task, body, number)
 
     def _stop_resending(self, task: Task) -> bool:
         """Rest a clip `uncertain` once its key was first sent longer than the poll bound ago.
@@ -144,7 +147,7 @@ class Steps:
         )
         return True
 
-    async def _send(self, task: Task, payload: dict[str, Any], number: int) -> bool:
+    async def _send(self, task: Task, body: bytes, number: int) -> bool:
         """POST the job and record what the answer proves; return True when it went on to `running`.
 
         Nothing that goes wrong here leaves the task `submitting`, where nothing would
@@ -154,7 +157,7 @@ class Steps:
         task_id = str(task.pk)
         answer: Answer = None
         try:
-            submitted = await self.client.submit(payload, idempotency_key=task.idempotency_key)
+            submitted = await self.client.submit(body, idempotency_key=task.idempotency_key)
         except EmberError as exc:
             answer, detail = exc, exc.message
         except Exception as exc:
