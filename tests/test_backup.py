@@ -4,6 +4,7 @@ import errno
 import io
 import json
 import os
+import shutil
 import sqlite3
 from pathlib import Path
 
@@ -14,9 +15,15 @@ from django.core.management.base import CommandError
 from studio import backups, originals, scrub
 from studio.models import Asset, Origin
 from tests.conftest import png_bytes
+from tests.processes import server_url
 
 # The backup reads the database through a connection of its own: rows must be committed.
 pytestmark = pytest.mark.django_db(transaction=True)
+# These open the SQLite files themselves; PostgreSQL's round trip is in test_backup_e2e.
+sqlite_only = pytest.mark.skipif(bool(server_url()), reason="SQLite's files")
+postgres_only = pytest.mark.skipif(
+    not server_url(), reason="PostgreSQL only: runs in `make test-postgres`"
+)
 
 
 def run(command: str, *args: str) -> tuple[int, str]:
@@ -54,6 +61,7 @@ def manifest(dest: Path) -> dict:
     return json.loads((dest / "manifest.json").read_text())
 
 
+@sqlite_only
 def test_it_snapshots_the_database_and_hard_links_the_originals_its_rows_name(tmp_path):
     made = stored(1)
     upload = stored(2, Origin.UPLOADED)
@@ -131,6 +139,7 @@ def test_it_refuses_to_back_up_into_a_folder_that_holds_anything(tmp_path):
     assert sorted(os.listdir(dest)) == ["notes.txt"]
 
 
+@sqlite_only
 def test_it_restores_a_backup_into_a_new_data_dir_whose_scrub_is_clean(tmp_path, settings):
     made = stored(1)
     upload = stored(2, Origin.UPLOADED)
@@ -164,6 +173,7 @@ def test_it_refuses_to_restore_over_a_database_that_has_tables(tmp_path, setting
     assert not (tmp_path / "new" / "originals").exists()
 
 
+@sqlite_only
 def test_it_refuses_to_restore_into_a_data_dir_that_holds_originals(tmp_path):
     asset = stored(1)
     run("backup", str(tmp_path / "backup"))
@@ -190,6 +200,7 @@ def test_it_refuses_a_folder_without_a_manifest(tmp_path):
     assert "has no manifest.json: it is not a finished backup" in out
 
 
+@sqlite_only
 def test_it_reports_an_original_that_fails_its_hash_in_the_backup(tmp_path, monkeypatch):
     asset = stored(1)
     monkeypatch.setattr(os, "link", cross_device)
@@ -203,6 +214,7 @@ def test_it_reports_an_original_that_fails_its_hash_in_the_backup(tmp_path, monk
     assert not (target / "originals" / file_of(asset).name).exists()
 
 
+@sqlite_only
 def test_it_backs_up_only_what_the_snapshot_names_while_the_worker_writes(tmp_path, monkeypatch):
     before = stored(1)
     snapshot = backups.copy_sqlite
@@ -220,3 +232,17 @@ def test_it_backs_up_only_what_the_snapshot_names_while_the_worker_writes(tmp_pa
     assert rows_in(dest / "db.sqlite3") == [(before.sha256, "generated")]
     assert [o["sha256"] for o in manifest(dest)["originals"]] == [before.sha256]
     assert Asset.objects.count() == 2
+
+
+@postgres_only
+def test_it_says_how_to_use_pg_dump_when_it_is_not_installed(tmp_path, monkeypatch):
+    stored(1)
+    monkeypatch.setattr(shutil, "which", lambda tool: None)
+    dest = tmp_path / "backup"
+
+    code, out = run("backup", str(dest))
+
+    assert code == 1
+    assert "pg_dump is not on PATH, so nothing was backed up." in out
+    assert f"`pg_dump --format=custom --file={dest}/db.pgdump`" in out
+    assert not dest.exists()
