@@ -417,3 +417,11 @@ class ScrubReport(models.Model):
 
     def __str__(self) -> str:
         return f"scrub of {self.finished_at:%Y-%m-%d %H:%M:%S}: {self.summary}"
+
+    @classmethod
+    def status(cls) -> str:
+        """Say, for people, how the last scrub of the originals went."""
+        last = cls.objects.first()  # newest first
+        if last is None:
+            return "no scrub of the originals yet: run manage.py check_originals"
+        return f"last scrub {last.finished_at:%Y-%m-%d %H:%M} UTC: {last.summary}"

@@ -220,3 +220,16 @@ def test_it_says_an_upload_cannot_be_repaired_and_asks_ember_nothing(ember):
         f"not repaired: {file_of(asset).name} (an uploaded photo: Ember has no copy; "
         "restore it from a backup)"
     ) in out
+
+
+def test_it_tells_the_admin_how_the_last_scrub_went():
+    assert ScrubReport.status() == "no scrub of the originals yet: run manage.py check_originals"
+    file_of(generated(1)).unlink()
+    check()
+    check()  # the same again: the last one is shown
+
+    last = ScrubReport.objects.latest()
+    assert ScrubReport.objects.count() == 2
+    assert ScrubReport.status() == (
+        f"last scrub {last.finished_at:%Y-%m-%d %H:%M} UTC: Checked 1 original: 1 missing."
+    )
