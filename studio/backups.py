@@ -98,7 +98,7 @@ class Backup:
 
 @dataclass
 class Restored:
-    database: str
+    database: str  # what was filled: the SQLite file, or the PostgreSQL database's name
     restored: int = 0
     problems: list[str] = field(default_factory=list)
     placer: Placer = field(default_factory=Placer)
@@ -212,7 +212,7 @@ def restore(src: Path, *, data_dir: Path | None = None, database: Path | None = 
     elif shutil.which("pg_restore") is None:
         raise BackupError(pg_restore_howto(src))
     refuse_a_used_target(data_dir, database)
-    result = Restored(database=kind)
+    result = Restored(database=str(database or connection.settings_dict["NAME"]))
     target = data_dir / "originals"
     target.mkdir(mode=0o700, parents=True, exist_ok=True)
     for entry in manifest["originals"]:

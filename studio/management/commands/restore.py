@@ -3,7 +3,6 @@
 from pathlib import Path
 from typing import Any
 
-from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from studio import backups
@@ -26,9 +25,7 @@ class Command(BaseCommand):
         self.stdout.write(result.placer.counts("Restored"))
         for line in result.problems:
             self.stdout.write(line)
-        self.stdout.write(
-            f"Database restored ({result.database}); data dir {settings.AVATARS_DATA_DIR}."
-        )
+        self.stdout.write(f"Database: restored into {result.database}.")
         self.stdout.write(
             "Next: manage.py migrate, manage.py check_originals, then start the web server "
             "and run_worker (it resumes the jobs the backup holds by their ids)."
