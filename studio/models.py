@@ -389,3 +389,39 @@ class WorkerHeartbeat(models.Model):
         if age <= cls.STALE_AFTER:
             return "worker running"
         return f"no worker seen since {beat.seen_at:%Y-%m-%d %H:%M:%S} UTC"
+
+
+class ScrubReport(models.Model):
+    """One run of `check_originals`: what it found, kept so the admin can show the last one."""
+
+    PROBLEMS_KEPT = 20  # lines; the command prints them all
+
+    started_at = models.DateTimeField()
+    finished_at = models.DateTimeField()
+    repair = models.BooleanField(default=False)  # run with --repair
+    checked = models.PositiveIntegerField()  # originals the asset rows name
+    missing = models.PositiveIntegerField(default=0)
+    corrupt = models.PositiveIntegerField(default=0)
+    orphans = models.PositiveIntegerField(default=0)  # files no row names
+    temporary = models.PositiveIntegerField(default=0)  # temporary files left in originals/
+    repaired = models.PositiveIntegerField(default=0)
+    unrepaired = models.PositiveIntegerField(default=0)
+    # Nothing missing or corrupt once repairs are counted: the command's exit code was 0.
+    passed = models.BooleanField()
+    summary = models.CharField(max_length=300)
+    problems = models.JSONField(default=list)  # the first PROBLEMS_KEPT lines, for people
+
+    class Meta:
+        ordering = ["-finished_at"]
+        get_latest_by = "finished_at"
+
+    def __str__(self) -> str:
+        return f"scrub of {self.finished_at:%Y-%m-%d %H:%M:%S}: {self.summary}"
+
+    @classmethod
+    def status(cls) -> str:
+        """Say, for people, how the last scrub of the originals went."""
+        last = cls.objects.first()  # newest first
+        if last is None:
+            return "no scrub of the originals yet: run manage.py check_originals"
+        return f"last scrub {last.finished_at:%Y-%m-%d %H:%M} UTC: {last.summary}"

@@ -184,6 +184,25 @@ def save(data: bytes) -> Original:
     return Original(sha256=digest, path=target, info=info, size=len(data))
 
 
+def put_back(data: bytes, *, sha256: str, mime: str) -> Path:
+    """Write a missing or corrupt original again, only if `data` is the original named.
+
+    Unlike `save`, a file already under the name is replaced (in one rename): the
+    caller found it corrupt. Raises ChecksumFailed when `data` does not hash to
+    `sha256`, NotAnImage when it is not an accepted image of type `mime`, NotDurable
+    or OSError when the disk does not take it.
+    """
+    if sha256_of(data) != sha256:
+        raise ChecksumFailed()
+    info = inspect(data)
+    if info.mime != mime:
+        raise NotAnImage(f"The bytes are {info.mime}, not {mime}.")
+    target = path_for(sha256, info.extension)
+    write_atomically(target, data)
+    fsync_dir(target.parent)
+    return target
+
+
 def write_atomically(target: Path, data: bytes) -> None:
     """Write `data` under `target` so readers see nothing or the whole, fsynced file.
 

@@ -437,3 +437,20 @@ def test_it_refuses_an_extension_that_is_not_an_originals(extension):
 
 def test_it_places_a_valid_name_inside_the_originals_directory(store_dir):
     assert originals.path_for("0f" * 32, ".webp") == store_dir / f"{'0f' * 32}.webp"
+
+
+def test_it_puts_back_only_the_original_a_name_promises_over_a_corrupt_file(store_dir):
+    original = originals.save(png_bytes(1))
+    original.path.write_bytes(b"rotten")
+
+    with pytest.raises(ChecksumFailed):
+        originals.put_back(png_bytes(2), sha256=original.sha256, mime="image/png")
+    with pytest.raises(NotAnImage):
+        originals.put_back(png_bytes(1), sha256=original.sha256, mime="image/jpeg")
+    assert original.path.read_bytes() == b"rotten"
+
+    assert originals.put_back(png_bytes(1), sha256=original.sha256, mime="image/png") == (
+        original.path
+    )
+    assert original.path.read_bytes() == png_bytes(1)
+    assert listing(store_dir) == [original.path.name]

@@ -1,0 +1,345 @@
+"""Backup and restore of an install (docs/operations.md): the database first, then its originals.
+
+Order matters while the worker runs. The database is copied first, as one consistent
+snapshot (SQLite's online backup API, or pg_dump); then the originals the snapshot's
+rows name. The worker stores an original before it writes the row naming it, so every
+row in the snapshot names a file already on disk; an original stored after the snapshot
+is only left out, and no restored row names it. The other order could back up a row
+whose original is not in the backup. The manifest is written last: a folder without
+one is not a finished backup.
+"""
+
+import errno
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+from collections.abc import Iterator
+from contextlib import closing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.db import connection
+from django.utils import timezone
+
+from studio import originals
+from studio.models import Asset
+
+MANIFEST = "manifest.json"
+SQLITE_FILE = "db.sqlite3"
+PG_DUMP_FILE = "db.pgdump"
+FORMAT = 1  # the manifest's layout
+# A hard link fails with these where the filesystem allows none (or DEST is on another one).
+NO_LINK = {errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EOPNOTSUPP}
+NOT_EMPTY = "restore into a new data dir with an empty database."
+
+
+class BackupError(Exception):
+    """A backup or restore cannot go on: the message says why, for people."""
+
+
+class Placer:
+    """Put originals in place, each checked against its hash on the way.
+
+    Hard links while the filesystem allows them (the same bytes, no second copy),
+    else copies written and fsynced as the originals store writes them.
+    """
+
+    def __init__(self) -> None:
+        self.link = True
+        self.linked = 0
+        self.copied = 0
+
+    def place(self, source: Path, target: Path, sha256: str) -> bool:
+        """Put `source` at `target`; return False, placing nothing, if it fails its hash.
+
+        Raises FileNotFoundError when `source` is not there.
+        """
+        if self.link:
+            if originals.file_sha256(source) != sha256:
+                return False
+            try:
+                os.link(source, target)
+                self.linked += 1
+                return True
+            except OSError as exc:
+                if exc.errno not in NO_LINK:
+                    raise
+                self.link = False  # DEST is on another filesystem: copy from now on
+        data = source.read_bytes()  # an original is at most AVATARS_MAX_IMAGE_BYTES
+        if originals.sha256_of(data) != sha256:
+            return False
+        originals.write_atomically(target, data)
+        self.copied += 1
+        return True
+
+    def counts(self, noun: str) -> str:
+        total = self.linked + self.copied
+        return (
+            f"{noun} {total} original{'' if total == 1 else 's'}: {self.linked} hard-linked, "
+            f"{self.copied} copied, each checked against its hash."
+        )
+
+
+@dataclass
+class Backup:
+    dest: Path
+    database: str  # connection.vendor: "sqlite" or "postgresql"
+    database_file: str
+    entries: list[dict[str, Any]] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+    corrupt: list[str] = field(default_factory=list)
+    placer: Placer = field(default_factory=Placer)
+
+
+@dataclass
+class Restored:
+    database: str  # what was filled: the SQLite file, or the PostgreSQL database's name
+    restored: int = 0
+    problems: list[str] = field(default_factory=list)
+    placer: Placer = field(default_factory=Placer)
+
+
+def backup(dest: Path) -> Backup:
+    """Snapshot the database into `dest`, then the originals its rows name, then a manifest."""
+    kind = connection.vendor
+    if kind == "postgresql" and shutil.which("pg_dump") is None:
+        raise BackupError(pg_dump_howto(dest))
+    if kind not in ("sqlite", "postgresql"):
+        raise BackupError(f"Backups support SQLite and PostgreSQL, not {kind}.")
+    start_empty(dest)
+    if kind == "sqlite":
+        result = Backup(dest=dest, database=kind, database_file=SQLITE_FILE)
+        copy_sqlite(Path(connection.settings_dict["NAME"]), dest / SQLITE_FILE)
+        named = originals_in_sqlite(dest / SQLITE_FILE)
+    else:
+        result = Backup(dest=dest, database=kind, database_file=PG_DUMP_FILE)
+        dump_postgres(dest / PG_DUMP_FILE)
+        # Read after the dump: every row it holds (assets are never deleted), maybe newer.
+        rows = Asset.objects.order_by("sha256").values_list("sha256", "mime").distinct()
+        named = rows.iterator()
+    (dest / "originals").mkdir(mode=0o700)
+    for sha256, mime in named:
+        back_up_original(result, sha256, mime)
+    originals.fsync_dir(dest / "originals")
+    write_manifest(result)
+    return result
+
+
+def start_empty(dest: Path) -> None:
+    if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
+        raise BackupError(f"{dest} is not empty: back up into a new folder.")
+    dest.mkdir(mode=0o700, parents=True, exist_ok=True)
+
+
+def back_up_original(result: Backup, sha256: str, mime: str) -> None:
+    """Put one original the snapshot names into the backup, or say why not."""
+    source = originals.path_for(sha256, originals.extension_for(mime))
+    try:
+        placed = result.placer.place(source, result.dest / "originals" / source.name, sha256)
+    except FileNotFoundError:
+        result.missing.append(source.name)
+        result.problems.append(f"missing in the data dir: {source.name}")
+        return
+    if not placed:
+        result.corrupt.append(source.name)
+        result.problems.append(f"fails its hash in the data dir: {source.name}")
+        return
+    size = (result.dest / "originals" / source.name).stat().st_size
+    result.entries.append({"file": source.name, "sha256": sha256, "size": size})
+
+
+def copy_sqlite(source: Path, target: Path) -> None:
+    """Copy a SQLite database, live or not, into `target` with the online backup API."""
+    if not target.exists():
+        # SQLite would create it world-readable; a database holds tokens' hashes and more.
+        os.close(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    with (
+        closing(sqlite3.connect(source, timeout=30)) as live,
+        closing(sqlite3.connect(target, timeout=30)) as copy,
+    ):
+        # One step: one read transaction, so one consistent snapshot. In WAL mode it
+        # does not block the worker's writes, and they do not restart it.
+        live.backup(copy)
+        # One self-contained file: no -wal beside it to forget when it is copied on.
+        copy.execute("PRAGMA journal_mode=DELETE")
+    fsync_file(target)
+    originals.fsync_dir(target.parent)
+
+
+def originals_in_sqlite(database: Path) -> Iterator[tuple[str, str]]:
+    """Yield each (sha256, mime) the snapshot's asset rows name, once."""
+    table = Asset._meta.db_table
+    with closing(sqlite3.connect(database)) as conn:
+        yield from conn.execute(f"SELECT DISTINCT sha256, mime FROM {table} ORDER BY sha256")
+
+
+def write_manifest(result: Backup) -> None:
+    manifest = {
+        "format": FORMAT,
+        "created_at": timezone.now().isoformat(),
+        "database": result.database,
+        "database_file": result.database_file,
+        "originals": result.entries,
+        "missing": result.missing,
+        "corrupt": result.corrupt,
+    }
+    data = json.dumps(manifest, indent=1).encode()
+    originals.write_atomically(result.dest / MANIFEST, data)
+    originals.fsync_dir(result.dest)
+
+
+def restore(src: Path, *, data_dir: Path | None = None, database: Path | None = None) -> Restored:
+    """Restore the backup in `src` into a new data dir (default: this install's).
+
+    `database` is the SQLite file to fill (default: the configured one). Refuses a
+    target that already has a database or originals. Originals come first, each
+    checked against the manifest's hash; the database last.
+    """
+    manifest = read_manifest(src)
+    data_dir = data_dir or Path(settings.AVATARS_DATA_DIR)
+    kind = "sqlite" if database is not None else connection.vendor
+    if manifest["database"] != kind:
+        raise BackupError(
+            f"{src} holds a {manifest['database']} database; this studio uses {kind}."
+        )
+    if kind == "sqlite":
+        database = database or Path(connection.settings_dict["NAME"])
+    elif shutil.which("pg_restore") is None:
+        raise BackupError(pg_restore_howto(src))
+    refuse_a_used_target(data_dir, database)
+    result = Restored(database=str(database or connection.settings_dict["NAME"]))
+    target = data_dir / "originals"
+    target.mkdir(mode=0o700, parents=True, exist_ok=True)
+    for entry in manifest["originals"]:
+        restore_original(result, src / "originals", target, entry)
+    originals.fsync_dir(target)
+    if database is not None:
+        restore_sqlite(src / SQLITE_FILE, database)
+    else:
+        restore_postgres(src / PG_DUMP_FILE)
+    return result
+
+
+def read_manifest(src: Path) -> dict[str, Any]:
+    try:
+        manifest = json.loads((src / MANIFEST).read_text())
+    except FileNotFoundError:
+        raise BackupError(
+            f"{src} has no {MANIFEST}: it is not a finished backup "
+            "(a backup writes its manifest last)."
+        ) from None
+    except ValueError:
+        raise BackupError(f"{src / MANIFEST} is not a backup's manifest.") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise BackupError(f"{src / MANIFEST} is not a manifest this version can read.")
+    return manifest
+
+
+def refuse_a_used_target(data_dir: Path, database: Path | None) -> None:
+    """Refuse, saying why, a data dir that holds originals or a database with tables."""
+    folder = data_dir / "originals"
+    if folder.is_dir() and any(folder.iterdir()):
+        raise BackupError(f"{folder} already holds originals: {NOT_EMPTY}")
+    if database is None:
+        if connection.introspection.table_names():
+            name = connection.settings_dict["NAME"]
+            raise BackupError(f"The database {name} already has tables: {NOT_EMPTY}")
+    elif database.exists() and database.stat().st_size:
+        with closing(sqlite3.connect(database)) as conn:
+            tables = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+        if tables:
+            raise BackupError(f"The database {database} already has tables: {NOT_EMPTY}")
+
+
+def restore_original(result: Restored, source: Path, target: Path, entry: dict[str, Any]) -> None:
+    """Put one original of the manifest into the data dir, or say why not."""
+    sha256, name = str(entry.get("sha256", "")), str(entry.get("file", ""))
+    try:
+        # Only a name the store would give: a manifest must not write outside originals/.
+        originals.path_for(sha256, name.removeprefix(sha256))
+    except ValueError:
+        result.problems.append(f"not an original's name in the manifest: {name!r}")
+        return
+    try:
+        placed = result.placer.place(source / name, target / name, sha256)
+    except FileNotFoundError:
+        result.problems.append(f"missing in the backup: {name}")
+        return
+    if not placed:
+        result.problems.append(f"corrupt in the backup: {name}")
+        return
+    result.restored += 1
+
+
+def restore_sqlite(source: Path, database: Path) -> None:
+    """Fill the empty SQLite file `database` from the backup's snapshot."""
+    connection.close()  # Django's connection must not hold the file while it is filled
+    copy_sqlite(source, database)
+
+
+def dump_postgres(target: Path) -> None:
+    run_pg("pg_dump", "--format=custom", "--no-owner", f"--file={target}")
+    fsync_file(target)
+
+
+def restore_postgres(dump: Path) -> None:
+    name = connection.settings_dict["NAME"]
+    run_pg(
+        "pg_restore",
+        "--no-owner",
+        "--no-privileges",
+        "--exit-on-error",
+        f"--dbname={name}",
+        str(dump),
+    )
+
+
+def run_pg(tool: str, *args: str) -> None:
+    """Run a PostgreSQL client tool against this database; the password goes by environment."""
+    path = shutil.which(tool)
+    if path is None:
+        raise BackupError(f"{tool} is not on PATH: install the PostgreSQL client tools.")
+    db = connection.settings_dict
+    env = {**os.environ, "PGDATABASE": str(db["NAME"])}
+    for key, var in (("HOST", "PGHOST"), ("PORT", "PGPORT"), ("USER", "PGUSER")):
+        if db.get(key):
+            env[var] = str(db[key])
+    if db.get("PASSWORD"):
+        env["PGPASSWORD"] = str(db["PASSWORD"])  # not in argv, where `ps` would show it
+    done = subprocess.run([path, *args], env=env, capture_output=True, text=True, check=False)
+    if done.returncode:
+        raise BackupError(f"{tool} failed: {done.stderr.strip() or done.returncode}")
+
+
+def pg_dump_howto(dest: Path) -> str:
+    return (
+        "This studio runs on PostgreSQL and pg_dump is not on PATH, so nothing was backed "
+        "up. Install the PostgreSQL client tools (e.g. apt-get install postgresql-client) "
+        "and run this again, or do it by hand in this order: first "
+        f"`pg_dump --format=custom --file={dest}/{PG_DUMP_FILE}` against this database, "
+        f"then copy {originals.originals_dir()} into {dest}/originals. The dump first: "
+        "an original is stored before its row, so every row in the dump has its file."
+    )
+
+
+def pg_restore_howto(src: Path) -> str:
+    return (
+        "This studio runs on PostgreSQL and pg_restore is not on PATH, so nothing was "
+        "restored. Install the PostgreSQL client tools and run this again, or by hand: "
+        f"`pg_restore --no-owner --no-privileges --exit-on-error --dbname=NAME "
+        f"{src}/{PG_DUMP_FILE}` into an empty database, and copy {src}/originals into "
+        f"{originals.originals_dir()}."
+    )
+
+
+def fsync_file(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        originals.fsync(fd, f"the file {path.name}")
+    finally:
+        os.close(fd)

@@ -1,0 +1,37 @@
+"""`manage.py backup DEST`: a consistent snapshot while the worker runs (docs/operations.md)."""
+
+from pathlib import Path
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from studio import backups
+
+
+class Command(BaseCommand):
+    help = (
+        "Back up the database (one consistent snapshot), then the originals its rows name, "
+        "then a manifest, into the new or empty folder DEST."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("dest", type=Path, help="a new or empty folder")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        dest = options["dest"].resolve()
+        try:
+            result = backups.backup(dest)
+        except backups.BackupError as exc:
+            raise CommandError(str(exc), returncode=1) from None
+        kind = "SQLite (online backup API)" if result.database == "sqlite" else "pg_dump"
+        self.stdout.write(f"Database: {dest / result.database_file}, by {kind}.")
+        self.stdout.write(result.placer.counts("Backed up"))
+        for line in result.problems:
+            self.stdout.write(line)
+        self.stdout.write(f"Manifest: {dest / backups.MANIFEST}.")
+        if result.problems:
+            raise CommandError(
+                f"The backup is written, but {len(result.problems)} originals its rows name "
+                "are not in it: run check_originals on this install.",
+                returncode=1,
+            )

@@ -1,0 +1,243 @@
+"""The originals scrub (docs/operations.md): re-hash every original, report, repair.
+
+`check` reads each file the asset rows name once (in chunks, rows streamed in hash
+order, so memory stays flat however many originals there are), then walks originals/
+for files no row names and temporary files a dead write left. `repair` fetches a
+missing or corrupt generated original from Ember again; only bytes that hash to the
+saved sha256 are written, through the store (fsync). An upload has no other copy.
+"""
+
+import asyncio
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from itertools import groupby
+from pathlib import Path
+
+from django.utils import timezone
+
+from studio import originals
+from studio.ember.client import EmberClient, EmberError, EmberNotFound
+from studio.models import Asset, Origin, ScrubReport
+
+MISSING = "missing"
+CORRUPT = "corrupt"
+NO_ROW = "no row"
+TEMPORARY = "temporary"
+SHOWN_IDS = 5  # asset ids named per problem line; the rest are counted
+ROWS_PER_FETCH = 2000  # rows read from the database at a time
+
+# A row as read: (sha256, mime, pk, origin, ember_image_id).
+Row = tuple[str, str, int, str, str]
+
+
+@dataclass
+class Finding:
+    """One problem with one file under originals/, and what a repair made of it."""
+
+    kind: str
+    name: str
+    detail: str = ""
+    sha256: str = ""
+    mime: str = ""
+    image_ids: list[str] = field(default_factory=list)  # Ember images with these bytes
+    uploaded: bool = False  # only uploads name the file: Ember never had it
+    repaired: bool | None = None  # None: no repair was tried
+    outcome: str = ""
+
+    def line(self) -> str:
+        return f"{self.kind}: {self.name}" + (f" ({self.detail})" if self.detail else "")
+
+    def repair_line(self) -> str:
+        verdict = "repaired" if self.repaired else "not repaired"
+        return f"{verdict}: {self.name} ({self.outcome})"
+
+
+@dataclass
+class Scrub:
+    """What one scrub found: counts, and every problem in the order met."""
+
+    started_at: datetime
+    repair: bool = False
+    checked: int = 0
+    findings: list[Finding] = field(default_factory=list)
+
+    def count(self, kind: str) -> int:
+        return sum(1 for f in self.findings if f.kind == kind)
+
+    def damaged(self) -> list[Finding]:
+        return [f for f in self.findings if f.kind in (MISSING, CORRUPT)]
+
+    @property
+    def repaired(self) -> int:
+        return sum(1 for f in self.findings if f.repaired)
+
+    @property
+    def unrepaired(self) -> int:
+        return sum(1 for f in self.findings if f.repaired is False)
+
+    @property
+    def passed(self) -> bool:
+        """Say whether every original the rows name is there and whole (after repairs)."""
+        return all(f.repaired for f in self.damaged())
+
+    def lines(self) -> list[str]:
+        """Return one line per problem, then one per repair tried."""
+        tried = [f.repair_line() for f in self.findings if f.repaired is not None]
+        return [f.line() for f in self.findings] + tried
+
+    def summary(self) -> str:
+        noun = "original" if self.checked == 1 else "originals"
+        counts = [
+            plural(self.count(MISSING), "missing", "missing"),
+            plural(self.count(CORRUPT), "corrupt", "corrupt"),
+            plural(self.count(NO_ROW), "file with no row", "files with no row"),
+            plural(self.count(TEMPORARY), "temporary file", "temporary files"),
+        ]
+        found = ", ".join(c for c in counts if c) or "all present and matching their hashes"
+        repairs = [f"repaired {self.repaired}"] if self.repaired else []
+        repairs += [f"{self.unrepaired} not repaired"] if self.unrepaired else []
+        tail = f"; {', '.join(repairs)}" if repairs else ""
+        return f"Checked {self.checked} {noun}: {found}{tail}."
+
+
+def plural(count: int, one: str, many: str) -> str:
+    return "" if not count else f"{count} {one if count == 1 else many}"
+
+
+def check() -> Scrub:
+    """Re-hash every original the asset rows name; find files no row names and temp files."""
+    scrub = Scrub(started_at=timezone.now())
+    rows = (
+        Asset.objects.order_by("sha256", "mime")
+        .values_list("sha256", "mime", "pk", "origin", "ember_image_id")
+        .iterator(chunk_size=ROWS_PER_FETCH)
+    )
+    # Rows sharing bytes share one file: each file is hashed once, with its rows in hand.
+    for (sha256, mime), group in groupby(rows, key=lambda row: (row[0], row[1])):
+        scrub.checked += 1
+        finding = check_original(sha256, mime, list(group))
+        if finding is not None:
+            scrub.findings.append(finding)
+    scrub.findings.extend(strays(originals.originals_dir()))
+    return scrub
+
+
+def check_original(sha256: str, mime: str, rows: list[Row]) -> Finding | None:
+    """Return what is wrong with the file these rows name, or None when it is whole."""
+    named_by = describe_rows(rows)
+    try:
+        path = originals.path_for(sha256, originals.extension_for(mime))
+    except ValueError:
+        return Finding(MISSING, f"{sha256}?", f"the row's hash or type names no file; {named_by}")
+    finding = Finding(MISSING, path.name, f"no file; {named_by}", sha256=sha256, mime=mime)
+    finding.image_ids = [r[4] for r in rows if r[3] == Origin.GENERATED and r[4]]
+    finding.uploaded = all(r[3] == Origin.UPLOADED for r in rows)
+    try:
+        if originals.file_sha256(path) == sha256:
+            return None
+        finding.kind, finding.detail = CORRUPT, f"hashes to another value; {named_by}"
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        finding.kind = CORRUPT
+        finding.detail = f"could not be read: {exc.strerror or exc}; {named_by}"
+    return finding
+
+
+def describe_rows(rows: list[Row]) -> str:
+    """Say which asset rows name a file ("named by generated asset 12")."""
+    origins = sorted({row[3] for row in rows})
+    ids = [str(row[2]) for row in rows[:SHOWN_IDS]]
+    more = f" and {len(rows) - SHOWN_IDS} more" if len(rows) > SHOWN_IDS else ""
+    noun = "asset" if len(rows) == 1 else "assets"
+    return f"named by {'/'.join(origins)} {noun} {', '.join(ids)}{more}"
+
+
+def strays(directory: Path) -> Iterator[Finding]:
+    """Yield the files under `directory` no row names, and the temporary files in it."""
+    if not directory.is_dir():
+        return
+    known = {ext: mime for mime, ext in originals.FORMATS.values()}
+    with os.scandir(directory) as entries:
+        for entry in entries:
+            name = entry.name
+            if name.startswith(".") and name.endswith(originals.TEMP_SUFFIX):
+                yield temporary(entry)
+                continue
+            stem, dot, ext = name.partition(".")
+            mime = known.get(f"{dot}{ext}")
+            if mime is None or not Asset.objects.filter(sha256=stem, mime=mime).exists():
+                yield Finding(NO_ROW, name)
+
+
+def temporary(entry: os.DirEntry[str]) -> Finding:
+    try:
+        age = time.time() - entry.stat().st_mtime
+    except FileNotFoundError:  # the write it belonged to has just finished
+        age = 0
+    minutes = int(age // 60)
+    if age < originals.STALE_AFTER:
+        why = "may be a write in progress"
+    else:
+        why = f"the worker removes those older than {originals.STALE_AFTER // 60} minutes at start"
+    return Finding(TEMPORARY, entry.name, f"{minutes} minutes old; {why}")
+
+
+def repair(scrub: Scrub) -> None:
+    """Fetch each missing or corrupt generated original again from Ember, where it still is."""
+    scrub.repair = True
+    damaged = scrub.damaged()
+    if not damaged:
+        return
+    # One event loop for every fetch: the client's connections belong to it.
+    with asyncio.Runner() as runner:
+        client = EmberClient()
+        try:
+            for finding in damaged:
+                finding.repaired, finding.outcome = repair_one(finding, runner, client)
+        finally:
+            runner.run(client.aclose())
+
+
+def repair_one(finding: Finding, runner: asyncio.Runner, client: EmberClient) -> tuple[bool, str]:
+    """Put one original back from Ember; return whether it worked and what happened."""
+    if not finding.image_ids:
+        if finding.uploaded:
+            return False, "an uploaded photo: Ember has no copy; restore it from a backup"
+        return False, "no row names an Ember image to fetch; restore it from a backup"
+    refusals = []
+    for image_id in dict.fromkeys(finding.image_ids):
+        try:
+            data, _type = runner.run(client.fetch(image_id, sha256=finding.sha256))
+            originals.put_back(data, sha256=finding.sha256, mime=finding.mime)
+        except EmberNotFound:
+            refusals.append(f"Ember no longer has image {image_id}")
+        except EmberError as exc:
+            refusals.append(f"{exc.message} (image {image_id})")
+        except (originals.ChecksumFailed, originals.NotAnImage, OSError) as exc:
+            refusals.append(f"{exc} (image {image_id})")
+        else:
+            return True, f"fetched again from Ember, image {image_id}"
+    return False, "; ".join(refusals) + "; restore it from a backup"
+
+
+def record(scrub: Scrub) -> ScrubReport:
+    """Keep this scrub's result, so the admin can show the last one."""
+    return ScrubReport.objects.create(
+        started_at=scrub.started_at,
+        finished_at=timezone.now(),
+        repair=scrub.repair,
+        checked=scrub.checked,
+        missing=scrub.count(MISSING),
+        corrupt=scrub.count(CORRUPT),
+        orphans=scrub.count(NO_ROW),
+        temporary=scrub.count(TEMPORARY),
+        repaired=scrub.repaired,
+        unrepaired=scrub.unrepaired,
+        passed=scrub.passed,
+        summary=scrub.summary(),
+        problems=scrub.lines()[: ScrubReport.PROBLEMS_KEPT],
+    )

@@ -1,0 +1,235 @@
+"""The originals scrub: `manage.py check_originals [--repair]` (docs/operations.md)."""
+
+import io
+import os
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import respx
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from studio import originals
+from studio.models import Asset, Origin, ScrubReport
+from tests.conftest import png_bytes
+
+pytestmark = pytest.mark.django_db
+
+
+def check(*args: str) -> tuple[int, str]:
+    """Run check_originals; return its exit code and everything it printed."""
+    out = io.StringIO()
+    try:
+        call_command("check_originals", *args, stdout=out, stderr=out)
+    except CommandError as exc:
+        return exc.returncode, f"{out.getvalue()}{exc}\n"
+    return 0, out.getvalue()
+
+
+def generated(seed: int, image_id: str = "") -> Asset:
+    """A generated asset with its original stored, as the worker leaves it."""
+    original = originals.save(png_bytes(seed))
+    return Asset.objects.create_stored(
+        original,
+        file_name="candidate.png",
+        origin=Origin.GENERATED,
+        ember_image_id=image_id or f"img_{seed}",
+    )
+
+
+def uploaded(seed: int) -> Asset:
+    original = originals.save(png_bytes(seed))
+    return Asset.objects.create_stored(original, file_name="ada.png", origin=Origin.UPLOADED)
+
+
+def file_of(asset: Asset) -> Path:
+    return originals.path_for(asset.sha256, originals.extension_for(asset.mime))
+
+
+def ember_sends(ember: respx.Router, data: bytes) -> respx.Route:
+    """Have Ember's file route for image img_7 answer `data`."""
+    answer = httpx.Response(200, content=data, headers={"Content-Type": "image/png"})
+    return ember.get("/api/v1/images/img_7/file").mock(return_value=answer)
+
+
+def flip_a_byte(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def test_it_passes_a_store_whose_every_original_matches_its_hash():
+    generated(1)
+    uploaded(2)
+
+    code, out = check()
+
+    assert code == 0
+    assert out.splitlines()[-1] == "Checked 2 originals: all present and matching their hashes."
+
+
+def test_it_hashes_a_file_two_rows_share_once():
+    first = generated(1, "img_a")
+    Asset.objects.create(
+        **{f: getattr(first, f) for f in ("sha256", "mime", "width", "height", "size")},
+        file_name="again.png",
+        origin=Origin.GENERATED,
+        ember_image_id="img_b",
+    )
+
+    code, out = check()
+
+    assert code == 0
+    assert "Checked 1 original:" in out
+
+
+def test_it_finds_a_flipped_byte_and_exits_non_zero():
+    asset = generated(1)
+    generated(2)
+    flip_a_byte(file_of(asset))
+
+    code, out = check()
+
+    assert code == 1
+    assert f"corrupt: {file_of(asset).name}" in out
+    assert "Checked 2 originals: 1 corrupt." in out
+
+
+def test_it_finds_a_deleted_file_and_exits_non_zero():
+    asset = uploaded(1)
+    file_of(asset).unlink()
+
+    code, out = check()
+
+    assert code == 1
+    assert f"missing: {file_of(asset).name}" in out
+    assert "Checked 1 original: 1 missing." in out
+
+
+def test_it_reports_a_file_no_row_names_but_exits_zero():
+    generated(1)
+    orphan = originals.save(png_bytes(99))
+
+    code, out = check()
+
+    assert code == 0
+    assert f"no row: {orphan.path.name}" in out
+    assert "Checked 1 original: 1 file with no row." in out
+
+
+def test_it_reports_a_stray_temporary_file_but_exits_zero(data_dir: Path):
+    generated(1)
+    stray = data_dir / "originals" / f".{'a' * 64}.png.0123456789ab.tmp"
+    stray.write_bytes(b"half a write")
+    an_hour_ago = time.time() - 3600
+    os.utime(stray, (an_hour_ago, an_hour_ago))
+
+    code, out = check()
+
+    assert code == 0
+    assert f"temporary: {stray.name} (60 minutes old" in out
+    assert "1 temporary file." in out
+    assert stray.exists()  # reported, not removed: the worker sweeps them at start
+
+
+def test_it_records_each_scrub_for_the_admin():
+    good = generated(1)
+    bad = generated(2)
+    flip_a_byte(file_of(bad))
+    file_of(good).unlink()
+
+    check()
+
+    report = ScrubReport.objects.latest()
+    assert (report.checked, report.missing, report.corrupt, report.orphans) == (2, 1, 1, 0)
+    assert report.passed is False
+    assert report.summary == "Checked 2 originals: 1 missing, 1 corrupt."
+    assert sorted(report.problems) == sorted(
+        [
+            f"missing: {file_of(good).name} (no file; named by generated asset {good.pk})",
+            f"corrupt: {file_of(bad).name} (hashes to another value; "
+            f"named by generated asset {bad.pk})",
+        ]
+    )
+    assert report.finished_at >= report.started_at
+
+
+def test_it_fetches_a_corrupt_generated_original_again_from_ember(ember):
+    asset = generated(1, "img_7")
+    flip_a_byte(file_of(asset))
+    route = ember_sends(ember, png_bytes(1))
+
+    code, out = check("--repair")
+
+    assert code == 0
+    assert route.call_count == 1
+    assert originals.file_sha256(file_of(asset)) == asset.sha256
+    assert f"repaired: {file_of(asset).name} (fetched again from Ember, image img_7)" in out
+    assert out.splitlines()[-1] == "Checked 1 original: 1 corrupt; repaired 1."
+    assert ScrubReport.objects.latest().passed is True
+
+
+def test_it_fetches_a_missing_generated_original_again_from_ember(ember):
+    asset = generated(1, "img_7")
+    file_of(asset).unlink()
+    ember_sends(ember, png_bytes(1))
+
+    code, _out = check("--repair")
+
+    assert code == 0
+    assert file_of(asset).read_bytes() == png_bytes(1)
+
+
+def test_it_refuses_bytes_from_ember_that_do_not_match_the_saved_hash(ember):
+    asset = generated(1, "img_7")
+    file_of(asset).unlink()
+    ember_sends(ember, png_bytes(2))
+
+    code, out = check("--repair")
+
+    assert code == 1
+    assert not file_of(asset).exists()
+    assert f"not repaired: {file_of(asset).name} (The image Ember sent does not match" in out
+    assert "Checked 1 original: 1 missing; 1 not repaired." in out
+    assert ScrubReport.objects.latest().unrepaired == 1
+
+
+def test_it_says_an_image_ember_no_longer_has_cannot_be_repaired(ember):
+    asset = generated(1, "img_7")
+    file_of(asset).unlink()
+    gone = {"error": {"message": "Image img_7 no longer exists."}}
+    ember.get("/api/v1/images/img_7/file").mock(return_value=httpx.Response(404, json=gone))
+
+    code, out = check("--repair")
+
+    assert code == 1
+    assert f"not repaired: {file_of(asset).name} (Ember no longer has image img_7" in out
+
+
+def test_it_says_an_upload_cannot_be_repaired_and_asks_ember_nothing(ember):
+    asset = uploaded(1)
+    flip_a_byte(file_of(asset))
+
+    code, out = check("--repair")
+
+    assert code == 1
+    assert not ember.calls
+    assert (
+        f"not repaired: {file_of(asset).name} (an uploaded photo: Ember has no copy; "
+        "restore it from a backup)"
+    ) in out
+
+
+def test_it_tells_the_admin_how_the_last_scrub_went():
+    assert ScrubReport.status() == "no scrub of the originals yet: run manage.py check_originals"
+    file_of(generated(1)).unlink()
+    check()
+    check()  # the same again: the last one is shown
+
+    last = ScrubReport.objects.latest()
+    assert ScrubReport.objects.count() == 2
+    assert ScrubReport.status() == (
+        f"last scrub {last.finished_at:%Y-%m-%d %H:%M} UTC: Checked 1 original: 1 missing."
+    )
