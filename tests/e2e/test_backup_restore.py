@@ -30,8 +30,6 @@ from tests.processes import (
     snapshot,
 )
 
-pytestmark = pytest.mark.e2e
-
 PROVIDERS = [{"provider": "openai", "candidates": 1}, {"provider": "flux", "candidates": 1}]
 FRAMES = ["image", "clip"]
 JOB_SECONDS = 8.0  # long enough to take a backup while every job runs
