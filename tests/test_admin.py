@@ -247,6 +247,25 @@ def test_it_renders_the_changelist_and_change_page_of_every_model(
     assert admin_client.get(reverse("admin:index")).status_code == 200
 
 
+def test_it_offers_no_add_nor_delete_except_revoking_a_token(admin_client, admin_user, subject):
+    [task] = plan(subject)
+    uncertain(task)
+    asset = stored_generated_asset(task)
+    now = timezone.now()
+    WorkerHeartbeat.objects.create(started_at=now, seen_at=now, pid=42, host="box")
+    token = ApiToken.objects.create(user=admin_user, digest="d" * 64)
+    objects = [task, task.batch, asset, a_set(asset), subject, task.attempts.get(), token]
+    objects.append(WorkerHeartbeat.objects.get())
+
+    def offers(obj: Any) -> tuple[bool, bool]:
+        page = admin_client.get(change_page(obj))
+        return page.context["has_add_permission"], page.context["has_delete_permission"]
+
+    assert {type(o).__name__: offers(o) for o in objects} == {
+        type(o).__name__: (False, o is token) for o in objects
+    }
+
+
 # --- the worker's heartbeat on the index ----------------------------------------------
 
 
