@@ -8,7 +8,14 @@ from django.http import HttpRequest
 from django.utils.html import format_html_join
 
 from studio.admin.base import VersionedAdmin
-from studio.admin.display import admin_link, pretty_json, preview, protection_text
+from studio.admin.display import (
+    ProviderFilter,
+    admin_link,
+    pretty_json,
+    preview,
+    protection_text,
+    provider_label,
+)
 from studio.models import Asset, Origin
 
 
@@ -34,7 +41,7 @@ class AssetAdmin(VersionedAdmin):
     list_display = (
         "__str__",
         "origin",
-        "provider",
+        "provider_name",
         "short_sha",
         "ember_image_id",
         "history",
@@ -43,7 +50,7 @@ class AssetAdmin(VersionedAdmin):
         "batch_link",
         "created_at",
     )
-    list_filter = ("origin", HistoryFilter, "provider")
+    list_filter = ("origin", HistoryFilter, ProviderFilter)
     list_select_related = ("task", "batch")
     search_fields = ("sha256", "label", "file_name", "ember_image_id", "ember_history_id")
     search_help_text = "Hash, label, file name, Ember image or history id."
@@ -88,6 +95,11 @@ class AssetAdmin(VersionedAdmin):
     def preview(self, asset: Asset) -> str:
         # Change page only: reading an original for every changelist row is not cheap.
         return preview(asset)
+
+    @admin.display(description="provider", ordering="provider")
+    def provider_name(self, asset: Asset) -> str:
+        # The label its task was planned under, which outlives a change to the catalogue.
+        return asset.task.provider_label if asset.task else provider_label(asset.provider)
 
     @admin.display(description="sha256", ordering="sha256")
     def short_sha(self, asset: Asset) -> str:

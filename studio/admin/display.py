@@ -3,8 +3,12 @@
 import base64
 import io
 import json
+from typing import Any
 
-from django.db.models import Model
+from django.conf import settings
+from django.contrib import admin
+from django.db.models import Model, QuerySet
+from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.html import format_html
 from PIL import Image
@@ -22,6 +26,25 @@ def admin_link(obj: Model | None, text: object = None) -> str:
     meta = obj._meta
     url = reverse(f"admin:{meta.app_label}_{meta.model_name}_change", args=[obj.pk])
     return format_html('<a href="{}">{}</a>', url, obj if text is None else text)
+
+
+def provider_label(key: str) -> str:
+    """Name a provider as people know it: its label in the catalogue, else its key."""
+    entry = settings.AVATARS_PROVIDERS.get(key)
+    return entry["label"] if entry else key or "-"
+
+
+class ProviderFilter(admin.SimpleListFilter):
+    """Filter by provider, each named by its label (the catalogue's providers)."""
+
+    title = "provider"
+    parameter_name = "provider"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [(key, provider_label(key)) for key in settings.AVATARS_PROVIDERS]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        return queryset.filter(provider=self.value()) if self.value() else queryset
 
 
 def pretty_json(value: object) -> str:

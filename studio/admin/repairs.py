@@ -1,16 +1,32 @@
-"""The task admin's repairs: each calls a service and reports, task by task, what it did."""
+"""The task admin's repairs: each calls a service and reports, task by task, what it did.
+
+Each is an action on the task list and, for the repairs that apply to a task as it is
+now, a button on the task's own page that runs the same action on that one task.
+"""
+
+from collections.abc import Callable
+from typing import Any
 
 from django.contrib import admin, messages
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
+from django.contrib.admin.utils import quote, unquote
+from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
-from django.http import HttpRequest
+from django.http import (
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    HttpResponseNotAllowed,
+    HttpResponseRedirect,
+)
 from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 
 from studio import engine
 from studio.admin.base import VersionedAdmin
 from studio.ember.client import EmberError
-from studio.models import POLL_BOUND, RECONCILABLE, Task, TaskState
+from studio.models import CANCELLABLE, POLL_BOUND, RECONCILABLE, Task, TaskState
 from studio.store import Conflict
 
 NOT_RECEIVED = "I checked Ember and it did not receive this"
@@ -18,11 +34,88 @@ NOT_RECEIVED = "I checked Ember and it did not receive this"
 
 def task_name(task: Task) -> str:
     """Name a task in a message: short id, then what it is."""
-    return f"Task {str(task.pk)[:8]} ({task.provider} {task.frame} #{task.ordinal})"
+    return f"Task {str(task.pk)[:8]} ({task.provider_label} {task.frame} #{task.ordinal})"
+
+
+def _cancellable(task: Task) -> bool:
+    # A clip sent under its current key may already be with Ember: it goes on.
+    return task.state in CANCELLABLE and task.attempt_under_key() is None
+
+
+# The repairs a task's page offers, by what the task is now. For the page only: each
+# action judges the task again when it runs, and its service has the last word.
+OFFERED: dict[str, Callable[[Task], bool]] = {
+    "reconcile_tasks": lambda task: task.state in RECONCILABLE,
+    "retry_copy": lambda task: task.state == TaskState.COPY_FAILED,
+    "cancel_tasks": _cancellable,
+    "resubmit_tasks": lambda task: task.state == TaskState.UNCERTAIN,
+}
 
 
 class TaskRepairs(VersionedAdmin):
     """The repair actions of the task admin, apart from how tasks are listed and shown."""
+
+    def get_urls(self) -> list[URLPattern]:
+        repair = path(
+            "<path:object_id>/repair/<str:action>/",
+            self.admin_site.admin_view(self.repair_view),
+            name=f"{self.opts.app_label}_{self.opts.model_name}_repair",
+        )
+        return [repair, *super().get_urls()]
+
+    def repair_view(self, request: HttpRequest, object_id: str, action: str) -> HttpResponse:
+        """Run one repair action on one task from the task's page, and come back to the page.
+
+        It is the list's action (same checks, same messages); resubmit answers with its
+        confirmation page, whose form posts back here.
+        """
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        if action not in OFFERED:
+            raise Http404("No such repair.")
+        found = self.get_actions(request).get(action)  # only those this person may run
+        if found is None:
+            raise PermissionDenied
+        task = self.get_object(request, unquote(object_id))
+        if task is None:
+            raise Http404("No such task.")
+        run = found[0]
+        response = run(self, request, self._one(request, task))
+        if isinstance(response, HttpResponse):  # resubmit's confirmation page
+            return response
+        return HttpResponseRedirect(self._url("change", quote(task.pk)))
+
+    def _one(self, request: HttpRequest, task: Task) -> QuerySet[Task]:
+        return self.get_queryset(request).filter(pk=task.pk)
+
+    def _url(self, name: str, *args: str) -> str:
+        return reverse(f"admin:{self.opts.app_label}_{self.opts.model_name}_{name}", args=args)
+
+    def render_change_form(
+        self,
+        request: HttpRequest,
+        context: dict[str, Any],
+        add: bool = False,
+        change: bool = False,
+        form_url: str = "",
+        obj: Any = None,
+    ) -> HttpResponse:
+        if obj is not None:
+            context["repairs"] = self.repair_buttons(request, obj)
+        return super().render_change_form(request, context, add, change, form_url, obj)
+
+    def repair_buttons(self, request: HttpRequest, task: Task) -> list[dict[str, str]]:
+        """Return the repairs that apply to `task` as it is now and this person may run."""
+        actions = self.get_actions(request)
+        return [
+            {
+                "action": action,
+                "label": str(found[2]),
+                "url": self._url("repair", quote(task.pk), action),
+            }
+            for action, applies in OFFERED.items()
+            if (found := actions.get(action)) is not None and applies(task)
+        ]
 
     def report(self, request: HttpRequest, task: Task, text: str, level: int) -> None:
         """Tell the person what happened to `task`; a repair that took goes in its history."""
@@ -86,13 +179,17 @@ class TaskRepairs(VersionedAdmin):
                 self.report(request, task, "already cancelled; nothing to do.", messages.INFO)
                 continue
             try:
-                engine.cancel_task(task=task)
+                task = engine.cancel_task(task=task)
             except engine.TooLate as exc:
                 self.report(request, task, str(exc), messages.WARNING)
             else:
-                self.report(
-                    request, task, "cancelled; nothing was sent to Ember.", messages.SUCCESS
-                )
+                self._report_cancel(request, task)
+
+    def _report_cancel(self, request: HttpRequest, task: Task) -> None:
+        if task.state == TaskState.UNCERTAIN:  # a resubmit not sent yet is withdrawn instead
+            self.report(request, task, engine.RESUBMIT_WITHDRAWN, messages.SUCCESS)
+        else:
+            self.report(request, task, "cancelled; nothing was sent to Ember.", messages.SUCCESS)
 
     @admin.action(description="Resubmit an uncertain task (may pay twice)…", permissions=["change"])
     def resubmit_tasks(

@@ -5,25 +5,41 @@ from typing import Any
 from django.contrib import admin, messages
 from django.db.models import Count, QuerySet
 from django.http import HttpRequest
+from django.urls import reverse
+from django.utils.html import format_html
 
 from studio import engine
 from studio.admin.base import ReadOnlyInline, VersionedAdmin
 from studio.admin.display import admin_link
 from studio.models import AvatarSet, Origin, SetItem
 
+THUMB_SIZE = 128  # pixels, one of the studio's thumbnail sizes
+
 
 class SetItemInline(ReadOnlyInline):
     model = SetItem
-    fields = ("position", "asset_link", "origin", "history")
+    fields = ("place", "thumbnail", "label", "origin", "history")
     readonly_fields = fields
+    ordering = ("position",)
     verbose_name = "chosen asset"
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
         return super().get_queryset(request).select_related("asset")
 
-    @admin.display(description="asset")
-    def asset_link(self, item: SetItem) -> str:
-        return admin_link(item.asset)
+    @admin.display(description="#")
+    def place(self, item: SetItem) -> int:
+        return item.position + 1  # positions count from 0; people count from 1
+
+    @admin.display(description="thumbnail")
+    def thumbnail(self, item: SetItem) -> str:
+        # The studio's cached thumbnail, fetched by the browser: the page reads no original.
+        src = reverse("studio:asset-thumb", args=[item.asset_id, THUMB_SIZE])
+        image = format_html('<img src="{}" alt="" loading="lazy">', src)
+        return admin_link(item.asset, image)
+
+    @admin.display(description="label")
+    def label(self, item: SetItem) -> str:
+        return admin_link(item.asset)  # its label, or its file name when it has none
 
     @admin.display(description="origin")
     def origin(self, item: SetItem) -> str:

@@ -10,9 +10,13 @@ from django.utils.html import format_html, format_html_join
 from django.utils.timesince import timesince
 
 from studio.admin.base import ReadOnlyInline
-from studio.admin.display import admin_link, pretty_json, protection_text
+from studio.admin.display import ProviderFilter, admin_link, pretty_json, protection_text
 from studio.admin.repairs import TaskRepairs
-from studio.models import ACTIVE, RECONCILABLE, Attempt, Subject, Task, TaskState
+from studio.ember.client import history_url, job_url
+from studio.models import ACTIVE, RECONCILABLE, Attempt, Kind, Subject, Task, TaskState
+
+# What a person runs to look a task up in Ember themselves (the token stays in their shell).
+LOOKUP = """curl -H "Authorization: Bearer $EMBER_TOKEN" '{}'"""
 
 
 class StateFilter(admin.SimpleListFilter):
@@ -42,7 +46,15 @@ class StateFilter(admin.SimpleListFilter):
 
 class AttemptInline(ReadOnlyInline):
     model = Attempt
-    fields = ("number", "outcome", "ember_job_id", "submitted_at", "answered_at", "error")
+    fields = (
+        "number",
+        "outcome",
+        "ember_job_id",
+        "idempotency_key",
+        "submitted_at",
+        "answered_at",
+        "error",
+    )
     readonly_fields = fields
 
 
@@ -59,7 +71,7 @@ class TaskAdmin(TaskRepairs):
         "attempt_count",
         "age",
     )
-    list_filter = (StateFilter, "provider", ("batch", admin.RelatedOnlyFieldListFilter))
+    list_filter = (StateFilter, ProviderFilter, ("batch", admin.RelatedOnlyFieldListFilter))
     search_fields = ("id", "batch__id", "ember_job_id")
     search_help_text = "Task id, batch id or Ember job id."
     ordering = ("-created_at",)
@@ -97,13 +109,21 @@ class TaskAdmin(TaskRepairs):
                     "prompt",
                     "subject_links",
                     "frozen_references",
-                    "idempotency_key",
                 )
             },
         ),
         (
             "Ember",
-            {"fields": ("ember_job_id", "saved_answer", "protection", "asset_link")},
+            {
+                "fields": (
+                    "ember_job_id",
+                    "clip_key",
+                    "ember_lookup",
+                    "saved_answer",
+                    "protection",
+                    "asset_link",
+                )
+            },
         ),
     )
 
@@ -135,6 +155,29 @@ class TaskAdmin(TaskRepairs):
     @admin.display(description="references (frozen)")
     def frozen_references(self, task: Task) -> str:
         return pretty_json(task.references)
+
+    @admin.display(description="idempotency key")
+    def clip_key(self, task: Task) -> str:
+        if task.kind != Kind.CLIP:
+            return "none: an image has no key, every submit is a new paid job"
+        return task.idempotency_key or "-"
+
+    @admin.display(description="look it up in Ember")
+    def ember_lookup(self, task: Task) -> str:
+        """Show what a person asks Ember to check on this task: its history, each job."""
+        jobs = [(f"attempt {a.number}", a.ember_job_id) for a in task.attempts.all()]
+        if task.ember_job_id not in {job for _name, job in jobs}:
+            jobs.append(("the task", task.ember_job_id))
+        asks = [
+            (
+                "Ember's history rows for this task (each names its attempt in "
+                "source_metadata.attempt). An empty list does not prove a submit never "
+                "arrived: the job may still be running.",
+                LOOKUP.format(history_url(str(task.pk))),
+            ),
+            *((f"Job {job} ({name}):", LOOKUP.format(job_url(job))) for name, job in jobs if job),
+        ]
+        return format_html_join("", '<p>{}</p><pre style="white-space: pre-wrap">{}</pre>', asks)
 
     @admin.display(description="Ember's saved answer")
     def saved_answer(self, task: Task) -> str:
