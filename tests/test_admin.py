@@ -8,6 +8,8 @@ from typing import Any
 import httpx
 import pytest
 from django.contrib.admin.models import LogEntry
+from django.core.management import call_command
+from django.core.management.base import CommandError
 from django.db.models import F
 from django.urls import reverse
 from django.utils import timezone
@@ -20,6 +22,7 @@ from studio.models import (
     AvatarSet,
     Batch,
     Origin,
+    ScrubReport,
     Subject,
     Task,
     TaskState,
@@ -245,6 +248,25 @@ def test_it_renders_the_changelist_and_change_page_of_every_model(
         assert listing.status_code == 200, type(obj).__name__
         assert page.status_code == 200, type(obj).__name__
     assert admin_client.get(reverse("admin:index")).status_code == 200
+
+
+def test_it_offers_no_add_nor_delete_except_revoking_a_token(admin_client, admin_user, subject):
+    [task] = plan(subject)
+    uncertain(task)
+    asset = stored_generated_asset(task)
+    now = timezone.now()
+    WorkerHeartbeat.objects.create(started_at=now, seen_at=now, pid=42, host="box")
+    token = ApiToken.objects.create(user=admin_user, digest="d" * 64)
+    objects = [task, task.batch, asset, a_set(asset), subject, task.attempts.get(), token]
+    objects.append(WorkerHeartbeat.objects.get())
+
+    def offers(obj: Any) -> tuple[bool, bool]:
+        page = admin_client.get(change_page(obj))
+        return page.context["has_add_permission"], page.context["has_delete_permission"]
+
+    assert {type(o).__name__: offers(o) for o in objects} == {
+        type(o).__name__: (False, o is token) for o in objects
+    }
 
 
 # --- the worker's heartbeat on the index ----------------------------------------------
@@ -727,3 +749,27 @@ def test_it_refuses_a_stale_set_rename_and_keeps_the_published_time(admin_client
         published.published_at,
         published.version,
     )
+
+
+# --- the last scrub of the originals on the index ------------------------------------
+
+
+def test_it_says_on_the_admin_index_that_no_scrub_has_run(admin_client):
+    page = admin_client.get(reverse("admin:index"))
+
+    assert "Originals: no scrub of the originals yet: run manage.py check_originals" in text(page)
+
+
+def test_it_shows_the_last_scrub_on_the_index_and_its_findings_on_its_page(admin_client, subject):
+    asset = generated_asset(history_id="hist_9")  # a row whose file was never written
+    with pytest.raises(CommandError):
+        call_command("check_originals")
+    report = ScrubReport.objects.get()
+
+    index = text(admin_client.get(reverse("admin:index")))
+    page = text(admin_client.get(reverse("admin:studio_scrubreport_change", args=[report.pk])))
+
+    assert f"Originals: last scrub {report.finished_at:%Y-%m-%d %H:%M} UTC: " in index
+    assert "1 missing" in index
+    assert "missing" in page and asset.sha256[:12] in page
+    assert admin_client.get(reverse("admin:studio_scrubreport_add")).status_code == 403

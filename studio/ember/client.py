@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from typing import Any
+from urllib.parse import quote, urlencode
 
 import httpx
 from django.conf import settings
@@ -21,6 +22,8 @@ from django.utils import timezone
 from studio import originals
 
 SUBMIT_PATH = "/api/v1/api-generators/jobs"
+HISTORY_PATH = "/api/v1/history"
+SOURCE_APP = "cwkAvatars"  # how Ember's history names this app's rows
 JOB_STATUSES = ("queued", "running", "succeeded", "failed")
 
 # seconds; a read bound, not a verdict on the job: a slow answer to a submit is
@@ -253,9 +256,7 @@ class EmberClient:
 
     async def history(self, task_id: str) -> list[dict[str, Any]]:
         """Return Ember's history rows for one of our tasks (possibly none)."""
-        response = await self._send(
-            "GET", "/api/v1/history", params={"source_app": "cwkAvatars", "task_id": task_id}
-        )
+        response = await self._send("GET", HISTORY_PATH, params=history_query(task_id))
         if response.status_code != 200:
             raise _refusal(response, unknown_outcome=False)
         items = _json_object(response).get("items")
@@ -294,6 +295,21 @@ class EmberClient:
 def encode_payload(payload: Mapping[str, Any]) -> bytes:
     """Return a submit body as the bytes sent (compact JSON, ASCII)."""
     return json.dumps(payload, separators=(",", ":")).encode("ascii")
+
+
+def history_query(task_id: str) -> dict[str, str]:
+    """Return the query that selects Ember's history rows of one of our tasks."""
+    return {"source_app": SOURCE_APP, "task_id": task_id}
+
+
+def history_url(task_id: str) -> str:
+    """Return the URL a person asks for a task's history rows (what `history` sends)."""
+    return f"{settings.EMBER_URL}{HISTORY_PATH}?{urlencode(history_query(task_id))}"
+
+
+def job_url(job_id: str) -> str:
+    """Return the URL a person asks for a job's status and answer (what `poll` sends)."""
+    return f"{settings.EMBER_URL}{SUBMIT_PATH}/{quote(job_id, safe='')}"
 
 
 def check_result(result: object) -> None:

@@ -20,6 +20,7 @@ from django.utils import timezone
 
 from studio import originals
 from studio.ember.client import (
+    SOURCE_APP,
     EmberAuthError,
     EmberBusy,
     EmberError,
@@ -73,7 +74,7 @@ def build_payload(task: Task, references: list[dict[str, Any]], *, attempt: int)
         "frame": task.frame,
         "references": references,
         "source_metadata": {
-            "source_app": "cwkAvatars",
+            "source_app": SOURCE_APP,
             "purpose": "exploration",
             "batch_id": str(task.batch_id),
             "task_id": str(task.pk),

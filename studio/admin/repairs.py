@@ -1,0 +1,255 @@
+"""The task admin's repairs: each calls a service and reports, task by task, what it did.
+
+Each is an action on the task list and, for the repairs that apply to a task as it is
+now, a button on the task's own page that runs the same action on that one task.
+"""
+
+from collections.abc import Callable
+from typing import Any
+
+from django.contrib import admin, messages
+from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
+from django.contrib.admin.utils import quote, unquote
+from django.core.exceptions import PermissionDenied
+from django.db.models import QuerySet
+from django.http import (
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    HttpResponseNotAllowed,
+    HttpResponseRedirect,
+)
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
+from django.utils import timezone
+
+from studio import engine
+from studio.admin.base import VersionedAdmin
+from studio.ember.client import EmberError
+from studio.models import CANCELLABLE, POLL_BOUND, RECONCILABLE, Task, TaskState
+from studio.store import Conflict
+
+NOT_RECEIVED = "I checked Ember and it did not receive this"
+
+
+def task_name(task: Task) -> str:
+    """Name a task in a message: short id, then what it is."""
+    return f"Task {str(task.pk)[:8]} ({task.provider_label} {task.frame} #{task.ordinal})"
+
+
+def _cancellable(task: Task) -> bool:
+    # A clip sent under its current key may already be with Ember: it goes on.
+    return task.state in CANCELLABLE and task.attempt_under_key() is None
+
+
+# The repairs a task's page offers, by what the task is now. For the page only: each
+# action judges the task again when it runs, and its service has the last word.
+OFFERED: dict[str, Callable[[Task], bool]] = {
+    "reconcile_tasks": lambda task: task.state in RECONCILABLE,
+    "retry_copy": lambda task: task.state == TaskState.COPY_FAILED,
+    "cancel_tasks": _cancellable,
+    "resubmit_tasks": lambda task: task.state == TaskState.UNCERTAIN,
+}
+
+
+class TaskRepairs(VersionedAdmin):
+    """The repair actions of the task admin, apart from how tasks are listed and shown."""
+
+    def get_urls(self) -> list[URLPattern]:
+        repair = path(
+            "<path:object_id>/repair/<str:action>/",
+            self.admin_site.admin_view(self.repair_view),
+            name=f"{self.opts.app_label}_{self.opts.model_name}_repair",
+        )
+        return [repair, *super().get_urls()]
+
+    def repair_view(self, request: HttpRequest, object_id: str, action: str) -> HttpResponse:
+        """Run one repair action on one task from the task's page, and come back to the page.
+
+        It is the list's action (same checks, same messages); resubmit answers with its
+        confirmation page, whose form posts back here.
+        """
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        if action not in OFFERED:
+            raise Http404("No such repair.")
+        found = self.get_actions(request).get(action)  # only those this person may run
+        if found is None:
+            raise PermissionDenied
+        task = self.get_object(request, unquote(object_id))
+        if task is None:
+            raise Http404("No such task.")
+        run = found[0]
+        response = run(self, request, self._one(request, task))
+        if isinstance(response, HttpResponse):  # resubmit's confirmation page
+            return response
+        return HttpResponseRedirect(self._url("change", quote(task.pk)))
+
+    def _one(self, request: HttpRequest, task: Task) -> QuerySet[Task]:
+        return self.get_queryset(request).filter(pk=task.pk)
+
+    def _url(self, name: str, *args: str) -> str:
+        return reverse(f"admin:{self.opts.app_label}_{self.opts.model_name}_{name}", args=args)
+
+    def render_change_form(
+        self,
+        request: HttpRequest,
+        context: dict[str, Any],
+        add: bool = False,
+        change: bool = False,
+        form_url: str = "",
+        obj: Any = None,
+    ) -> HttpResponse:
+        if obj is not None:
+            context["repairs"] = self.repair_buttons(request, obj)
+        return super().render_change_form(request, context, add, change, form_url, obj)
+
+    def repair_buttons(self, request: HttpRequest, task: Task) -> list[dict[str, str]]:
+        """Return the repairs that apply to `task` as it is now and this person may run."""
+        actions = self.get_actions(request)
+        return [
+            {
+                "action": action,
+                "label": str(found[2]),
+                "url": self._url("repair", quote(task.pk), action),
+            }
+            for action, applies in OFFERED.items()
+            if (found := actions.get(action)) is not None and applies(task)
+        ]
+
+    def report(self, request: HttpRequest, task: Task, text: str, level: int) -> None:
+        """Tell the person what happened to `task`; a repair that took goes in its history."""
+        self.message_user(request, f"{task_name(task)}: {text}", level)
+        if level == messages.SUCCESS:
+            self.log_change(request, task, text)
+
+    @admin.action(description="Reconcile with Ember's history", permissions=["change"])
+    def reconcile_tasks(self, request: HttpRequest, queryset: QuerySet[Task]) -> None:
+        for task in queryset:
+            if task.state not in RECONCILABLE:
+                self.report(
+                    request,
+                    task,
+                    f"skipped; a {task.state} task is not reconcilable "
+                    f"(only {', '.join(RECONCILABLE)}).",
+                    messages.WARNING,
+                )
+                continue
+            self._reconcile(request, task)
+
+    @admin.action(description="Retry the copy from Ember's saved answer", permissions=["change"])
+    def retry_copy(self, request: HttpRequest, queryset: QuerySet[Task]) -> None:
+        for task in queryset:
+            if task.state != TaskState.COPY_FAILED:
+                self.report(
+                    request,
+                    task,
+                    f"skipped; only a copy_failed task's copy can be retried (it is {task.state}).",
+                    messages.WARNING,
+                )
+                continue
+            self._reconcile(request, task)
+
+    def _reconcile(self, request: HttpRequest, task: Task) -> None:
+        before = task.state
+        try:
+            task = engine.reconcile(task=task)
+        except Conflict:
+            self.report(
+                request, task, "moved while being reconciled; nothing written.", messages.ERROR
+            )
+            return
+        except EmberError as exc:
+            self.report(request, task, f"Ember could not be asked: {exc.message}", messages.ERROR)
+            return
+        if task.state == TaskState.COPYING:
+            self.report(
+                request,
+                task,
+                f"{before} → copying; the worker will copy the original from Ember's answer.",
+                messages.SUCCESS,
+            )
+        else:
+            self.report(request, task, f"still {task.state}: {task.phase}.", messages.WARNING)
+
+    @admin.action(description="Cancel (only before anything is sent)", permissions=["change"])
+    def cancel_tasks(self, request: HttpRequest, queryset: QuerySet[Task]) -> None:
+        for task in queryset:
+            if task.state == TaskState.CANCELLED:
+                self.report(request, task, "already cancelled; nothing to do.", messages.INFO)
+                continue
+            try:
+                task = engine.cancel_task(task=task)
+            except engine.TooLate as exc:
+                self.report(request, task, str(exc), messages.WARNING)
+            else:
+                self._report_cancel(request, task)
+
+    def _report_cancel(self, request: HttpRequest, task: Task) -> None:
+        if task.state == TaskState.UNCERTAIN:  # a resubmit not sent yet is withdrawn instead
+            self.report(request, task, engine.RESUBMIT_WITHDRAWN, messages.SUCCESS)
+        else:
+            self.report(request, task, "cancelled; nothing was sent to Ember.", messages.SUCCESS)
+
+    @admin.action(description="Resubmit an uncertain task (may pay twice)…", permissions=["change"])
+    def resubmit_tasks(
+        self, request: HttpRequest, queryset: QuerySet[Task]
+    ) -> TemplateResponse | None:
+        """Show the warning and a per-task check first; only the confirmed form resubmits."""
+        tasks = list(queryset)
+        if request.POST.get("post") == "yes":
+            checked = set(request.POST.getlist("not_received"))
+            for task in tasks:
+                self._resubmit(request, task, confirmed_not_received=str(task.pk) in checked)
+            return None
+        if not any(t.state == TaskState.UNCERTAIN for t in tasks):
+            for task in tasks:
+                self.report(
+                    request,
+                    task,
+                    f"skipped; only an uncertain task can be resubmitted (it is {task.state}).",
+                    messages.WARNING,
+                )
+            return None
+        return self._resubmit_confirmation(request, tasks)
+
+    def _resubmit_confirmation(self, request: HttpRequest, tasks: list[Task]) -> TemplateResponse:
+        """Ask, with the warning, which tasks a person checked in Ember."""
+        # For the page only: engine.resubmit applies the same bound and has the last word.
+        now = timezone.now()
+        rows = [
+            {
+                "task": task,
+                "name": task_name(task),
+                "uncertain": task.state == TaskState.UNCERTAIN,
+                "sent": task.submitted_at,
+                "bound_passed": task.poll_bound_passed(now),
+            }
+            for task in tasks
+        ]
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Resubmit uncertain tasks?",
+            "opts": self.model._meta,
+            "rows": rows,
+            "warning": engine.RESUBMIT_WARNING,
+            "not_received_label": NOT_RECEIVED,
+            "poll_bound_minutes": round(POLL_BOUND / 60),
+            "action_checkbox_name": ACTION_CHECKBOX_NAME,
+        }
+        return TemplateResponse(request, "admin/studio/task/resubmit_confirmation.html", context)
+
+    def _resubmit(self, request: HttpRequest, task: Task, *, confirmed_not_received: bool) -> None:
+        try:
+            engine.resubmit(task=task, confirmed_not_received=confirmed_not_received)
+        except engine.ResubmitRefused as exc:
+            self.report(request, task, str(exc), messages.ERROR)
+        except Conflict:
+            self.report(request, task, "moved while being resubmitted; not sent.", messages.ERROR)
+        else:
+            self.report(
+                request,
+                task,
+                "queued again; the worker sends it as a new attempt.",
+                messages.SUCCESS,
+            )

@@ -1,0 +1,80 @@
+"""Sets: the chosen assets in order, and the guarded publish."""
+
+from typing import Any
+
+from django.contrib import admin, messages
+from django.db.models import Count, QuerySet
+from django.http import HttpRequest
+from django.urls import reverse
+from django.utils.html import format_html
+
+from studio import engine
+from studio.admin.base import ReadOnlyInline, VersionedAdmin
+from studio.admin.display import admin_link
+from studio.models import AvatarSet, Origin, SetItem
+
+THUMB_SIZE = 128  # pixels, one of the studio's thumbnail sizes
+
+
+class SetItemInline(ReadOnlyInline):
+    model = SetItem
+    fields = ("place", "thumbnail", "label", "origin", "history")
+    readonly_fields = fields
+    ordering = ("position",)
+    verbose_name = "chosen asset"
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
+        return super().get_queryset(request).select_related("asset")
+
+    @admin.display(description="#")
+    def place(self, item: SetItem) -> int:
+        return item.position + 1  # positions count from 0; people count from 1
+
+    @admin.display(description="thumbnail")
+    def thumbnail(self, item: SetItem) -> str:
+        # The studio's cached thumbnail, fetched by the browser: the page reads no original.
+        src = reverse("studio:asset-thumb", args=[item.asset_id, THUMB_SIZE])
+        image = format_html('<img src="{}" alt="" loading="lazy">', src)
+        return admin_link(item.asset, image)
+
+    @admin.display(description="label")
+    def label(self, item: SetItem) -> str:
+        return admin_link(item.asset)  # its label, or its file name when it has none
+
+    @admin.display(description="origin")
+    def origin(self, item: SetItem) -> str:
+        return item.asset.origin
+
+    @admin.display(description="Ember history")
+    def history(self, item: SetItem) -> str:
+        if item.asset.ember_history_id:
+            return item.asset.ember_history_id
+        return "missing (blocks publishing)" if item.asset.origin == Origin.GENERATED else "-"
+
+
+@admin.register(AvatarSet)
+class AvatarSetAdmin(VersionedAdmin):
+    list_display = ("name", "item_count", "published_at", "created_at")
+    search_fields = ("name",)
+    editable = ("name",)
+    fields = ("name", "published_at", "created_at", "version")
+    inlines = (SetItemInline,)
+    actions = ("publish_sets",)
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
+        return super().get_queryset(request).annotate(n_items=Count("items"))
+
+    @admin.display(description="assets", ordering="n_items")
+    def item_count(self, avatar_set: AvatarSet) -> int:
+        n = getattr(avatar_set, "n_items", None)
+        return avatar_set.items.count() if n is None else n
+
+    @admin.action(description="Publish", permissions=["change"])
+    def publish_sets(self, request: HttpRequest, queryset: QuerySet[AvatarSet]) -> None:
+        for avatar_set in queryset:
+            try:
+                engine.publish(avatar_set=avatar_set)
+            except engine.PublishRefused as exc:
+                self.message_user(request, f"{avatar_set}: not published. {exc}", messages.ERROR)
+            else:
+                self.message_user(request, f"{avatar_set}: published.", messages.SUCCESS)
