@@ -27,7 +27,9 @@ from studio.store import Conflict, update
 
 log = logging.getLogger("studio.worker")
 
-WINDOW = timedelta(seconds=60)  # the span AVATARS_ADOPT_PER_MINUTE counts searches over
+# The span AVATARS_ADOPT_PER_MINUTE counts searches over: the tasks whose last search began
+# in it (exact, since the settings allow each task at most one search a minute).
+WINDOW = timedelta(seconds=60)
 NO_ROW_PHASE = "Ember's history has no row for this submit yet; the worker looks again"
 AMBIGUOUS_PHASE = "Ember's history holds rows Avatars will not take on its own; a person decides"
 
