@@ -285,7 +285,7 @@ class Worker(Steps):
         resumes polling them by id.
         """
         if self._adopting is not None:
-            # A search is free to repeat: nothing it learned is lost by stopping it.
+            # Stopping a search loses nothing: history is free to read again at its next turn.
             self._adopting.cancel()
             await asyncio.gather(self._adopting, return_exceptions=True)
         jobs = list(self.in_hand.values())
