@@ -51,6 +51,12 @@ AVATARS_DATA_DIR.mkdir(mode=0o700, parents=True, exist_ok=True)
 AVATARS_WORKERS = env_int("AVATARS_WORKERS", 4, minimum=1)
 # Seconds between polls of one running Ember job. Lower it only for tests and benchmarks.
 AVATARS_POLL_INTERVAL = env_float("AVATARS_POLL_INTERVAL", 3.0, minimum=0.0)
+# An uncertain image's lost submit is looked up in Ember's history by the worker: each
+# task at most once per AVATARS_ADOPT_EVERY seconds (the first look that long after the
+# submit), and at most AVATARS_ADOPT_PER_MINUTE searches a minute in all (0: never). The
+# cap counts tasks searched in the last minute, so it needs each task once a minute at most.
+AVATARS_ADOPT_EVERY = env_float("AVATARS_ADOPT_EVERY", 300.0, minimum=60.0)
+AVATARS_ADOPT_PER_MINUTE = env_int("AVATARS_ADOPT_PER_MINUTE", 30, minimum=0)
 EMBER_URL = env_str("EMBER_URL", "http://127.0.0.1:8765").rstrip("/")
 EMBER_TOKEN = env_str("EMBER_TOKEN", "dev-token")
 

@@ -311,6 +311,30 @@ class Attempt(Versioned):
         return f"attempt {self.number} of {self.task_id}"
 
 
+class HistorySearch(Versioned):
+    """When the worker last searched Ember's history for an uncertain task's lost submit.
+
+    Kept in the database, not in the worker's memory, so a restarted worker does not
+    search every uncertain task again at once; kept off the task row, so that noting a
+    search does not bump the task's version under a person's reconcile or resubmit.
+    """
+
+    task = models.OneToOneField(
+        Task, primary_key=True, on_delete=models.CASCADE, related_name="history_search"
+    )
+    searched_at = models.DateTimeField()
+    searches = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        indexes = [
+            # Serves the per-minute cap: how many searches began in the last minute.
+            models.Index(fields=["searched_at"], name="history_search_recent_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"history of {self.task_id} searched {self.searches}x, last {self.searched_at}"
+
+
 class AvatarSet(Versioned):
     name = models.CharField(max_length=120)
     assets: "models.ManyToManyField[Asset, SetItem]" = models.ManyToManyField(

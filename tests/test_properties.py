@@ -22,7 +22,7 @@ from asgiref.sync import async_to_sync, sync_to_async
 from django.db import connection, transaction
 from django.test import override_settings
 from django.utils import timezone
-from hypothesis import HealthCheck, Phase, settings
+from hypothesis import HealthCheck, Phase, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -445,6 +445,18 @@ class AvatarsMachine(RuleBasedStateMachine):
             self.script(data, WORKER_ROUTES)
             self.drive(task_id)
 
+    @precondition(lambda self: self.tasks)
+    @rule(data=st.data(), wait=st.sampled_from([0, 301]))
+    def the_worker_searches_embers_history(self, data: st.DataObject, wait: int) -> None:
+        """The worker's own bounded look for lost image submits: no person involved."""
+        self.script(data, {"history": HISTORY})
+        self.search_history(wait)
+
+    def search_history(self, wait: int) -> list[Task]:
+        """Let `wait` seconds pass (301: past AVATARS_ADOPT_EVERY), then run the worker's search."""
+        self.clock.advance(wait)
+        return async_to_sync(engine.adopt_due)(client=self.client)
+
     @rule(outage=OUTAGES)
     def the_worker_dies_and_restarts(self, outage: int) -> None:
         self.outage = outage
@@ -473,6 +485,10 @@ class AvatarsMachine(RuleBasedStateMachine):
         for _ in range(3):
             self.clock.advance(61)
             self.work(3 * len(self.tasks))
+        # Meanwhile the worker looked up its lost image submits in Ember's history (free).
+        adopted = self.search_history(0)
+        event(f"the worker's search adopted {sum(t.state in ACTIVE for t in adopted)} task(s)")
+        self.work(3 * len(self.tasks))
         self.assert_all_rest("with Ember healthy for an hour and three minutes")
         self.ember.repair_history(stale_nested=stale_nested)
         # Twice: a copy_failed task is copied from its saved answer first, and only a
@@ -603,3 +619,26 @@ class AvatarsMachine(RuleBasedStateMachine):
 test_it_keeps_every_promise_whatever_ember_the_worker_and_people_do = pytest.mark.usefixtures("db")(
     get_state_machine_test(AvatarsMachine, settings=settings())
 )
+
+
+@pytest.mark.django_db
+def test_it_keeps_the_ledger_when_the_worker_adopts_a_lost_submit() -> None:
+    """The machine's own steps, in the order that exercises adoption without a person."""
+    machine = AvatarsMachine()
+    try:
+        machine.plan(["image"], 1)
+        machine.ember.will("submit", "lose_answer")  # Ember makes and charges the job
+        machine.work(5)
+        [task_id] = machine.in_states(TaskState.UNCERTAIN)
+
+        machine.search_history(wait=301)
+        machine.work(5)
+
+        assert machine.in_states(TaskState.DONE) == [task_id]
+        assert machine.ember.charges[task_id] == 1
+        machine.charges()
+        machine.originals()
+        machine.truth()
+        machine.no_promise_was_broken_during_a_step()
+    finally:
+        machine.teardown()

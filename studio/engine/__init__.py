@@ -8,12 +8,14 @@ never change task state themselves. One module per concern:
 - `validation` and `planning`: reading a request, and writing its batch (docs/design.md §5);
 - `cancel`: cancelling while nothing may be with Ember (docs/design.md §9);
 - `recovery`: reconcile and resubmit, a person's ways out of `uncertain` (docs/design.md §8);
+- `adoption`: the worker's own bounded search of Ember's history for lost image submits;
 - `sets`: choosing assets and publishing (docs/design.md §10).
 
 Callers use the names below; a test that replaces a helper patches it in its own module,
 where the services look it up.
 """
 
+from studio.engine.adoption import adopt_due
 from studio.engine.cancel import BatchCancel, cancel_batch, cancel_task
 from studio.engine.errors import (
     ALREADY_ENDED,
@@ -62,6 +64,7 @@ __all__ = [
     "SpendCapReached",
     "TooLate",
     "add_reference",
+    "adopt_due",
     "areconcile",
     "cancel_batch",
     "cancel_task",

@@ -27,7 +27,8 @@ from django.utils import timezone
 
 from studio import originals
 from studio.ember.client import EmberClient
-from studio.models import POLL_BOUND, Task
+from studio.engine.adoption import adopt_due
+from studio.models import ACTIVE, POLL_BOUND, Task
 from studio.ownership import LOCK_LOST, NotOwner, Ownership, OwnershipLost
 from studio.worker.steps import FETCH_RETRY_DELAY, Steps
 from studio.worker.transitions import Answer, _beat, _wake_stranded, db
@@ -39,6 +40,7 @@ STOP_GRACE = 30.0  # seconds in-flight steps get to record Ember's answer on shu
 HEARTBEAT_INTERVAL = 5.0  # seconds between the worker's "still alive" writes
 DB_RETRY_DELAY = 1.0  # seconds before the pump retries a failed database; doubled each time
 DB_RETRY_MAX = 30.0  # seconds; the back-off's ceiling
+ADOPT_CHECK = 5.0  # seconds between looks for lost submits due a history search
 # What a locked, restarting or unreachable database raises; it passes, so the pump waits.
 DB_ERRORS = (OperationalError, InterfaceError)
 
@@ -57,6 +59,7 @@ class Worker(Steps):
         fetch_retry_delay: float = FETCH_RETRY_DELAY,
         stop_grace: float = STOP_GRACE,
         db_retry_delay: float = DB_RETRY_DELAY,
+        adopt_check: float = ADOPT_CHECK,
     ) -> None:
         """Set the worker up; it drives nothing until `lock()` and `run()`.
 
@@ -83,6 +86,9 @@ class Worker(Steps):
         self._last_beat = float("-inf")  # loop time of the last heartbeat written
         self._last_verified = float("-inf")  # loop time the lock was last checked
         self.db_retry_delay = db_retry_delay
+        self.adopt_check = adopt_check
+        self._adopting: asyncio.Task[int] | None = None  # the history search in flight
+        self._adopt_started = float("-inf")  # time.monotonic() of the last search's start
         self._ownership = Ownership()
 
     # --- ownership (§6.1) -------------------------------------------------------------
@@ -136,7 +142,7 @@ class Worker(Steps):
                     self._stop_now()
                     raise
                 delay = self.db_retry_delay  # the database answers again
-                if once and not self.in_hand and started == 0:
+                if once and not self.in_hand and started == 0 and not await self._adopted():
                     break
                 await self._idle()
         finally:
@@ -157,7 +163,9 @@ class Worker(Steps):
             # the pump also passes whenever a slot frees).
             await db(self._ownership.verify)()
             self._last_verified = loop.time()
-        return await self.pump()
+        started = await self.pump()
+        self._search_history()
+        return started
 
     async def pump(self) -> int:
         """Reap, settle stranded tasks, start due ones up to the limit; return how many started."""
@@ -197,6 +205,37 @@ class Worker(Steps):
                 self.unrecorded.pop(task_id, None)
         if any(counts.values()):
             log.warning("settled tasks left mid-step: %s", counts)
+
+    # --- adoption without a person (§8.1) ---------------------------------------------
+
+    def _search_history(self) -> None:
+        """Start a search of Ember's history for lost submits, in the background (bounded).
+
+        Beside the pump, never in its way: at most one search runs at a time, and each
+        looks at most `adopt_check` seconds after the last one began. What is due, and
+        how many a minute, is decided from the database (engine.adopt_due).
+        """
+        now = time.monotonic()
+        if self.stopping or (self._adopting is not None and not self._adopting.done()):
+            return
+        if now - self._adopt_started < self.adopt_check:
+            return
+        self._adopt_started = now
+        self._adopting = asyncio.create_task(self._adopt(), name="history search")
+
+    async def _adopt(self) -> int:
+        """Run one adoption pass; return how many tasks it handed back to the pump."""
+        try:
+            searched = await adopt_due(client=self.client)
+        except Exception:
+            log.exception("searching Ember's history failed; trying again later")
+            return 0
+        return sum(task.state in ACTIVE for task in searched)
+
+    async def _adopted(self) -> bool:
+        """Wait for the search in flight; say whether it gave the pump work (for `once`)."""
+        job, self._adopting = self._adopting, None
+        return job is not None and await job > 0
 
     def _due(self, limit: int) -> list[str]:
         """Return the ids of up to `limit` due tasks not in hand, on a fresh connection."""
@@ -245,6 +284,10 @@ class Worker(Steps):
         Cancelling our coroutines never cancels Ember's jobs: the next start
         resumes polling them by id.
         """
+        if self._adopting is not None:
+            # Stopping a search loses nothing: history is free to read again at its next turn.
+            self._adopting.cancel()
+            await asyncio.gather(self._adopting, return_exceptions=True)
         jobs = list(self.in_hand.values())
         if jobs:
             _done, pending = await asyncio.wait(jobs, timeout=self.stop_grace)

@@ -1,0 +1,154 @@
+"""Adoption without a person (docs/design.md §8.1): the worker looks up lost image submits.
+
+An `uncertain` image whose latest submit's answer was lost may be a paid job in Ember.
+The worker searches Ember's history for it (free) at a bounded rate: each task at most
+once per `AVATARS_ADOPT_EVERY` seconds, and at most `AVATARS_ADOPT_PER_MINUTE` searches a
+minute in all, both counted from the database so that a restart does not search again.
+The one row naming the task and that attempt is adopted through reconcile's own
+adoption; anything else stays `uncertain` for a person, with what was found on the task.
+A search never submits, copies or releases: an adopted task goes to `copying`, and the
+worker's copy step takes it from there.
+"""
+
+import logging
+from datetime import datetime, timedelta
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.db.models import OuterRef, QuerySet, Subquery
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+
+from studio.ember.client import EmberClient, EmberError
+from studio.engine.recovery import _others_note, _record_history, _refused_note, _usable
+from studio.models import Attempt, HistorySearch, Kind, Task, TaskState
+from studio.store import Conflict, update
+
+log = logging.getLogger("studio.worker")
+
+# The span AVATARS_ADOPT_PER_MINUTE counts searches over: the tasks whose last search began
+# in it (exact, since the settings allow each task at most one search a minute).
+WINDOW = timedelta(seconds=60)
+NO_ROW_PHASE = "Ember's history has no row for this submit yet; the worker looks again"
+AMBIGUOUS_PHASE = "Ember's history holds rows Avatars will not take on its own; a person decides"
+
+
+async def adopt_due(*, client: EmberClient, now: datetime | None = None) -> list[Task]:
+    """Search Ember's history for the lost submits due a search, up to the cap; return them.
+
+    Each task comes back as its search left it: `copying` when its row was adopted.
+    """
+    due = await sync_to_async(claim_due)(now or timezone.now())
+    return [await _search(task, number, client) for task, number in due]
+
+
+def claim_due(now: datetime) -> list[tuple[Task, int]]:
+    """Note a search at `now` for each task due one, within the cap; return (task, lost attempt).
+
+    The note is written before Ember is asked, so a search that dies midway still
+    counts: a worker that keeps dying cannot turn into a storm of searches.
+    """
+    recent = HistorySearch.objects.filter(searched_at__gt=now - WINDOW).count()
+    room = settings.AVATARS_ADOPT_PER_MINUTE - recent
+    if room <= 0:
+        return []
+    due = list(_due_query(now)[:room])
+    tasks = Task.objects.in_bulk([pk for pk, _number in due])
+    for pk, _number in due:
+        noted = HistorySearch.objects.filter(task_id=pk).first()
+        if noted is None:
+            HistorySearch.objects.create(task_id=pk, searched_at=now, searches=1)
+        else:
+            update(noted, searched_at=now, searches=noted.searches + 1)
+    return [(tasks[pk], number) for pk, number in due]
+
+
+def _due_query(now: datetime) -> "QuerySet[Task, tuple[Any, int]]":
+    """Return (task id, lost attempt) of the uncertain images due a search, longest unlooked first.
+
+    Due: an image resting `uncertain` on the lost answer of its latest submit, first
+    `AVATARS_ADOPT_EVERY` after that submit (Ember writes a history row only once the job
+    finished), then that long after each search.
+    """
+    latest = Attempt.objects.filter(task=OuterRef("pk")).order_by("-number")
+    cutoff = now - timedelta(seconds=settings.AVATARS_ADOPT_EVERY)
+    lost = Task.objects.filter(
+        state=TaskState.UNCERTAIN, kind=Kind.IMAGE, ember_job_id="", asset__isnull=True
+    ).annotate(
+        lost_attempt=Subquery(latest.values("number")[:1]),
+        lost_outcome=Subquery(latest.values("outcome")[:1]),
+        lost_job=Subquery(latest.values("ember_job_id")[:1]),
+        looked_at=Coalesce("history_search__searched_at", "submitted_at", "created_at"),
+    )
+    due = lost.filter(lost_outcome=Attempt.Outcome.UNKNOWN, lost_job="", looked_at__lte=cutoff)
+    return due.order_by("looked_at", "pk").values_list("pk", "lost_attempt")
+
+
+async def _search(task: Task, number: int, client: EmberClient) -> Task:
+    """Read the task's history rows and record what they say about attempt `number`."""
+    try:
+        rows = await client.history(str(task.pk))
+    except EmberError as exc:
+        # Nothing learned: the task stays as it is and is looked up again next time.
+        log.warning("task=%s history search failed: %s", task.pk, exc.message)
+        return task
+    return await sync_to_async(_record_search)(str(task.pk), number, rows)
+
+
+def _record_search(task_id: str, number: int, rows: list[dict[str, Any]]) -> Task:
+    """Adopt the one row naming the task and attempt `number`, or leave it for a person."""
+    task = Task.objects.get(pk=task_id)
+    if not _still_lost(task, number):
+        return task  # a person reconciled or resubmitted it meanwhile: theirs stands
+    mine = [row for row in rows if _names(row, task, number)]
+    try:
+        if len(rows) == 1 and len(mine) == 1 and _usable(mine[0]):
+            adopted = _record_history(task, rows)
+            log.info("task=%s adopted job=%s from Ember's history", task.pk, adopted.ember_job_id)
+            return adopted
+        return _leave_for_a_person(task, number, rows, mine)
+    except Conflict:
+        return Task.objects.get(pk=task_id)  # another writer moved it first
+
+
+def _still_lost(task: Task, number: int) -> bool:
+    """Say whether `task` still rests `uncertain` on the lost answer of attempt `number`."""
+    if task.state != TaskState.UNCERTAIN or task.ember_job_id or task.asset_id is not None:
+        return False
+    latest = task.attempts.order_by("-number").first()
+    return latest is not None and latest.number == number and not latest.ember_job_id
+
+
+def _names(row: dict[str, Any], task: Task, number: int) -> bool:
+    """Say whether a history row's source metadata names this task and attempt `number`."""
+    meta = row.get("source_metadata")
+    if not isinstance(meta, dict):
+        return False
+    attempt = meta.get("attempt")
+    return (
+        meta.get("source_app") == "cwkAvatars"
+        and meta.get("task_id") == str(task.pk)
+        and type(attempt) is int
+        and attempt == number
+    )
+
+
+def _leave_for_a_person(
+    task: Task, number: int, rows: list[dict[str, Any]], mine: list[dict[str, Any]]
+) -> Task:
+    """Show on the task what the search found; write only when that changed."""
+    if not rows:
+        phase, error = NO_ROW_PHASE, task.error
+    else:
+        phase = AMBIGUOUS_PHASE
+        found = (
+            f"The worker searched Ember's history for attempt {number}, whose answer was "
+            f"lost: {len(rows)} row(s), {len(mine)} naming that attempt. It takes a row on "
+            "its own only when it is the one row and names this task and that attempt."
+        )
+        usable = [row for row in rows if _usable(row)]
+        error = " ".join(filter(None, [found, _others_note(usable), _refused_note(rows)]))
+    if (phase, error) == (task.phase, task.error):
+        return task
+    return update(task, expected=task.version, phase=phase, error=error)
