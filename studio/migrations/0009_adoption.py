@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('studio', '0007_apitoken_scope'),
+        ('studio', '0008_scrub_report'),
     ]
 
     operations = [
