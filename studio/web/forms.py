@@ -1,4 +1,4 @@
-"""Forms for the studio pages: they check the shape of what people send; services judge the rest."""
+"""Forms for the studio pages: every section checked at once; the services have the last word."""
 
 import secrets
 from collections.abc import Iterable
@@ -7,6 +7,7 @@ from typing import Any
 from django import forms
 from django.conf import settings
 from django.core.files.uploadedfile import UploadedFile
+from django.db.models import Exists, OuterRef
 
 from studio import engine
 from studio.ids import row_id
@@ -126,8 +127,8 @@ class BatchForm(forms.Form):
 
     def subjects_without_photos(self) -> set[int]:
         """Return the ids of the subjects that have no reference photo yet."""
-        with_photos = Asset.objects.filter(origin=Origin.UPLOADED).values("subjects")
-        return set(Subject.objects.exclude(pk__in=with_photos).values_list("pk", flat=True))
+        photos = Asset.objects.filter(origin=Origin.UPLOADED, subjects=OuterRef("pk"))
+        return set(Subject.objects.filter(~Exists(photos)).values_list("pk", flat=True))
 
     def job_factors(self) -> tuple[int, int]:
         """Return the candidates (over every provider) and frames the form asks for, as typed."""
@@ -180,7 +181,8 @@ class BatchForm(forms.Form):
     def _check_photos(self, data: dict[str, Any]) -> None:
         """Refuse photos of unticked subjects, and ticked subjects without any photo."""
         ticked = list(data.get("subjects") or [])
-        bare = [s.name for s in ticked if s.pk in self.subjects_without_photos()]
+        without = self.subjects_without_photos() if ticked else set()
+        bare = [s.name for s in ticked if s.pk in without]
         if bare:
             self.add_error(
                 "subjects",
