@@ -13,11 +13,11 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
-from studio import engine
-from studio.models import Batch, Subject, Task, TaskState
+from studio import engine, originals
+from studio.models import Asset, Batch, Origin, Subject, Task, TaskState
 from studio.store import move
 from studio.web.forms import BatchForm
-from tests.conftest import batch_request
+from tests.conftest import batch_request, png_bytes
 from tests.test_pages import batch_form, fieldset, generated, text
 
 pytestmark = pytest.mark.django_db
@@ -432,6 +432,19 @@ def test_it_flags_a_ticked_subject_without_photos_before_paying(
         in fieldset(response, "Subjects")
     )
     assert not Batch.objects.exists()
+
+
+def test_it_flags_a_bare_subject_while_some_photo_belongs_to_no_subject(
+    signed_in: Client, subject, make_subject
+):
+    bare = make_subject("Bo")
+    Asset.objects.create_stored(
+        originals.save(png_bytes(77)), file_name="orphan.png", origin=Origin.UPLOADED
+    )
+
+    response = signed_in.post("/batches/new/", batch_form(subject, subjects=[subject.pk, bare.pk]))
+
+    assert "Bo has no reference photos yet" in fieldset(response, "Subjects")
 
 
 def test_it_puts_the_limits_the_server_checks_on_the_inputs(signed_in: Client, subject, settings):
