@@ -137,9 +137,11 @@ def form_order(tasks: "QuerySet[Task]") -> "QuerySet[Task]":
     """Order tasks as the form lists providers and frames, then by candidate."""
     providers = list(settings.AVATARS_PROVIDERS)
     frames = list(engine.FRAMES)
+    # model and pk last: one provider split over models numbers each split from 1, and
+    # the polls compare rows by position, so the order must never tie.
     return tasks.annotate(
         provider_rank=_rank("provider", providers), frame_rank=_rank("frame", frames)
-    ).order_by("provider_rank", "provider", "frame_rank", "frame", "ordinal")
+    ).order_by("provider_rank", "provider", "frame_rank", "frame", "ordinal", "model", "pk")
 
 
 def _rank(field: str, values: list[str]) -> Case:
