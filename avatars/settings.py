@@ -100,6 +100,9 @@ AVATARS_MAX_TASKS_PER_BATCH = env_int("AVATARS_MAX_TASKS_PER_BATCH", 200, minimu
 # largest batches a day, ten times the largest the default catalogue can make (96), yet it
 # bounds what a leaked token or a looping script can spend before someone looks.
 AVATARS_DAILY_TASK_CAP = env_int("AVATARS_DAILY_TASK_CAP", 1000, minimum=0)
+# The new-batch form asks "Start them?" a second time before planning more paid jobs
+# than this at once (0: ask for every batch).
+AVATARS_CONFIRM_JOBS_ABOVE = env_int("AVATARS_CONFIRM_JOBS_ABOVE", 12, minimum=0)
 # Every task sends all of its batch's reference photos to Ember, base64 in one JSON body:
 # one task with 63 MB of it took 191 MiB of worker memory. 40 MiB is room for 8 phone
 # photos of about 5 MiB, and a fifth of the 200 MiB that 8 photos at the upload cap

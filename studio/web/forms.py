@@ -1,15 +1,17 @@
-"""Forms for the studio pages: they check the shape of what people send; services judge the rest."""
+"""Forms for the studio pages: every section checked at once; the services have the last word."""
 
 import secrets
+from collections.abc import Iterable
 from typing import Any
 
 from django import forms
 from django.conf import settings
 from django.core.files.uploadedfile import UploadedFile
+from django.db.models import Exists, OuterRef
 
 from studio import engine
 from studio.ids import row_id
-from studio.models import Asset, Origin, Subject
+from studio.models import Asset, Batch, Origin, Subject
 
 
 class SubjectForm(forms.Form):
@@ -50,6 +52,18 @@ class ReferenceChoiceField(RowChoiceField):
 
 
 FORM_EXPIRED = "This form has expired; reload the page and submit it again."
+NO_PROVIDER = "Choose at least one provider."
+
+
+def count_jobs(candidates: Iterable[int], frames: Iterable[str]) -> int:
+    """Count the paid Ember jobs a batch makes: every candidate of every provider, per frame."""
+    return sum(n for n in candidates if n > 0) * len({f for f in frames if f in engine.FRAMES})
+
+
+def _whole(value: Any) -> int:
+    """Read a typed candidate count as the page's script does: not a number counts as 0."""
+    text = str(value or "").strip()
+    return int(text) if text.isascii() and text.isdigit() else 0
 
 
 class BatchForm(forms.Form):
@@ -57,7 +71,8 @@ class BatchForm(forms.Form):
 
     Each rendered form carries a one-time token: posting it twice (a double click, or
     Back and submit again) plans one batch, because the token is the batch's
-    idempotency key.
+    idempotency key. Every section is checked before the form answers, so that every
+    error shows at once beside its section.
     """
 
     token = forms.RegexField(
@@ -67,7 +82,6 @@ class BatchForm(forms.Form):
     )
     title = forms.CharField(max_length=200, required=False)
     prompt = forms.CharField(max_length=engine.MAX_PROMPT, widget=forms.Textarea(attrs={"rows": 3}))
-    # Optional here: the engine answers "Choose at least one subject." in its own words.
     subjects = RowChoiceField(
         queryset=Subject.objects.all(), widget=forms.CheckboxSelectMultiple, required=False
     )
@@ -77,29 +91,117 @@ class BatchForm(forms.Form):
         required=False,
         help_text="Leave all unticked to use every photo of the chosen subjects.",
     )
+    # Never rendered: it holds what is said about the providers as a whole.
+    providers = forms.Field(required=False, widget=forms.HiddenInput)
     frames = forms.MultipleChoiceField(
         choices=[(frame, frame) for frame in engine.FRAMES],
         widget=forms.CheckboxSelectMultiple,
         initial=["image"],
         required=False,
     )
+    # The person's second word: the number of paid jobs they agreed to start, and that
+    # they mean to start the same batch again.
+    confirm_jobs = forms.IntegerField(required=False, min_value=0, widget=forms.HiddenInput)
+    again = forms.BooleanField(required=False, label="Start it again on purpose")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         # A new one each time the form is rendered empty; a posted form keeps its own.
         self.fields["token"].initial = secrets.token_urlsafe(24)
-        for index, (key, entry) in enumerate(settings.AVATARS_PROVIDERS.items()):
+        for key, entry in settings.AVATARS_PROVIDERS.items():
+            # Every provider starts at 0: nothing is paid for that the person did not ask.
             self.fields[f"candidates_{key}"] = forms.IntegerField(
                 label=entry["label"],
                 min_value=0,
                 max_value=engine.MAX_CANDIDATES,
-                initial=1 if index == 0 else 0,
+                initial=0,
                 help_text=entry.get("model", ""),
                 widget=forms.NumberInput(attrs={"class": "candidates"}),
             )
+        self.fields["frames"].widget.attrs["class"] = "frame"
+        self.twin: Batch | None = None  # a batch this person planned just now from the same
+        self.twin_minutes = 0
 
     def provider_fields(self) -> list[forms.BoundField]:
         return [self[f"candidates_{key}"] for key in settings.AVATARS_PROVIDERS]
+
+    def subjects_without_photos(self) -> set[int]:
+        """Return the ids of the subjects that have no reference photo yet."""
+        photos = Asset.objects.filter(origin=Origin.UPLOADED, subjects=OuterRef("pk"))
+        return set(Subject.objects.filter(~Exists(photos)).values_list("pk", flat=True))
+
+    def job_factors(self) -> tuple[int, int]:
+        """Return the candidates (over every provider) and frames the form asks for, as typed."""
+        if not self.is_bound:
+            return 0, len(self.fields["frames"].initial)
+        providers = settings.AVATARS_PROVIDERS
+        candidates = sum(max(0, _whole(self.data.get(f"candidates_{k}"))) for k in providers)
+        getlist = getattr(self.data, "getlist", None)
+        frames = getlist("frames") if getlist else self.data.get("frames") or []
+        return candidates, len({f for f in frames if f in engine.FRAMES})
+
+    def paid_jobs(self) -> int:
+        """Count the paid jobs the form asks for, as typed (the page's script counts alike)."""
+        candidates, frames = self.job_factors()
+        return candidates * frames
+
+    def asks_to_confirm(self) -> bool:
+        """Say whether this many paid jobs need the person's second word before planning."""
+        jobs = self.paid_jobs()
+        agreed = self.cleaned_data.get("confirm_jobs") if hasattr(self, "cleaned_data") else None
+        return jobs > settings.AVATARS_CONFIRM_JOBS_ABOVE and agreed != jobs
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if "subjects" in data and not data["subjects"]:
+            self.add_error("subjects", "Choose at least one subject.")
+        if not data.get("frames") and "frames" not in self.errors:
+            self.add_error("frames", "Choose at least one frame.")
+        self._check_providers(data)
+        self._check_photos(data)
+        return data
+
+    def _check_providers(self, data: dict[str, Any]) -> None:
+        typed = [data.get(f"candidates_{key}") for key in settings.AVATARS_PROVIDERS]
+        asked = [n for n in typed if n is not None]
+        if len(asked) < len(typed):
+            return  # a count is wrong: said beside it
+        if not any(asked):
+            self.add_error("providers", NO_PROVIDER)
+            return
+        total, limit = (
+            count_jobs(asked, data.get("frames") or []),
+            settings.AVATARS_MAX_TASKS_PER_BATCH,
+        )
+        if total > limit:
+            self.add_error(
+                "providers", f"This batch would make {total} tasks; the limit is {limit}."
+            )
+
+    def _check_photos(self, data: dict[str, Any]) -> None:
+        """Refuse photos of unticked subjects, and ticked subjects without any photo."""
+        ticked = list(data.get("subjects") or [])
+        without = self.subjects_without_photos() if ticked else set()
+        bare = [s.name for s in ticked if s.pk in without]
+        if bare:
+            self.add_error(
+                "subjects",
+                f"{_names(bare)} {'has' if len(bare) == 1 else 'have'} no reference photos yet: "
+                "add some on the Subjects page, or untick "
+                f"{'it' if len(bare) == 1 else 'them'}.",
+            )
+        ids = {s.pk for s in ticked}
+        stray = [
+            a.file_name
+            for a in data.get("references") or []
+            if not ids & {s.pk for s in a.subjects.all()}
+        ]
+        if stray:
+            self.add_error(
+                "references",
+                f"{_names(stray)} {'is a photo' if len(stray) == 1 else 'are photos'} of no "
+                "ticked subject: tick the subject or untick the photo.",
+            )
 
     def key(self) -> str:
         """Return the idempotency key this form plans under (apart from API clients' keys)."""
@@ -116,11 +218,7 @@ class BatchForm(forms.Form):
             return None  # the request as a whole, the daily cap among them
         if f"candidates_{refusal.provider}" in self.fields:
             return f"candidates_{refusal.provider}"
-        # The batch as a whole is too large: one sentence, beside the provider asking
-        # for the most candidates (the first to lower).
-        providers = settings.AVATARS_PROVIDERS
-        asked = {key: self.cleaned_data.get(f"candidates_{key}") or 0 for key in providers}
-        return f"candidates_{max(asked, key=asked.__getitem__)}" if asked else None
+        return "providers"  # the batch as a whole is too large
 
     def to_request(self) -> dict[str, Any]:
         """Build the request `engine.generate` takes from the cleaned data."""
@@ -139,6 +237,11 @@ class BatchForm(forms.Form):
             ],
             "frames": data["frames"],
         }
+
+
+def _names(names: list[str]) -> str:
+    """Say a list of names as "A", "A and B" or "A, B and C"."""
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
 class IdListField(forms.Field):

@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 from axe_playwright_python.sync_playwright import Axe
 from PIL import Image, ImageDraw
-from playwright.sync_api import Page, expect
+from playwright.sync_api import Locator, Page, expect
 
 from tests.processes import Simulator, free_port, migrated_template, new_stack
 
@@ -191,21 +191,31 @@ def portrait_png(path: Path) -> Path:
     return path
 
 
-def plan_batch(page: Page, *, prompt: str, subject: str = "Bo", candidates: int = 2) -> str:
-    """Fill in the new-batch form and return the batch page's URL."""
+def fill_batch(page: Page, *, prompt: str, subject: str = "Bo", candidates: int = 2) -> None:
+    """Open the new-batch form and fill it in: one subject, GPT Image candidates, one frame."""
     go(page, "New batch")
     page.get_by_label("Prompt", exact=True).fill(prompt)
     page.get_by_label(subject, exact=True).check()
     page.locator('input[name="candidates_openai"]').fill(str(candidates))
-    page.get_by_role("button", name="Plan batch").click()
+
+
+def start_button(page: Page) -> Locator:
+    """The form's button, which names the spend ("Start 2 paid jobs")."""
+    return page.get_by_role("button", name=re.compile(r"^Start \d+ paid jobs?$"))
+
+
+def plan_batch(page: Page, *, prompt: str, subject: str = "Bo", candidates: int = 2) -> str:
+    """Fill in the new-batch form, start it, and return the batch page's URL."""
+    fill_batch(page, prompt=prompt, subject=subject, candidates=candidates)
+    expect(start_button(page)).to_have_text(f"Start {candidates} paid job{'s' * (candidates != 1)}")
+    start_button(page).click()
     expect(page.get_by_role("heading", name=prompt)).to_be_visible()
     return page.url
 
 
 def wait_until_finished(page: Page, total: int) -> None:
-    expect(page.get_by_test_id("progress-text")).to_have_text(
-        f"{total} of {total} finished", timeout=SLOW
-    )
+    """Wait until all `total` images of the batch on the page are ready."""
+    expect(page.get_by_test_id("progress-text")).to_have_text(f"{total} ready", timeout=SLOW)
 
 
 def loaded_thumbnails(page: Page, scope: str = "[data-testid=task] img") -> int:

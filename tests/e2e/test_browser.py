@@ -24,6 +24,7 @@ from tests.e2e.studio import (
 )
 
 PUBLISH_REFUSED = "Ember history must be recovered before publishing generated images."
+HISTORY_MISSING = "Image saved, waiting for Ember's record"
 
 
 # --- scenarios --------------------------------------------------------------------------
@@ -45,15 +46,15 @@ def test_it_uploads_a_photo_and_watches_a_batch_finish_without_a_reload(page: Pa
     )
 
     plan_batch(page, prompt="Ada, a friendly watercolour portrait", subject="Ada")
-    progress = page.get_by_test_id("progress")
+    progress = page.get_by_test_id("progress-text")
     expect(progress).to_be_visible()
     # Set after the page loaded: a full reload would wipe it.
     page.evaluate("window.sameDocument = true")
 
     wait_until_finished(page, 2)
-    expect(page.get_by_test_id("task-state")).to_have_text(["done", "done"])
+    expect(page.get_by_test_id("task-state")).to_have_text(["Ready", "Ready"])
     expect(page.get_by_test_id("paid")).to_have_text("Paid Ember requests: 2")
-    expect(progress).to_have_attribute("value", "2")
+    expect(progress).to_have_text("2 ready")
     page.wait_for_function(
         "() => [...document.querySelectorAll('[data-testid=task] img')]"
         ".filter(i => i.complete && i.naturalWidth > 0).length === 2",
@@ -70,13 +71,13 @@ def test_it_cancels_a_batch_that_is_still_queued(page: Page, studio: Studio):
     studio.stop_worker()
     try:
         plan_batch(page, prompt="Bo in a hat, nobody sends this", candidates=3)
-        expect(page.get_by_test_id("task-state")).to_have_text(["queued"] * 3)
+        expect(page.get_by_test_id("task-state")).to_have_text(["Waiting to start"] * 3)
 
         page.get_by_role("button", name="Cancel batch").click()
 
         expect(page.get_by_text("Cancelled 3 tasks; kept 0 already with Ember.")).to_be_visible()
-        expect(page.get_by_test_id("task-state")).to_have_text(["cancelled"] * 3)
-        expect(page.get_by_test_id("progress-text")).to_have_text("3 of 3 finished")
+        expect(page.get_by_test_id("task-state")).to_have_text(["Cancelled"] * 3)
+        expect(page.get_by_test_id("progress-text")).to_have_text("3 cancelled")
         expect(page.get_by_test_id("paid")).to_have_text("Paid Ember requests: 0")
         expect(page.get_by_role("button", name="Cancel batch")).to_have_count(0)
     finally:
@@ -124,7 +125,7 @@ def test_it_refuses_to_publish_while_an_images_history_is_missing(page: Page, st
     studio.configure_ember(fail_history_writes=True)
     try:
         plan_batch(page, prompt="Bo whose history Ember lost", candidates=1)
-        expect(page.get_by_test_id("task-state")).to_have_text(["history_missing"], timeout=SLOW)
+        expect(page.get_by_test_id("task-state")).to_have_text([HISTORY_MISSING], timeout=SLOW)
         page.wait_for_function(
             "() => document.querySelector('[data-testid=task] img')?.naturalWidth > 0"
         )
@@ -151,7 +152,7 @@ def test_an_operator_repairs_missing_history_from_the_admin(page: Page, studio: 
     studio.configure_ember(fail_history_writes=True)
     try:
         batch_url = plan_batch(page, prompt="Bo, repaired by an operator", candidates=1)
-        expect(page.get_by_test_id("task-state")).to_have_text(["history_missing"], timeout=SLOW)
+        expect(page.get_by_test_id("task-state")).to_have_text([HISTORY_MISSING], timeout=SLOW)
     finally:
         studio.configure_ember(fail_history_writes=False)
     assert studio.sim is not None
@@ -170,6 +171,6 @@ def test_an_operator_repairs_missing_history_from_the_admin(page: Page, studio: 
     expect(page.locator(".messagelist").first).to_contain_text("copying")
     # The worker owns the copy: it finds the original already saved and records the history.
     page.goto(batch_url)
-    expect(page.get_by_test_id("task-state")).to_have_text(["done"], timeout=SLOW)
+    expect(page.get_by_test_id("task-state")).to_have_text(["Ready"], timeout=SLOW)
     page.goto(f"/admin/studio/task/?batch__id__exact={batch_id}")
     expect(page.locator("#result_list tbody tr")).to_contain_text("Done")

@@ -1,29 +1,31 @@
 """The batch pages: the recent ones, a new one, live progress, and cancelling what still can be."""
 
+from datetime import timedelta
 from typing import Any
+from urllib.parse import urlencode
 from uuid import UUID
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.db.models import Count, Q
+from django.contrib.auth.models import User
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.template.defaultfilters import pluralize
+from django.urls import reverse
+from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from studio import engine
-from studio.models import (
-    FINAL,
-    STOPPABLE,
-    Batch,
-    Task,
-    TaskState,
-    WorkerHeartbeat,
-)
+from studio.models import Batch, BatchKey, Task, TaskState, WorkerHeartbeat
+from studio.web import progress
 from studio.web.forms import BatchForm
-from studio.web.views.common import login_required_htmx, posted, user_of
+from studio.web.views.common import login_required_htmx, page_of, posted, user_of
 
-RECENT_BATCHES = 20
+BATCHES_PAGE = 20
+THUMBS_PER_BATCH = 4
+# A form that asks for what this person started this recently asks before paying again.
+SAME_BATCH_WINDOW = timedelta(minutes=10)
 FORM_REUSED = (
     "This form had already planned this batch; nothing new was planned. "
     "Open a new form to plan another batch."
@@ -33,47 +35,134 @@ FORM_REUSED = (
 @login_required
 @require_GET
 def home(request: HttpRequest) -> HttpResponse:
-    """Show the most recent batches with how far each got."""
-    batches = Batch.objects.annotate(
-        total=Count("tasks"), finished=Count("tasks", filter=Q(tasks__state__in=FINAL))
-    )[:RECENT_BATCHES]
-    return render(request, "studio/home.html", {"batches": batches})
+    """Show the batches, newest first and a page at a time, with each one's outcome."""
+    # The annotated query drops the model's ordering: say it, or pages come out in any order.
+    batches = Batch.objects.annotate(**progress.group_counts()).order_by("-created_at", "-pk")
+    window = page_of(request, batches, BATCHES_PAGE)
+    thumbs = _first_images([batch.pk for batch in window])
+    for batch in window:
+        batch.outcome = progress.Outcome.of_row(batch)
+        batch.thumbs = thumbs.get(batch.pk, [])
+    return render(request, "studio/home.html", {"batches": window, "page": window})
+
+
+def _first_images(batch_ids: list[UUID]) -> dict[UUID, list[int]]:
+    """Return up to THUMBS_PER_BATCH delivered image ids per batch, in the form's order."""
+    ranked = progress.form_order(
+        Task.objects.filter(batch_id__in=batch_ids, state=TaskState.DONE, asset__isnull=False)
+    )
+    shown: dict[UUID, list[int]] = {}
+    for batch_id, asset_id in ranked.values_list("batch_id", "asset_id"):
+        if len(shown.setdefault(batch_id, [])) < THUMBS_PER_BATCH:
+            shown[batch_id].append(asset_id)
+    return shown
 
 
 @login_required
 @require_http_methods(["GET", "POST"])
 def batch_new(request: HttpRequest) -> HttpResponse:
-    """Offer the new-batch form; plan the batch (once per form) and answer with its page."""
+    """Offer the new-batch form; plan the batch (once per form) and answer with its page.
+
+    Before anything is paid, the form asks again when it repeats a batch this person
+    started minutes ago, or when it starts more jobs than AVATARS_CONFIRM_JOBS_ABOVE.
+    """
     form = BatchForm(*posted(request))
     if request.method == "POST" and form.is_valid():
-        try:
-            batch = engine.generate(
-                request=form.to_request(), user=user_of(request), key=form.key()
-            )
-        except engine.InvalidRequest as exc:
-            form.refuse(exc)
-        except engine.KeyReused as exc:
-            # Back, a change, and submit again: this form's token already planned a batch.
-            messages.info(request, FORM_REUSED)
-            return redirect("studio:batch", batch_id=exc.batch.pk)
-        else:
-            # A second post of the same form lands here too, with the first batch.
-            return redirect("studio:batch", batch_id=batch.pk)
-    return render(
-        request, "studio/batch_new.html", {"form": form}, status=400 if form.errors else 200
+        answer = _plan(request, form)
+        if answer is not None:
+            return answer
+    # A form that asks the person first is not an error: it answers 200 with the question.
+    status = 400 if form.errors else 200
+    candidates, frames = form.job_factors()
+    context = {
+        "form": form,
+        "jobs": candidates * frames,
+        "candidates": candidates,
+        "frames": frames,
+        "ask": form.is_bound and not form.errors and form.asks_to_confirm(),
+        "bare": form.subjects_without_photos(),
+        "max_candidates": engine.MAX_CANDIDATES,
+        "max_references": settings.AVATARS_MAX_REFERENCES,
+        "max_jobs": settings.AVATARS_MAX_TASKS_PER_BATCH,
+        "confirm_above": settings.AVATARS_CONFIRM_JOBS_ABOVE,
+    }
+    return render(request, "studio/batch_new.html", context, status=status)
+
+
+def _plan(request: HttpRequest, form: BatchForm) -> HttpResponse | None:
+    """Plan the form's batch and answer with its page, or None when the form must ask first."""
+    user = user_of(request)
+    if not form.cleaned_data["again"]:
+        _find_twin(form, user)
+    if form.twin is not None or form.asks_to_confirm():
+        return None
+    try:
+        batch = engine.generate(request=form.to_request(), user=user, key=form.key())
+    except engine.InvalidRequest as exc:
+        form.refuse(exc)
+        return None
+    except engine.KeyReused as exc:
+        # Back, a change, and submit again: this form's token already planned a batch.
+        messages.info(request, FORM_REUSED)
+        return redirect("studio:batch", batch_id=exc.batch.pk)
+    # A second post of the same form lands here too, with the first batch.
+    return redirect("studio:batch", batch_id=batch.pk)
+
+
+def _find_twin(form: BatchForm, user: User | None) -> None:
+    """Note on `form` a batch `user` planned within SAME_BATCH_WINDOW from the same intent.
+
+    Batches this very form planned are left out: posting it again is answered by its
+    one-time token with the batch it planned.
+    """
+    if user is None:
+        return
+    now = timezone.now()
+    own = BatchKey.objects.filter(user=user, key=form.key()).values("batch")
+    recent = (
+        Batch.objects.filter(created_by=user, created_at__gte=now - SAME_BATCH_WINDOW)
+        .exclude(pk__in=own)
+        .order_by("-created_at")
+    )
+    wanted = same_intent(form.to_request())
+    for batch in recent[:50]:
+        if same_intent(batch.request) == wanted:
+            form.twin = batch
+            form.twin_minutes = max(1, int((now - batch.created_at).total_seconds() // 60))
+            return
+
+
+def same_intent(request: dict[str, Any]) -> tuple[Any, ...]:
+    """Return what makes two requests the same intent: prompt, subjects, providers, frames."""
+    asked: dict[str, int] = {}
+    for row in request.get("providers") or []:
+        asked[row["provider"]] = asked.get(row["provider"], 0) + row.get("candidates", 1)
+    return (
+        str(request.get("prompt") or "").strip(),
+        sorted(request.get("subjects") or []),
+        sorted(asked.items()),
+        sorted(set(request.get("frames") or [])),
     )
 
 
-def _progress_context(batch: Batch) -> dict[str, Any]:
+def _progress_context(request: HttpRequest, batch: Batch) -> dict[str, Any]:
     counts = engine.progress(batch=batch)
-    tasks = batch.tasks.order_by("provider", "frame", "ordinal")
+    outcome = progress.Outcome.of_counts(counts)
+    tasks = progress.dress(list(progress.form_order(batch.tasks.all())))
+    repair = ""
+    if outcome.attention and request.user.is_staff:
+        repair = f"{reverse('admin:studio_task_changelist')}?" + urlencode(
+            {"state": "reconcilable", "batch__id__exact": str(batch.pk)}
+        )
     return {
         "batch": batch,
         "counts": counts,
-        "states": [(state.value, counts[state.value]) for state in TaskState if counts[state]],
-        "done": counts["finished"] == counts["total"],
+        "outcome": outcome,
+        "done": outcome.done,
         "tasks": tasks,
-        "stoppable": STOPPABLE,
+        "repair": repair,
+        "seen": ".".join(str(task.version) for task in tasks),
+        "tab_title": outcome.tab_title(batch.title),
         "worker_status": WorkerHeartbeat.status(),
     }
 
@@ -83,15 +172,30 @@ def _progress_context(batch: Batch) -> dict[str, Any]:
 def batch_detail(request: HttpRequest, batch_id: UUID) -> HttpResponse:
     """Show a batch with its live progress and its tasks."""
     found = get_object_or_404(Batch, pk=batch_id)
-    return render(request, "studio/batch.html", _progress_context(found))
+    return render(request, "studio/batch.html", _progress_context(request, found))
 
 
 @login_required_htmx
 @require_GET
 def batch_progress(request: HttpRequest, batch_id: UUID) -> HttpResponse:
-    """Render the progress partial that the batch page polls (without a full reload)."""
+    """Render what changed since the page's last look: the summary, and the rows that moved.
+
+    The page sends the task versions it shows (`seen`) and the images it had
+    (`delivered`); only rows whose version moved are swapped (by id), so the rest of
+    the page, and the person's keyboard focus in it, stay put. A change in the number
+    of delivered images tells the results section to reload (`results-changed`).
+    """
     found = get_object_or_404(Batch, pk=batch_id)
-    return render(request, "studio/_progress.html", _progress_context(found))
+    context = _progress_context(request, found)
+    seen = request.GET.get("seen", "").split(".")
+    tasks = context["tasks"]
+    if len(seen) != len(tasks):
+        seen = [""] * len(tasks)
+    context["changed"] = [t for t, v in zip(tasks, seen, strict=True) if str(t.version) != v]
+    response = render(request, "studio/_progress_poll.html", context)
+    if request.GET.get("delivered", "") != str(context["outcome"].ready):
+        response["HX-Trigger"] = "results-changed"
+    return response
 
 
 @login_required

@@ -1,0 +1,72 @@
+// The new-batch form: the paid-job total as the person types, reference photos that follow
+// the ticked subjects, and a button that says what it is doing once pressed.
+// The server counts the same way (BatchForm.job_factors) and has the last word.
+(function () {
+  "use strict";
+  var form = document.querySelector("form.batch-form");
+  if (!form) return;
+  var button = form.querySelector("button[type=submit]");
+  var total = form.querySelector("output.jobs");
+
+  function plural(n, word) {
+    return n + " " + word + (n === 1 ? "" : "s");
+  }
+
+  function whole(text) {
+    // As the server reads a count: digits only, anything else is 0.
+    text = String(text || "").trim();
+    return /^[0-9]+$/.test(text) ? parseInt(text, 10) : 0;
+  }
+
+  function count() {
+    var candidates = 0;
+    form.querySelectorAll("input.candidates").forEach(function (input) {
+      candidates += whole(input.value);
+    });
+    var frames = form.querySelectorAll("input.frame:checked").length;
+    return { candidates: candidates, frames: frames, jobs: candidates * frames };
+  }
+
+  function recount() {
+    var c = count();
+    total.textContent = plural(c.candidates, "candidate") + " × " + plural(c.frames, "frame") +
+      " = " + plural(c.jobs, "paid job");
+    button.textContent = "Start " + plural(c.jobs, "paid job");
+    return c.jobs;
+  }
+
+  function followSubjects() {
+    var ticked = {};
+    var any = false;
+    form.querySelectorAll("input[name=subjects]").forEach(function (box) {
+      if (box.checked) { ticked[box.value] = true; any = true; }
+    });
+    form.querySelectorAll(".pick[data-subjects]").forEach(function (pick) {
+      var shown = pick.dataset.subjects.trim().split(/\s+/).some(function (id) { return ticked[id]; });
+      pick.hidden = !shown;
+      if (!shown) pick.querySelector("input").checked = false;
+    });
+    var hint = form.querySelector(".none-ticked");
+    if (hint) hint.hidden = any || !form.querySelector(".pick");
+  }
+
+  form.addEventListener("input", recount);
+  form.addEventListener("change", function (event) {
+    if (event.target.name === "subjects") followSubjects();
+    recount();
+  });
+  form.addEventListener("submit", function () {
+    var jobs = recount();
+    // One press, one intent: a second press while the first is on its way does nothing.
+    button.disabled = true;
+    button.textContent = "Starting " + plural(jobs, "paid job") + "…";
+  });
+  // Back to this page from the next one: the button works again (the server answers a
+  // form posted twice with the batch it already planned).
+  window.addEventListener("pageshow", function () {
+    button.disabled = false;
+    recount();
+  });
+  followSubjects();
+  recount();
+})();

@@ -1,0 +1,163 @@
+"""How far a batch got, in a person's words: outcome groups, plain state labels, summaries.
+
+The engine counts tasks by state; a family wants to know how many images are ready,
+how many are still coming, and what went wrong. The groups here are what the pages
+show, each with a word and a colour that is never the only sign.
+"""
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.db.models import Case, Count, IntegerField, Q, QuerySet, Value, When
+
+from studio import engine
+from studio.models import RECONCILABLE, STOPPABLE, Task, TaskState
+
+# The outcome groups, in the order the bar shows them: (key, states).
+GROUPS: tuple[tuple[str, tuple[TaskState, ...]], ...] = (
+    ("ready", (TaskState.DONE,)),
+    ("running", (*STOPPABLE,)),
+    ("attention", RECONCILABLE),
+    ("failed", (TaskState.FAILED,)),
+    ("cancelled", (TaskState.CANCELLED,)),
+)
+# How the summary says a group: (one, several).
+WORDS = {
+    "ready": ("ready", "ready"),
+    "running": ("in progress", "in progress"),
+    "attention": ("needs attention", "need attention"),
+    "failed": ("failed", "failed"),
+    "cancelled": ("cancelled", "cancelled"),
+}
+
+# Every state in plain words: what a person sees instead of the state's name.
+STATE_LABELS = {
+    TaskState.QUEUED: "Waiting to start",
+    TaskState.PREPARING: "Preparing",
+    TaskState.SUBMITTING: "Sending to Ember",
+    TaskState.RUNNING: "Ember is making it",
+    TaskState.COPYING: "Saving the image",
+    TaskState.DONE: "Ready",
+    TaskState.FAILED: "Failed",
+    TaskState.CANCELLED: "Cancelled",
+    TaskState.UNCERTAIN: "Needs an operator: Ember may have received this",
+    TaskState.HISTORY_MISSING: "Image saved, waiting for Ember's record",
+    TaskState.COPY_FAILED: "Made by Ember, not saved here yet",
+}
+# What happens next to a task that waits for a person, in one sentence.
+NEXT_STEPS = {
+    TaskState.UNCERTAIN: (
+        "An operator checks with Ember before anything is sent again, so it is not paid twice."
+    ),
+    TaskState.HISTORY_MISSING: (
+        "The image is kept; an operator recovers Ember's record before it can be published."
+    ),
+    TaskState.COPY_FAILED: (
+        "An operator copies the finished image from Ember; it is not made or paid again."
+    ),
+}
+DASH = "\u2013"  # an en dash between the progress and the title in the tab
+# "(RemoteProtocolError)": an exception's class name, for the admin, not for the person.
+CLASS_NAME = re.compile(r"\s*\((?:[A-Z][a-z0-9]+){2,}\)")
+
+
+def plain_error(error: str) -> str:
+    """Return a task's error without the exception class names kept for operators."""
+    return CLASS_NAME.sub("", error).strip()
+
+
+def group_counts() -> dict[str, Count]:
+    """Return the annotations that count a batch's tasks per outcome group."""
+    return {f"n_{key}": Count("tasks", filter=Q(tasks__state__in=states)) for key, states in GROUPS}
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A batch's tasks counted per outcome group, with the words and numbers pages show."""
+
+    ready: int = 0
+    running: int = 0
+    attention: int = 0
+    failed: int = 0
+    cancelled: int = 0
+
+    @classmethod
+    def of_counts(cls, counts: dict[str, int]) -> "Outcome":
+        """Build from counts by state (as `engine.progress` answers)."""
+        return cls(**{key: sum(counts.get(s.value, 0) for s in states) for key, states in GROUPS})
+
+    @classmethod
+    def of_row(cls, row: Any) -> "Outcome":
+        """Build from a batch annotated with `group_counts()`."""
+        return cls(**{key: getattr(row, f"n_{key}") for key, _ in GROUPS})
+
+    @property
+    def total(self) -> int:
+        return sum(getattr(self, key) for key, _ in GROUPS)
+
+    @property
+    def done(self) -> bool:
+        """Say whether nothing more will happen without a person: every task rests."""
+        return self.running == 0 and self.attention == 0
+
+    def words(self) -> str:
+        """Say the outcome as "3 ready · 1 failed"; every group with tasks, in bar order."""
+        parts = []
+        for key, _ in GROUPS:
+            n = getattr(self, key)
+            if n:
+                one, several = WORDS[key]
+                parts.append(f"{n} {one if n == 1 else several}")
+        return " · ".join(parts) or "No tasks"
+
+    def segments(self) -> list[dict[str, Any]]:
+        """Return the bar's segments with tasks: key, count, width in percent and words."""
+        total = self.total or 1
+        return [
+            {
+                "key": key,
+                "n": getattr(self, key),
+                "width": round(100 * getattr(self, key) / total, 2),
+                "words": f"{getattr(self, key)} {WORDS[key][0 if getattr(self, key) == 1 else 1]}",
+            }
+            for key, _ in GROUPS
+            if getattr(self, key)
+        ]
+
+    def tab_title(self, title: str) -> str:
+        """Say progress in the browser tab: "3 of 8 ready", or "All done", before the title."""
+        if self.done:
+            return f"All done {DASH} {title}"
+        return f"{self.ready} of {self.total} ready {DASH} {title}"
+
+
+def form_order(tasks: "QuerySet[Task]") -> "QuerySet[Task]":
+    """Order tasks as the form lists providers and frames, then by candidate."""
+    providers = list(settings.AVATARS_PROVIDERS)
+    frames = list(engine.FRAMES)
+    # model and pk last: one provider split over models numbers each split from 1, and
+    # the polls compare rows by position, so the order must never tie.
+    return tasks.annotate(
+        provider_rank=_rank("provider", providers), frame_rank=_rank("frame", frames)
+    ).order_by("provider_rank", "provider", "frame_rank", "frame", "ordinal", "model", "pk")
+
+
+def _rank(field: str, values: list[str]) -> Case:
+    whens = [When(**{field: value}, then=Value(i)) for i, value in enumerate(values)]
+    return Case(*whens, default=Value(len(values)), output_field=IntegerField())
+
+
+def dress(tasks: list[Task]) -> list[Task]:
+    """Give each task the words its row shows: label, reason, next step, and if it may stop."""
+    for task in tasks:
+        state = TaskState(task.state)
+        task.label = STATE_LABELS[state]  # type: ignore[attr-defined]
+        task.next_step = NEXT_STEPS.get(state, "")  # type: ignore[attr-defined]
+        task.reason = plain_error(task.error)  # type: ignore[attr-defined]
+        # Engineers' phases ("Reconcile before retry") give way to the next step above.
+        task.show_phase = state in STOPPABLE  # type: ignore[attr-defined]
+        task.stoppable = state in STOPPABLE  # type: ignore[attr-defined]
+        task.group = next(key for key, states in GROUPS if state in states)  # type: ignore[attr-defined]
+    return tasks

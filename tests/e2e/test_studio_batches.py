@@ -1,0 +1,272 @@
+"""The batch pages in a browser, at a desktop's and a phone's size: what a family sees.
+
+The spend is named before it happens, the button says what it is doing, progress is said
+in words and keeps the person's place, and every page passes the accessibility audit.
+"""
+
+import re
+from collections.abc import Iterator
+from urllib.parse import urlparse
+
+import pytest
+from playwright.sync_api import Page, expect
+
+from tests.e2e.studio import (
+    SLOW,
+    Studio,
+    audit,
+    fill_batch,
+    go,
+    plan_batch,
+    screenshot,
+    sign_in,
+    start_button,
+)
+
+DASH, TIMES = "\u2013", "\u00d7"  # as the pages write them
+
+
+@pytest.fixture(params=["desktop", "phone"])
+def person(request: pytest.FixtureRequest) -> Page:
+    """A signed-in person at either size."""
+    page: Page = request.getfixturevalue("page" if request.param == "desktop" else "phone")
+    sign_in(page)
+    return page
+
+
+@pytest.fixture
+def no_worker(studio: Studio) -> Iterator[None]:
+    """Nothing is sent to Ember while the test runs: tasks stay where they were planned."""
+    studio.stop_worker()
+    try:
+        yield
+    finally:
+        studio.start_worker()
+
+
+def fits(page: Page) -> None:
+    width = (page.viewport_size or {"width": 0})["width"]
+    assert page.evaluate("document.documentElement.scrollWidth") <= width
+
+
+def size(page: Page) -> str:
+    return "phone" if (page.viewport_size or {"width": 0})["width"] < 600 else "desktop"
+
+
+# --- 1, 2, 9: the new-batch form ----------------------------------------------------------
+
+
+def test_it_counts_the_paid_jobs_as_the_person_types(person: Page):
+    fill_batch(person, prompt="Bo, counted", candidates=2)
+
+    total = person.get_by_test_id("job-total")
+    expect(total).to_have_text(f"2 candidates {TIMES} 1 frame = 2 paid jobs")
+    person.get_by_label("headshot", exact=True).check()
+    person.locator('input[name="candidates_flux"]').fill("1")
+
+    expect(total).to_have_text(f"3 candidates {TIMES} 2 frames = 6 paid jobs")
+    expect(start_button(person)).to_have_text("Start 6 paid jobs")
+    person.locator('input[name="candidates_openai"]').fill("0")
+    expect(start_button(person)).to_have_text("Start 2 paid jobs")
+    fits(person)
+    audit(person)
+    screenshot(person, "batch-new")
+
+
+def test_it_disables_the_button_and_says_what_it_is_doing_once_pressed(person: Page):
+    fill_batch(person, prompt="Bo, pressed once", candidates=3)
+    # Hold the form here after the page's own handler ran, to look at the button.
+    person.evaluate(
+        "document.querySelector('form.batch-form')"
+        ".addEventListener('submit', e => e.preventDefault())"
+    )
+
+    start_button(person).click()
+
+    pressed = person.get_by_test_id("start")
+    expect(pressed).to_be_disabled()
+    expect(pressed).to_have_text("Starting 3 paid jobs…")
+
+
+def test_it_sends_one_request_for_a_double_click(page: Page):
+    sign_in(page)
+    fill_batch(page, prompt="Bo, clicked twice", candidates=1)
+    posts: list[str] = []
+    page.on("request", lambda r: posts.append(r.url) if r.method == "POST" else None)
+
+    start_button(page).dblclick()
+
+    expect(page.get_by_role("heading", name="Bo, clicked twice")).to_be_visible()
+    assert len(posts) == 1
+
+
+def test_it_says_the_same_batch_was_started_minutes_ago_and_starts_it_again_on_purpose(
+    page: Page,
+):
+    sign_in(page)
+    first = plan_batch(page, prompt="Bo, the same again", candidates=1)
+
+    fill_batch(page, prompt="Bo, the same again", candidates=1)
+    start_button(page).click()
+
+    twin = page.get_by_test_id("twin")
+    expect(twin).to_contain_text("You started the same batch 1 minute ago")
+    expect(twin.get_by_role("link", name="Bo, the same again")).to_have_attribute(
+        "href", urlparse(first).path
+    )
+    audit(page)
+    page.get_by_label("Start it again on purpose").check()
+    start_button(page).click()
+    expect(page.get_by_role("heading", name="Bo, the same again")).to_be_visible()
+    assert page.url != first
+
+
+def test_it_asks_a_second_time_before_many_paid_jobs(page: Page, no_worker: None):
+    sign_in(page)
+    fill_batch(page, prompt="Bo, a big batch", candidates=7)
+    page.get_by_label("headshot", exact=True).check()
+
+    start_button(page).click()
+
+    expect(page.get_by_test_id("confirm-jobs")).to_have_text(
+        "This starts 14 paid jobs. Start them?"
+    )
+    start_button(page).click()
+    expect(page.get_by_role("heading", name="Bo, a big batch")).to_be_visible()
+    expect(page.get_by_test_id("progress-text")).to_have_text("14 in progress")
+    page.get_by_role("button", name="Cancel batch").click()
+    expect(page.get_by_test_id("progress-text")).to_have_text("14 cancelled")
+
+
+def test_it_shows_every_error_beside_its_section_at_once(person: Page):
+    go(person, "New batch")
+    person.get_by_label("image", exact=True).uncheck()
+
+    start_button(person).click()
+
+    for legend, error in [
+        ("Subjects", "Choose at least one subject."),
+        ("Providers", "Choose at least one provider."),
+        ("Frames", "Choose at least one frame."),
+    ]:
+        section = person.locator("fieldset", has=person.locator("legend", has_text=legend))
+        expect(section.locator(".error")).to_have_text(error)
+    expect(person.locator(".error").first).to_be_visible()
+    fits(person)
+    audit(person)
+    screenshot(person, "batch-new-errors")
+
+
+def test_it_shows_reference_photos_of_the_ticked_subjects_only(person: Page):
+    go(person, "New batch")
+    photo = person.locator(".pick", has_text="bo.png")
+
+    expect(photo).to_be_hidden()
+    expect(person.get_by_text("Tick a subject to see its photos.")).to_be_visible()
+    person.get_by_label("Bo", exact=True).check()
+    expect(photo).to_be_visible()
+    person.get_by_label("Bo", exact=True).uncheck()
+    expect(photo).to_be_hidden()
+
+
+def test_it_puts_the_limits_on_the_inputs(page: Page):
+    sign_in(page)
+    go(page, "New batch")
+
+    field = page.locator('input[name="candidates_openai"]')
+    expect(field).to_have_attribute("min", "0")
+    expect(field).to_have_attribute("max", "8")
+    expect(field).to_have_value("0")
+    providers = page.locator("fieldset", has=page.locator("legend", has_text="Providers"))
+    expect(providers.locator("legend")).to_contain_text("up to 8")
+
+
+# --- 3, 4, 5, 10: the batch page and the Batches page ------------------------------------
+
+
+def test_it_shows_progress_in_words_and_keeps_focus_while_it_polls(person: Page, no_worker: None):
+    prompt = f"Bo waits, {size(person)}"
+    plan_batch(person, prompt=prompt, candidates=3)
+    expect(person.get_by_test_id("progress-text")).to_have_text("3 in progress")
+    expect(person).to_have_title(f"0 of 3 ready {DASH} {prompt} · Avatars")
+    cancel = person.get_by_role("button", name="Cancel GPT Image image #2")
+    cancel.focus()
+
+    for _ in range(2):
+        with person.expect_response(re.compile(r"/progress/")):
+            pass
+
+    assert person.evaluate("document.activeElement.getAttribute('aria-label')") == (
+        "Cancel GPT Image image #2"
+    )
+    expect(cancel).to_be_focused()
+    reason = person.locator("[data-testid=task] .reason").first
+    expect(reason).to_be_visible()
+    expect(reason).to_contain_text("Waiting for the worker")
+    fits(person)
+    audit(person)
+    screenshot(person, "batch-running")
+
+    person.get_by_role("button", name="Cancel batch").click()
+    expect(person.get_by_test_id("progress-text")).to_have_text("3 cancelled")
+    expect(person).to_have_title(f"All done {DASH} {prompt} · Avatars")
+
+
+def test_it_updates_the_words_and_title_without_a_reload(page: Page):
+    sign_in(page)
+    prompt = "Bo, watched to the end"
+    plan_batch(page, prompt=prompt, candidates=2)
+    page.evaluate("window.sameDocument = true")
+
+    expect(page.get_by_test_id("progress-text")).to_have_text("2 ready", timeout=SLOW)
+    expect(page).to_have_title(f"All done {DASH} {prompt} · Avatars", timeout=SLOW)
+    expect(page.get_by_test_id("task-state")).to_have_text(["Ready", "Ready"])
+    expect(page.get_by_role("button", name="Cancel batch")).to_have_count(0)
+    assert page.evaluate("window.sameDocument") is True
+
+
+def test_it_lists_batches_newest_first_with_outcomes_and_images(person: Page):
+    prompt = f"Bo, newest on the list, {size(person)}"
+    plan_batch(person, prompt=prompt, candidates=1)
+    expect(person.get_by_test_id("progress-text")).to_have_text("1 ready", timeout=SLOW)
+
+    go(person, "Batches")
+
+    newest = person.get_by_test_id("batch").first
+    expect(newest.get_by_role("link", name=prompt)).to_be_visible()
+    expect(newest.get_by_test_id("outcome")).to_have_text("1 ready")
+    person.wait_for_function(
+        "() => { const i = document.querySelector('[data-testid=batch] .thumbs img');"
+        " return i && i.complete && i.naturalWidth > 0; }"
+    )
+    fits(person)
+    audit(person)
+    screenshot(person, "batches")
+
+
+def test_it_says_what_happens_to_a_stuck_image_and_links_staff_to_the_repair(
+    page: Page, studio: Studio
+):
+    sign_in(page)
+    studio.configure_ember(fail_history_writes=True)
+    try:
+        plan_batch(page, prompt="Bo, whose record Ember lost", candidates=1)
+        expect(page.get_by_test_id("task-state")).to_have_text(
+            ["Image saved, waiting for Ember's record"], timeout=SLOW
+        )
+    finally:
+        studio.configure_ember(fail_history_writes=False)
+
+    expect(page.get_by_test_id("next-step")).to_have_text(
+        "The image is kept; an operator recovers Ember's record before it can be published."
+    )
+    expect(page.get_by_test_id("progress-text")).to_have_text("1 needs attention")
+    expect(page.get_by_role("button", name=re.compile("^Cancel GPT"))).to_have_count(0)
+    audit(page)
+    screenshot(page, "batch-stuck")
+
+    page.get_by_role("link", name="Repair in admin").click()
+
+    rows = page.locator("#result_list tbody tr")
+    expect(rows).to_have_count(1)
+    expect(rows).to_contain_text("History Missing")

@@ -1,0 +1,281 @@
+"""The new-batch form: the spend named before it is paid, one intent one payment, errors at once."""
+
+import re
+import secrets
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+from django.utils import timezone
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
+
+from studio import engine, originals
+from studio.models import Asset, Batch, Origin, Task
+from studio.web.forms import BatchForm
+from tests.conftest import png_bytes
+from tests.test_pages import batch_form, fieldset, text
+
+pytestmark = pytest.mark.django_db
+
+TIMES = "\u00d7"  # as the page writes it
+
+
+@pytest.fixture
+def person(db: None) -> User:
+    return User.objects.create_user("grace", password="not-a-real-password")
+
+
+@pytest.fixture
+def signed_in(client: Client, person: User) -> Client:
+    client.force_login(person)
+    return client
+
+
+# --- 1. one intent, one payment ----------------------------------------------------------
+
+
+def test_it_asks_before_starting_the_same_batch_again_within_ten_minutes(
+    signed_in: Client, subject
+):
+    first = signed_in.post("/batches/new/", batch_form(subject))
+
+    again = signed_in.post("/batches/new/", batch_form(subject))  # a new token, same intent
+
+    batch = Batch.objects.get()
+    assert first.status_code == 302 and again.status_code == 200
+    assert "You started the same batch 1 minute ago" in text(again)
+    assert f'href="/batches/{batch.pk}/"' in again.content.decode()
+    assert "Start it again on purpose" in text(again)
+    assert Task.objects.count() == 6
+
+
+def test_it_says_how_many_minutes_ago_the_same_batch_was_started(signed_in: Client, subject):
+    signed_in.post("/batches/new/", batch_form(subject))
+    Batch.objects.update(created_at=timezone.now() - timedelta(minutes=7, seconds=10))
+
+    again = signed_in.post("/batches/new/", batch_form(subject))
+
+    assert "You started the same batch 7 minutes ago" in text(again)
+    assert Batch.objects.count() == 1
+
+
+def test_it_starts_the_same_batch_again_when_the_person_says_so(signed_in: Client, subject):
+    signed_in.post("/batches/new/", batch_form(subject))
+
+    again = signed_in.post("/batches/new/", batch_form(subject, again="on"))
+
+    assert again.status_code == 302
+    assert Batch.objects.count() == 2
+
+
+def test_it_plans_the_same_intent_without_asking_after_ten_minutes(signed_in: Client, subject):
+    signed_in.post("/batches/new/", batch_form(subject))
+    Batch.objects.update(created_at=timezone.now() - timedelta(minutes=11))
+
+    again = signed_in.post("/batches/new/", batch_form(subject))
+
+    assert again.status_code == 302
+    assert Batch.objects.count() == 2
+
+
+def test_it_plans_a_different_batch_without_asking(signed_in: Client, subject):
+    signed_in.post("/batches/new/", batch_form(subject))
+
+    other = signed_in.post("/batches/new/", batch_form(subject, frames=["image"]))
+
+    assert other.status_code == 302
+    assert Batch.objects.count() == 2
+
+
+def test_it_does_not_ask_about_another_persons_batch(signed_in: Client, subject):
+    someone = User.objects.create_user("ada", password="another-password-entirely")
+    form = BatchForm(batch_form(subject))
+    assert form.is_valid()
+    engine.generate(request=form.to_request(), user=someone)
+
+    mine = signed_in.post("/batches/new/", batch_form(subject))
+
+    assert mine.status_code == 302
+    assert Batch.objects.count() == 2
+
+
+# --- 2. cost before spend ------------------------------------------------------------------
+
+
+def test_it_starts_every_provider_at_zero_and_names_the_spend_on_the_button(
+    signed_in: Client, subject
+):
+    body = signed_in.get("/batches/new/").content.decode()
+
+    for key in ("openai", "flux", "google"):
+        assert re.search(rf'name="candidates_{key}" value="0"', body), key
+    assert re.search(r"<button[^>]*>Start 0 paid jobs</button>", body)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "button", "total"),
+    [
+        ({}, "Start 6 paid jobs", f"3 candidates {TIMES} 2 frames = 6 paid jobs"),
+        (
+            {"candidates_openai": 1, "candidates_flux": 0, "frames": ["image"]},
+            "Start 1 paid job",
+            f"1 candidate {TIMES} 1 frame = 1 paid job",
+        ),
+    ],
+)
+def test_it_counts_the_paid_jobs_again_when_the_form_comes_back_with_errors(
+    signed_in: Client, subject, overrides: dict[str, Any], button: str, total: str
+):
+    response = signed_in.post("/batches/new/", batch_form(subject, prompt="", **overrides))
+
+    assert response.status_code == 400
+    assert re.search(rf"<button[^>]*>{button}</button>", response.content.decode())
+    assert total in text(response)
+
+
+def test_it_asks_a_second_time_before_starting_many_paid_jobs(signed_in: Client, subject, settings):
+    settings.AVATARS_CONFIRM_JOBS_ABOVE = 5
+    form = batch_form(subject)  # (2 + 1) x 2 frames = 6
+
+    asked = signed_in.post("/batches/new/", form)
+    sure = signed_in.post("/batches/new/", {**form, "confirm_jobs": "6"})
+
+    assert asked.status_code == 200
+    assert "This starts 6 paid jobs. Start them?" in text(asked)
+    assert 'name="confirm_jobs" value="6"' in asked.content.decode()
+    assert sure.status_code == 302
+    assert Task.objects.count() == 6
+
+
+def test_it_asks_again_when_the_jobs_changed_after_the_yes(signed_in: Client, subject, settings):
+    settings.AVATARS_CONFIRM_JOBS_ABOVE = 5
+
+    asked = signed_in.post(
+        "/batches/new/", batch_form(subject, candidates_openai=3, confirm_jobs=6)
+    )
+
+    assert "This starts 8 paid jobs. Start them?" in text(asked)
+    assert not Batch.objects.exists()
+
+
+def test_it_does_not_ask_at_or_below_the_threshold(signed_in: Client, subject, settings):
+    settings.AVATARS_CONFIRM_JOBS_ABOVE = 6
+
+    response = signed_in.post("/batches/new/", batch_form(subject))
+
+    assert response.status_code == 302
+
+
+FORM_INPUTS = st.fixed_dictionaries(
+    {
+        "candidates_openai": st.integers(0, 8),
+        "candidates_flux": st.integers(0, 8),
+        "candidates_google": st.integers(0, 8),
+        "frames": st.lists(st.sampled_from(engine.FRAMES), max_size=6),
+    }
+)
+
+
+@hsettings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(inputs=FORM_INPUTS)
+def test_it_shows_the_number_of_tasks_the_engine_plans(subject, inputs: dict[str, Any]):
+    data = {"prompt": "a portrait", "subjects": [subject.pk], "token": secrets.token_urlsafe(24)}
+    form = BatchForm({**data, **inputs})
+    shown = form.paid_jobs()
+
+    if not form.is_valid():
+        assert shown == 0, form.errors  # nothing to start: no provider or no frame
+        return
+    batch = engine.generate(request=form.to_request())
+    assert batch.tasks.count() == shown
+
+
+# --- 9. form errors ----------------------------------------------------------------------------
+
+
+def test_it_shows_every_error_beside_its_section_at_once(signed_in: Client, subject):
+    form = batch_form(
+        subject, prompt="", subjects=[], frames=[], candidates_openai=0, candidates_flux=0
+    )
+
+    response = signed_in.post("/batches/new/", form)
+
+    assert response.status_code == 400
+    assert "This field is required." in text(response)
+    assert "Choose at least one subject." in fieldset(response, "Subjects")
+    assert "Choose at least one provider." in fieldset(response, "Providers")
+    assert "Choose at least one frame." in fieldset(response, "Frames")
+
+
+def test_it_shows_the_batch_size_cap_with_other_errors(signed_in: Client, subject, settings):
+    settings.AVATARS_MAX_TASKS_PER_BATCH = 5
+
+    response = signed_in.post("/batches/new/", batch_form(subject, subjects=[]))
+
+    assert "Choose at least one subject." in fieldset(response, "Subjects")
+    assert "This batch would make 6 tasks; the limit is 5." in fieldset(response, "Providers")
+
+
+def test_it_refuses_photos_of_subjects_that_are_not_ticked(
+    signed_in: Client, subject, make_subject, make_reference
+):
+    bo = make_subject("Bo")
+    photo = make_reference(bo)
+
+    response = signed_in.post("/batches/new/", batch_form(subject, references=[photo.pk]))
+
+    assert response.status_code == 400
+    assert (
+        f"{photo.file_name} is a photo of no ticked subject: tick the subject or untick the photo."
+        in fieldset(response, "Reference photos")
+    )
+    assert not Batch.objects.exists()
+
+
+def test_it_flags_a_ticked_subject_without_photos_before_paying(
+    signed_in: Client, subject, make_subject
+):
+    bare = make_subject("Bo")
+
+    offered = text(signed_in.get("/batches/new/"))
+    response = signed_in.post("/batches/new/", batch_form(subject, subjects=[subject.pk, bare.pk]))
+
+    assert "Bo (no photos yet)" in offered and "Ada (no photos yet)" not in offered
+    assert response.status_code == 400
+    assert (
+        "Bo has no reference photos yet: add some on the Subjects page, or untick it."
+        in fieldset(response, "Subjects")
+    )
+    assert not Batch.objects.exists()
+
+
+def test_it_flags_a_bare_subject_while_some_photo_belongs_to_no_subject(
+    signed_in: Client, subject, make_subject
+):
+    bare = make_subject("Bo")
+    Asset.objects.create_stored(
+        originals.save(png_bytes(77)), file_name="orphan.png", origin=Origin.UPLOADED
+    )
+
+    response = signed_in.post("/batches/new/", batch_form(subject, subjects=[subject.pk, bare.pk]))
+
+    assert "Bo has no reference photos yet" in fieldset(response, "Subjects")
+
+
+def test_it_puts_the_limits_the_server_checks_on_the_inputs(signed_in: Client, subject, settings):
+    settings.AVATARS_MAX_REFERENCES = 5
+    response = signed_in.get("/batches/new/")
+    body = response.content.decode()
+
+    for key in ("openai", "flux", "google"):
+        tag = re.search(rf'<input[^>]*name="candidates_{key}"[^>]*>', body)
+        assert tag and 'min="0"' in tag.group(0) and 'max="8"' in tag.group(0), key
+    assert re.search(r'<textarea[^>]*maxlength="4000"', body)
+    assert "up to 8" in fieldset(response, "Providers")
+    assert "Up to 5 photos" in fieldset(response, "Reference photos")
