@@ -350,7 +350,7 @@ def test_it_pages_a_subjects_reference_photos_newest_first_each_once(
     seen, pages = walk(
         signed_in,
         f"/subjects/{ada.pk}/",
-        r'href="/assets/(\d+)/original/"',
+        r'href="/assets/(\d+)/"',  # each photo opens in the viewer
         django_assert_max_num_queries,
     )
 

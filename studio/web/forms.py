@@ -14,6 +14,8 @@ from studio.models import Asset, Origin, Subject
 
 class SubjectForm(forms.Form):
     name = forms.CharField(max_length=120)
+    # Sent by "Add another" once the person has seen that the name is taken.
+    confirm = forms.BooleanField(required=False)
 
 
 class ReferenceForm(forms.Form):

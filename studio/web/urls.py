@@ -25,6 +25,18 @@ urlpatterns: list[URLPattern] = [
     path("", batches.home, name="home"),
     path("subjects/", subjects.subjects, name="subjects"),
     path("subjects/<rowid:subject_id>/", subjects.subject_detail, name="subject"),
+    path("subjects/<rowid:subject_id>/rename/", subjects.subject_rename, name="subject-rename"),
+    path("subjects/<rowid:subject_id>/remove/", subjects.subject_remove, name="subject-remove"),
+    path(
+        "subjects/<rowid:subject_id>/photos/<rowid:asset_id>/rename/",
+        subjects.photo_rename,
+        name="photo-rename",
+    ),
+    path(
+        "subjects/<rowid:subject_id>/photos/<rowid:asset_id>/remove/",
+        subjects.photo_remove,
+        name="photo-remove",
+    ),
     path("batches/new/", batches.batch_new, name="batch-new"),
     path("batches/<uuid:batch_id>/", batches.batch_detail, name="batch"),
     path("batches/<uuid:batch_id>/progress/", batches.batch_progress, name="batch-progress"),
