@@ -4,27 +4,19 @@ import re
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import User
 from django.test import Client
 
 from studio import engine, originals
 from studio.models import Asset, AvatarSet, Batch, Origin, Subject, Task, TaskState
 from studio.store import move
+from tests import studio_pages
 from tests.conftest import batch_request, png_bytes
 from tests.test_pages import messages_of, text
 
 pytestmark = pytest.mark.django_db
 
-
-@pytest.fixture
-def person(db: None) -> User:
-    return User.objects.create_user("grace", password="not-a-real-password")
-
-
-@pytest.fixture
-def signed_in(client: Client, person: User) -> Client:
-    client.force_login(person)
-    return client
+# The shared cast of the studio pages: a person, signed in.
+person, signed_in = studio_pages.person, studio_pages.signed_in
 
 
 def deliver(task: Task, seed: int, *, history: bool = True) -> Asset:

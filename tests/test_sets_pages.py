@@ -3,27 +3,19 @@
 import re
 
 import pytest
-from django.contrib.auth.models import User
 from django.test import Client
 
 from studio import engine
 from studio.models import AvatarSet
+from tests import studio_pages
 from tests.test_pages import generated, messages_of, text
 
 pytestmark = pytest.mark.django_db
 
+# The shared cast of the studio pages: a person, signed in.
+person, signed_in = studio_pages.person, studio_pages.signed_in
+
 EMPTY_SET = "A set needs at least one image: tick the images it should hold first."
-
-
-@pytest.fixture
-def person(db: None) -> User:
-    return User.objects.create_user("grace", password="not-a-real-password")
-
-
-@pytest.fixture
-def signed_in(client: Client, person: User) -> Client:
-    client.force_login(person)
-    return client
 
 
 def chosen_order(avatar_set: AvatarSet) -> list[int]:

@@ -3,27 +3,19 @@
 import re
 
 import pytest
-from django.contrib.auth.models import User
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
 
 from studio import engine, originals, thumbs
 from studio.models import Asset, AvatarSet, Origin, Subject
+from tests import studio_pages
 from tests.conftest import batch_request, png_bytes
 from tests.test_pages import messages_of, text
 
 pytestmark = pytest.mark.django_db
 
-
-@pytest.fixture
-def person(db: None) -> User:
-    return User.objects.create_user("grace", password="not-a-real-password")
-
-
-@pytest.fixture
-def signed_in(client: Client, person: User) -> Client:
-    client.force_login(person)
-    return client
+# The shared cast of the studio pages: a person, signed in.
+person, signed_in = studio_pages.person, studio_pages.signed_in
 
 
 def upload(client: Client, subject: Subject, data: bytes, name: str = "ada.png"):

@@ -1,5 +1,7 @@
 """The subjects with their reference photos: added, renamed and removed."""
 
+from collections.abc import Callable
+
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.db.models import Count, OuterRef, Q, Subquery
@@ -109,13 +111,8 @@ def subject_detail(request: HttpRequest, subject_id: int) -> HttpResponse:
 def subject_rename(request: HttpRequest, subject_id: int) -> HttpResponse:
     """Rename a subject, or say why the name was refused."""
     found = get_object_or_404(Subject, pk=subject_id)
-    old = found.name
-    try:
-        curation.rename_subject(subject=found, name=request.POST.get("name", ""))
-    except engine.InvalidRequest as exc:
-        messages.error(request, str(exc))
-    else:
-        messages.success(request, _sentence(f"Renamed {old} to {found.name}"))
+    name = request.POST.get("name", "")
+    _rename(request, found.name, lambda: curation.rename_subject(subject=found, name=name).name)
     return redirect("studio:subject", subject_id=found.pk)
 
 
@@ -135,9 +132,16 @@ def subject_remove(request: HttpRequest, subject_id: int) -> HttpResponse:
     return redirect("studio:subjects")
 
 
-def _sentence(text: str) -> str:
-    """End `text` with one full stop, even when a name in it ends with one ("Ada L.")."""
-    return text if text.endswith(".") else f"{text}."
+def _rename(request: HttpRequest, old: str, rename: Callable[[], str]) -> None:
+    """Rename through `rename` (which returns the new name) and say what happened."""
+    try:
+        new = rename()
+    except engine.InvalidRequest as exc:
+        messages.error(request, str(exc))
+        return
+    said = f"Renamed {old} to {new}"
+    # One full stop, even when the new name ends with one ("Ada L.").
+    messages.success(request, said if said.endswith(".") else f"{said}.")
 
 
 def _photo_of(subject_id: int, asset_id: int) -> tuple[Subject, Asset]:
@@ -151,13 +155,12 @@ def _photo_of(subject_id: int, asset_id: int) -> tuple[Subject, Asset]:
 def photo_rename(request: HttpRequest, subject_id: int, asset_id: int) -> HttpResponse:
     """Rename one of a subject's reference photos."""
     found, photo = _photo_of(subject_id, asset_id)
-    old = photo.file_name
-    try:
-        curation.rename_photo(photo=photo, file_name=request.POST.get("name", ""))
-    except engine.InvalidRequest as exc:
-        messages.error(request, str(exc))
-    else:
-        messages.success(request, _sentence(f"Renamed {old} to {photo.file_name}"))
+    name = request.POST.get("name", "")
+    _rename(
+        request,
+        photo.file_name,
+        lambda: curation.rename_photo(photo=photo, file_name=name).file_name,
+    )
     return redirect("studio:subject", subject_id=found.pk)
 
 
