@@ -324,3 +324,27 @@ def test_it_sends_an_anonymous_visitor_to_sign_in_from_the_results_and_viewer(
         assert response.status_code == 302, url
         assert response["Location"].startswith(f"/accounts/login/?next={url}"), url
     assert not draft.items.exists()
+
+
+def test_it_orders_rows_of_one_provider_by_model_as_the_request_listed_them(
+    signed_in: Client, subject
+):
+    batch = engine.generate(
+        request=batch_request(
+            subject,
+            providers=[
+                {"provider": "flux", "model": "flux-pro", "candidates": 1},
+                {"provider": "openai", "candidates": 1},
+                {"provider": "flux", "model": "flux-dev", "candidates": 2},
+            ],
+        )
+    )
+    by_row = {
+        (task.model, task.ordinal): deliver(task, seed)
+        for seed, task in enumerate(batch.tasks.order_by("model", "ordinal"), start=200)
+    }
+
+    body = signed_in.get(f"/batches/{batch.pk}/results/").content.decode()
+
+    expected = [("flux-pro", 1), ("gpt-image-1", 1), ("flux-dev", 1), ("flux-dev", 2)]
+    assert result_links(body) == [by_row[key].pk for key in expected]
