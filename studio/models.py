@@ -92,6 +92,25 @@ class Batch(Versioned):
     def __str__(self) -> str:
         return self.title
 
+    def in_form_order(self, tasks: "list[Task]") -> "list[Task]":
+        """Return `tasks` as the request listed them: provider rows, then frames, then candidate.
+
+        The form lists providers in the catalogue's order, not by key; a row the request
+        no longer names (an older request's shape) goes last.
+        """
+        listed = self.request.get("providers", [])
+        rows = [(p.get("provider"), p.get("model") or "") for p in listed]
+        frames = list(self.request.get("frames", []))
+
+        def place(task: Task) -> tuple[int, int, int]:
+            exact = (i for i, row in enumerate(rows) if row == (task.provider, task.model))
+            named = (i for i, (name, _) in enumerate(rows) if name == task.provider)
+            row = next(exact, next(named, len(rows)))
+            frame = frames.index(task.frame) if task.frame in frames else len(frames)
+            return row, frame, task.ordinal
+
+        return sorted(tasks, key=place)
+
 
 class TaskQuerySet(models.QuerySet["Task"]):
     def active(self) -> "TaskQuerySet":

@@ -16,6 +16,8 @@ from studio.models import Asset, Batch, Origin, Subject
 
 class SubjectForm(forms.Form):
     name = forms.CharField(max_length=120)
+    # Sent by "Add another" once the person has seen that the name is taken.
+    confirm = forms.BooleanField(required=False)
 
 
 class ReferenceForm(forms.Form):
@@ -265,20 +267,60 @@ class IdListField(forms.Field):
         return ids
 
 
+EMPTY_SET = "A set needs at least one image: tick the images it should hold first."
+
+
+class TickOrderField(forms.CharField):
+    """The ids in the order they were ticked ("12,5,7"), kept by the page's script.
+
+    Only a hint: anything that is not an id is skipped, and without script it is empty.
+    """
+
+    widget = forms.HiddenInput
+
+    def to_python(self, value: Any) -> list[int]:  # type: ignore[override]
+        text = super().to_python(value)
+        ids = (row_id(part.strip()) for part in text.split(",")) if text else ()
+        return list(dict.fromkeys(pk for pk in ids if pk is not None))
+
+
+def in_tick_order(ticked: list[int], order: list[int]) -> list[int]:
+    """Return `ticked` in the order they were ticked; those the order misses keep their place."""
+    first = [pk for pk in order if pk in ticked]
+    return first + [pk for pk in ticked if pk not in first]
+
+
 class SetForm(forms.Form):
     name = forms.CharField(max_length=120)
     # Whether these assets exist is the service's question (create_set answers it).
     assets = IdListField(required=False)
+    order = TickOrderField(required=False)
+    # The page the ticks came from, to go back to when the set cannot be created.
+    next = forms.CharField(required=False, max_length=2000)
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if "assets" in data and not data["assets"]:
+            raise forms.ValidationError(EMPTY_SET)
+        return data
+
+    def chosen(self) -> list[int]:
+        """Return the ticked asset ids in the order they were ticked."""
+        return in_tick_order(self.cleaned_data["assets"], self.cleaned_data.get("order") or [])
 
 
 class ChooseForm(forms.Form):
-    """One change to a set's choice: add ticked assets, move one up or down, or remove one."""
+    """One change to a set's choice: add ticked assets, move one, remove one, or a new order.
 
-    ACTIONS = ("add", "up", "down", "remove")
+    "order" carries the whole choice as dragged into place (`assets`, top first).
+    """
+
+    ACTIONS = ("add", "up", "down", "remove", "order")
 
     action = forms.ChoiceField(choices=[(a, a) for a in ACTIONS])
     asset = forms.IntegerField(required=False, min_value=1)
     assets = IdListField(required=False)
+    order = TickOrderField(required=False)
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
@@ -287,6 +329,8 @@ class ChooseForm(forms.Form):
             raise forms.ValidationError("Tick the images to add first.")
         if action in ("up", "down", "remove") and not data.get("asset"):
             raise forms.ValidationError("Say which chosen image to change.")
+        if action == "order" and not data.get("assets"):
+            raise forms.ValidationError("Say the new order of the chosen images.")
         return data
 
     def reorder(self, chosen: list[int]) -> list[int]:
@@ -294,7 +338,12 @@ class ChooseForm(forms.Form):
         action = self.cleaned_data["action"]
         ids = list(chosen)
         if action == "add":
-            return ids + [pk for pk in self.cleaned_data["assets"] if pk not in ids]
+            ticked = in_tick_order(self.cleaned_data["assets"], self.cleaned_data["order"] or [])
+            return ids + [pk for pk in ticked if pk not in ids]
+        if action == "order":
+            # The order as dragged, of what is still chosen; anything chosen meanwhile
+            # (another tab) keeps its place at the end rather than being dropped.
+            return in_tick_order(ids, self.cleaned_data["assets"])
         asset = self.cleaned_data["asset"]
         if asset not in ids:
             return ids

@@ -2,7 +2,7 @@
 
 from django.urls import URLPattern, path, register_converter
 
-from studio.web.views import batches, images, sets, subjects
+from studio.web.views import batches, images, results, sets, subjects
 
 
 class RowId:
@@ -25,9 +25,22 @@ urlpatterns: list[URLPattern] = [
     path("", batches.home, name="home"),
     path("subjects/", subjects.subjects, name="subjects"),
     path("subjects/<rowid:subject_id>/", subjects.subject_detail, name="subject"),
+    path("subjects/<rowid:subject_id>/rename/", subjects.subject_rename, name="subject-rename"),
+    path("subjects/<rowid:subject_id>/remove/", subjects.subject_remove, name="subject-remove"),
+    path(
+        "subjects/<rowid:subject_id>/photos/<rowid:asset_id>/rename/",
+        subjects.photo_rename,
+        name="photo-rename",
+    ),
+    path(
+        "subjects/<rowid:subject_id>/photos/<rowid:asset_id>/remove/",
+        subjects.photo_remove,
+        name="photo-remove",
+    ),
     path("batches/new/", batches.batch_new, name="batch-new"),
     path("batches/<uuid:batch_id>/", batches.batch_detail, name="batch"),
     path("batches/<uuid:batch_id>/progress/", batches.batch_progress, name="batch-progress"),
+    path("batches/<uuid:batch_id>/results/", results.batch_results, name="batch-results"),
     path("batches/<uuid:batch_id>/cancel/", batches.batch_cancel, name="batch-cancel"),
     path("tasks/<uuid:task_id>/cancel/", batches.task_cancel, name="task-cancel"),
     path("gallery/", sets.gallery, name="gallery"),
@@ -35,6 +48,9 @@ urlpatterns: list[URLPattern] = [
     path("sets/<rowid:set_id>/", sets.set_detail, name="set"),
     path("sets/<rowid:set_id>/publish/", sets.set_publish, name="set-publish"),
     path("sets/<rowid:set_id>/published/", sets.set_published, name="set-published"),
+    path("assets/<rowid:asset_id>/", results.asset_detail, name="asset"),
+    path("assets/<rowid:asset_id>/download/", images.asset_download, name="asset-download"),
+    path("assets/<rowid:asset_id>/add-to-set/", sets.add_to_set, name="asset-add-to-set"),
     path("assets/<rowid:asset_id>/thumb/<int:size>/", images.asset_thumb, name="asset-thumb"),
     path("assets/<rowid:asset_id>/original/", images.asset_original, name="asset-original"),
 ]

@@ -25,6 +25,7 @@ from tests.e2e.studio import (
 
 PUBLISH_REFUSED = "Ember history must be recovered before publishing generated images."
 HISTORY_MISSING = "Image saved, waiting for Ember's record"
+PUBLISH_WAITS = "1 chosen image still lacks Ember history; publishing waits for repair."
 
 
 # --- scenarios --------------------------------------------------------------------------
@@ -90,11 +91,12 @@ def test_it_builds_reorders_and_publishes_a_set(page: Page):
     wait_until_finished(page, 2)
     first, second = asset_ids_on(page)
 
-    go(page, "Sets")
-    page.get_by_label("New set").fill("Family")
+    # A set starts from ticked images (an empty one is refused): the gallery's, here.
+    go(page, "Gallery")
+    page.locator(f'input[name="assets"][value="{first}"]').check()
+    page.get_by_label("Set name").fill("Family")
     page.get_by_role("button", name="Create set").click()
     expect(page.get_by_role("heading", name="Family")).to_be_visible()
-    page.locator(f'input[name="assets"][value="{first}"]').check()
     page.locator(f'input[name="assets"][value="{second}"]').check()
     page.get_by_role("button", name="Add chosen").click()
     chosen = page.locator("[data-testid=chosen] > li")
@@ -106,7 +108,8 @@ def test_it_builds_reorders_and_publishes_a_set(page: Page):
     expect(chosen.nth(0)).to_have_attribute("data-asset", str(bottom))
     expect(chosen.nth(1)).to_have_attribute("data-asset", str(top))
 
-    page.get_by_role("button", name="Publish").click()
+    page.get_by_role("link", name="Publish…").click()
+    page.get_by_role("button", name="Publish for good").click()
     expect(page.get_by_text("Published Family.")).to_be_visible()
     expect(page).to_have_url(re.compile(r"/sets/\d+/published/$"))
     shown = page.locator("[data-testid=published] a")
@@ -117,7 +120,7 @@ def test_it_builds_reorders_and_publishes_a_set(page: Page):
         "() => [...document.querySelectorAll('[data-testid=published] img')]"
         ".every(i => i.complete && i.naturalWidth > 0)"
     )
-    expect(page.get_by_role("button", name="Publish")).to_have_count(0)
+    expect(page.get_by_role("button", name=re.compile("Publish"))).to_have_count(0)
 
 
 def test_it_refuses_to_publish_while_an_images_history_is_missing(page: Page, studio: Studio):
@@ -133,18 +136,21 @@ def test_it_refuses_to_publish_while_an_images_history_is_missing(page: Page, st
     finally:
         studio.configure_ember(fail_history_writes=False)
 
-    go(page, "Sets")
-    page.get_by_label("New set").fill("Needs repair")
-    page.get_by_role("button", name="Create set").click()
+    go(page, "Gallery")
     page.locator(f'input[name="assets"][value="{lost}"]').check()
-    page.get_by_role("button", name="Add chosen").click()
+    page.get_by_label("Set name").fill("Needs repair")
+    page.get_by_role("button", name="Create set").click()
     expect(page.locator("[data-testid=chosen] > li")).to_have_count(1)
 
-    page.get_by_role("button", name="Publish").click()
-
-    expect(page.locator(".message.error")).to_have_text(PUBLISH_REFUSED)
+    # Publish is offered disabled, with the reason beside it, until the history is repaired.
+    publish = page.get_by_role("button", name="Publish…")
+    expect(publish).to_be_disabled()
+    expect(publish).to_have_accessible_description(PUBLISH_WAITS)
     expect(page.get_by_role("heading", name="Needs repair")).to_be_visible()
-    expect(page.get_by_role("button", name="Publish")).to_be_visible()
+    # The guard still refuses a publish posted anyway, with its sentence.
+    page.goto(page.url + "publish/")
+    page.get_by_role("button", name="Publish for good").click()
+    expect(page.locator(".message.error")).to_have_text(PUBLISH_REFUSED)
 
 
 def test_an_operator_repairs_missing_history_from_the_admin(page: Page, studio: Studio):

@@ -5,6 +5,7 @@ from collections.abc import Callable
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotModified
 from django.shortcuts import get_object_or_404
+from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_GET
 
 from studio import originals, thumbs
@@ -67,3 +68,17 @@ def asset_original(request: HttpRequest, asset_id: int) -> HttpResponse:
     return _image_response(
         request, found.sha256, found.mime, lambda: originals.read(found.sha256, found.mime)
     )
+
+
+@login_required
+@require_GET
+def asset_download(request: HttpRequest, asset_id: int) -> HttpResponse:
+    """Send an asset's original as a file to save, under its file name."""
+    found = get_object_or_404(Asset.objects.only("sha256", "mime", "file_name"), pk=asset_id)
+    response = _image_response(
+        request, found.sha256, found.mime, lambda: originals.read(found.sha256, found.mime)
+    )
+    if response.status_code in (200, 304):
+        name = found.file_name or f"{found.sha256}{originals.extension_for(found.mime)}"
+        response["Content-Disposition"] = content_disposition_header(True, name) or "attachment"
+    return response

@@ -5,61 +5,64 @@ from django.contrib.auth.decorators import login_required
 from django.db.models import Count
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from studio import engine
+from studio.ids import row_id
 from studio.models import (
     Asset,
     AvatarSet,
     Origin,
 )
 from studio.web.forms import ChooseForm, SetForm
+from studio.web.gallery import GalleryFilter
 from studio.web.views.common import LIST_PAGE, page_of, posted
 
 GALLERY_PAGE = 60  # thumbnails per gallery page
 PICKER_PAGE = 48  # thumbnails offered per page when adding to a set
+CAPTION_FIELDS = ("pk", "label", "file_name", "origin", "ember_history_id", "created_at", "batch")
 
 
 @login_required
 @require_GET
 def gallery(request: HttpRequest) -> HttpResponse:
-    """Show every asset as a lazy thumbnail, newest first, a page at a time."""
-    origin = request.GET.get("origin", "")
-    assets = Asset.objects.select_related("batch").only(
-        "pk",
-        "label",
-        "file_name",
-        "origin",
-        "ember_history_id",
-        "created_at",
-        "batch",
-        "batch__title",
+    """Show every asset as a lazy thumbnail, newest first, a page at a time, filtered."""
+    shown = GalleryFilter.read(request.GET)
+    assets = (
+        Asset.objects.select_related("batch")
+        .prefetch_related("subjects")
+        .only(*CAPTION_FIELDS, "batch__title")
     )
-    if origin in Origin.values:
-        assets = assets.filter(origin=origin)
     return render(
         request,
         "studio/gallery.html",
-        {"page": page_of(request, assets, GALLERY_PAGE), "origin": origin, "form": SetForm()},
+        {
+            "page": page_of(request, shown.apply(assets), GALLERY_PAGE),
+            "filter": shown,
+            "query": shown.query(),
+            "origin": shown.origin,
+        },
     )
 
 
 @login_required
-@login_required
 @require_http_methods(["GET", "POST"])
 def sets(request: HttpRequest) -> HttpResponse:
-    """List the sets, newest first a page at a time, or create one (from the gallery's ticks)."""
+    """List the sets, newest first a page at a time, or create one from ticked images."""
     form = SetForm(*posted(request))
-    if request.method == "POST" and form.is_valid():
-        try:
-            created = engine.create_set(
-                name=form.cleaned_data["name"], asset_ids=form.cleaned_data["assets"]
-            )
-        except engine.InvalidRequest as exc:
-            form.add_error(None, str(exc))
-        else:
+    if request.method == "POST":
+        created = _create_set(request, form)
+        if created is not None:
             messages.success(request, f"Created the set {created.name}.")
             return redirect("studio:set", set_id=created.pk)
+        back = _back_to(request, form)
+        if back:
+            # Back to the ticks' own page (a batch, the gallery, an image), saying why.
+            for error in form.non_field_errors() or [e for f in form.errors.values() for e in f]:
+                messages.error(request, str(error))
+            return redirect(back)
     page = page_of(request, AvatarSet.objects.order_by("-created_at", "-pk"), LIST_PAGE)
     # Counted for this page's sets only, in one query, not for every set.
     chosen = dict(
@@ -77,48 +80,98 @@ def sets(request: HttpRequest) -> HttpResponse:
     )
 
 
+def _create_set(request: HttpRequest, form: SetForm) -> AvatarSet | None:
+    """Create the posted set in the order its images were ticked, or leave the form's errors."""
+    if not form.is_valid():
+        return None
+    try:
+        return engine.create_set(name=form.cleaned_data["name"], asset_ids=form.chosen())
+    except engine.InvalidRequest as exc:
+        form.add_error(None, str(exc))
+        return None
+
+
+def _back_to(request: HttpRequest, form: SetForm) -> str:
+    """Return the studio page the form came from, if it named a safe one."""
+    back = str(form.data.get("next") or "")
+    safe = url_has_allowed_host_and_scheme(back, allowed_hosts={request.get_host()})
+    return back if back.startswith("/") and safe else ""
+
+
+@login_required
+@require_POST
+def add_to_set(request: HttpRequest, asset_id: int) -> HttpResponse:
+    """Add one image to the end of a draft set, and stay with the image."""
+    found = get_object_or_404(Asset.objects.only("pk"), pk=asset_id)
+    target = get_object_or_404(AvatarSet, pk=row_id(request.POST.get("set", "")) or 0)
+    chosen = list(target.items.values_list("asset_id", flat=True))
+    try:
+        engine.choose_assets(avatar_set=target, asset_ids=[*chosen, found.pk])
+    except engine.InvalidRequest as exc:
+        messages.error(request, str(exc))
+    else:
+        already = found.pk in chosen
+        said = f"Already in {target.name}." if already else f"Added to {target.name}."
+        messages.success(request, said)
+    return redirect("studio:asset", asset_id=found.pk)
+
+
 @login_required
 @require_http_methods(["GET", "POST"])
 def set_detail(request: HttpRequest, set_id: int) -> HttpResponse:
     """Show a set's choice in order; add, move or remove assets while it is a draft."""
     found = get_object_or_404(AvatarSet, pk=set_id)
-    items = list(found.items.select_related("asset"))
+    items = list(found.items.select_related("asset").prefetch_related("asset__subjects"))
     chosen = [item.asset_id for item in items]
     if request.method == "POST":
-        form = ChooseForm(request.POST)
-        if form.is_valid():
-            try:
-                engine.choose_assets(avatar_set=found, asset_ids=form.reorder(chosen))
-            except engine.InvalidRequest as exc:
-                messages.error(request, str(exc))
-        else:
-            errors = form.non_field_errors() or ["That change to the set was not understood."]
-            messages.error(request, str(errors[0]))
+        _change_choice(request, found, chosen)
         return redirect("studio:set", set_id=found.pk)
-    candidates = Asset.objects.exclude(pk__in=chosen).only(
-        "pk", "sha256", "label", "file_name", "origin", "ember_history_id"
+    candidates = (
+        Asset.objects.exclude(pk__in=chosen)
+        .select_related("batch")
+        .prefetch_related("subjects")
+        .only(*CAPTION_FIELDS, "sha256", "batch__title")
     )
+    blocked = [
+        i.asset
+        for i in items
+        if i.asset.origin == Origin.GENERATED and not i.asset.ember_history_id
+    ]
     return render(
         request,
         "studio/set.html",
         {
             "set": found,
             "items": items,
-            "blocked": [
-                i.asset
-                for i in items
-                if i.asset.origin == Origin.GENERATED and not i.asset.ember_history_id
-            ],
+            "blocked": blocked,
             "page": page_of(request, candidates, PICKER_PAGE),
         },
     )
 
 
+def _change_choice(request: HttpRequest, found: AvatarSet, chosen: list[int]) -> None:
+    """Apply one posted change to the set's choice, or say why it was not made."""
+    form = ChooseForm(request.POST)
+    if not form.is_valid():
+        errors = form.non_field_errors() or ["That change to the set was not understood."]
+        messages.error(request, str(errors[0]))
+        return
+    try:
+        engine.choose_assets(avatar_set=found, asset_ids=form.reorder(chosen))
+    except engine.InvalidRequest as exc:
+        messages.error(request, str(exc))
+
+
 @login_required
-@require_POST
+@require_http_methods(["GET", "POST"])
 def set_publish(request: HttpRequest, set_id: int) -> HttpResponse:
-    """Publish a set, or show the guard's sentence when it refuses."""
+    """Ask once that publishing cannot be undone; publish on the answer, or say why not."""
     found = get_object_or_404(AvatarSet, pk=set_id)
+    if found.published_at is not None:
+        return redirect("studio:set-published", set_id=found.pk)
+    if request.method == "GET" or request.POST.get("confirm") != "yes":
+        count = found.items.count()
+        return render(request, "studio/set_publish.html", {"set": found, "count": count})
     try:
         engine.publish(avatar_set=found)
     except engine.PublishRefused as exc:
@@ -131,7 +184,12 @@ def set_publish(request: HttpRequest, set_id: int) -> HttpResponse:
 @login_required
 @require_GET
 def set_published(request: HttpRequest, set_id: int) -> HttpResponse:
-    """Show a published set as sibling apps see it: read-only, in order."""
+    """Show a published set as sibling apps see it: read-only, in order, with their URL."""
     found = get_object_or_404(AvatarSet, pk=set_id, published_at__isnull=False)
-    items = found.items.select_related("asset")
-    return render(request, "studio/set_published.html", {"set": found, "items": items})
+    items = found.items.select_related("asset").prefetch_related("asset__subjects")
+    api_url = request.build_absolute_uri(reverse("api:set", kwargs={"set_id": found.pk}))
+    return render(
+        request,
+        "studio/set_published.html",
+        {"set": found, "items": items, "api_url": api_url},
+    )

@@ -1,0 +1,142 @@
+// Avatars studio: small helpers for pages of pictures. Every page works without them.
+// - a selection bar counts the ticked images and keeps the order they were ticked in;
+// - a set's chosen images can be dragged into a new order (the move buttons stay);
+// - the viewer steps through a batch's results with the arrow keys;
+// - the "Task details" section stays open across the progress section's live updates.
+(function () {
+  "use strict";
+
+  // --- ticking, in order -------------------------------------------------------------
+  function ticks(form) {
+    return Array.from(form.querySelectorAll('input[type=checkbox][name=assets]'));
+  }
+
+  function orderOf(form) {
+    var field = form.querySelector("[data-order]");
+    var ids = field && field.value ? field.value.split(",") : [];
+    var checked = ticks(form).filter(function (box) { return box.checked; })
+      .map(function (box) { return box.value; });
+    // Keep the ticks still standing, then any the browser restored that the order missed.
+    ids = ids.filter(function (id) { return checked.indexOf(id) !== -1; });
+    checked.forEach(function (id) { if (ids.indexOf(id) === -1) ids.push(id); });
+    return ids;
+  }
+
+  function showSelection(form) {
+    var bar = form.querySelector("[data-selection]");
+    if (!bar) return;
+    var ids = orderOf(form);
+    bar.querySelector("[data-order]").value = ids.join(",");
+    var count = bar.querySelector("[data-testid=ticked-count]");
+    count.textContent = ids.length === 0 ? "Nothing ticked yet"
+      : ids.length === 1 ? "1 image ticked" : ids.length + " images ticked";
+    ticks(form).forEach(function (box) {
+      var at = ids.indexOf(box.value);
+      var label = box.closest("label");
+      if (label) label.setAttribute("data-tick", at === -1 ? "" : String(at + 1));
+    });
+  }
+
+  function setUpSelections(root) {
+    root.querySelectorAll("[data-selection]").forEach(function (bar) {
+      var form = bar.closest("form");
+      if (form) showSelection(form);
+    });
+  }
+
+  document.addEventListener("change", function (event) {
+    var box = event.target;
+    if (!(box instanceof HTMLInputElement) || box.name !== "assets" || !box.form) return;
+    var field = box.form.querySelector("[data-order]");
+    if (!field) return;
+    var ids = field.value ? field.value.split(",") : [];
+    ids = ids.filter(function (id) { return id !== box.value; });
+    if (box.checked) ids.push(box.value);
+    field.value = ids.join(",");
+    showSelection(box.form);
+  });
+
+  // --- dragging a set's images into order ---------------------------------------------
+  var dragged = null;
+
+  function setUpReorder(list) {
+    list.addEventListener("dragstart", function (event) {
+      dragged = event.target.closest("li[data-asset]");
+      if (!dragged) return;
+      event.dataTransfer.effectAllowed = "move";
+      event.dataTransfer.setData("text/plain", dragged.getAttribute("data-asset"));
+      dragged.classList.add("dragging");
+    });
+    list.addEventListener("dragover", function (event) {
+      if (dragged && event.target.closest("li[data-asset]")) event.preventDefault();
+    });
+    list.addEventListener("dragend", function () {
+      if (dragged) dragged.classList.remove("dragging");
+      dragged = null;
+    });
+    list.addEventListener("drop", function (event) {
+      var target = event.target.closest("li[data-asset]");
+      if (!dragged || !target || target === dragged) return;
+      event.preventDefault();
+      var items = Array.from(list.children);
+      var after = items.indexOf(dragged) < items.indexOf(target);
+      list.insertBefore(dragged, after ? target.nextSibling : target);
+      postOrder(list);
+    });
+  }
+
+  function postOrder(list) {
+    // The new order goes through the same form path as the move buttons.
+    var form = document.getElementById(list.getAttribute("data-reorder"));
+    Array.from(list.querySelectorAll("li[data-asset]")).forEach(function (item) {
+      var field = document.createElement("input");
+      field.type = "hidden";
+      field.name = "assets";
+      field.value = item.getAttribute("data-asset");
+      form.appendChild(field);
+    });
+    form.submit();
+  }
+
+  // --- the viewer's arrow keys -----------------------------------------------------------
+  document.addEventListener("keydown", function (event) {
+    if (!document.querySelector("[data-viewer]")) return;
+    if (event.altKey || event.ctrlKey || event.metaKey || event.shiftKey) return;
+    var where = event.target;
+    if (where instanceof HTMLElement && where.closest("input, select, textarea, [contenteditable]")) return;
+    var rel = event.key === "ArrowLeft" ? "prev" : event.key === "ArrowRight" ? "next" : "";
+    var link = rel && document.querySelector('[data-viewer] a[rel="' + rel + '"]');
+    if (link) {
+      event.preventDefault();
+      link.click();
+    }
+  });
+
+  // --- "Task details" stays as the person left it ----------------------------------------
+  var KEY = "avatars:task-details:" + location.pathname;
+
+  document.addEventListener("toggle", function (event) {
+    if (event.target.id === "task-details") {
+      sessionStorage.setItem(KEY, event.target.open ? "open" : "");
+    }
+  }, true);
+
+  function keepDetails() {
+    var details = document.getElementById("task-details");
+    if (details && sessionStorage.getItem(KEY) === "open") details.open = true;
+  }
+
+  function setUp(root) {
+    setUpSelections(root);
+    root.querySelectorAll("[data-reorder]").forEach(setUpReorder);
+    keepDetails();
+  }
+
+  document.addEventListener("DOMContentLoaded", function () { setUp(document); });
+  // Sections htmx swaps in (the progress and results sections) are set up again.
+  document.addEventListener("htmx:afterSettle", function (event) {
+    setUpSelections(document);
+    keepDetails();
+  });
+  window.addEventListener("pageshow", function () { setUpSelections(document); });
+})();

@@ -1,0 +1,88 @@
+"""A batch's results as the page's main content, and the in-app viewer of one image."""
+
+from typing import Any
+from uuid import UUID
+
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, render
+from django.views.decorators.http import require_GET
+
+from studio.models import STOPPABLE, Asset, AvatarSet, Batch, Task
+from studio.web.views.common import login_required_htmx
+
+SET_CHOICES = 50  # draft sets offered in the viewer's "Add to a set"
+
+
+def delivered(batch: Batch) -> list[Task]:
+    """Return the batch's tasks that delivered an image, in the order the form listed them."""
+    tasks = (
+        batch.tasks.filter(asset__isnull=False)
+        .select_related("asset")
+        .prefetch_related("asset__subjects")
+        .only("pk", "provider", "provider_label", "model", "frame", "ordinal", "state", "asset")
+    )
+    return batch.in_form_order(list(tasks))
+
+
+def results_context(batch: Batch) -> dict[str, Any]:
+    """Return what the results section shows: the delivered images, and whether to choose."""
+    results = delivered(batch)
+    # Settled: nothing more arrives without a person, so favourites can be chosen.
+    settled = not batch.tasks.filter(state__in=STOPPABLE).exists()
+    return {
+        "batch": batch,
+        "results": results,
+        "delivered": len(results),
+        "settled": settled,
+        "favourites_name": f"{batch.title} favourites"[:120],
+    }
+
+
+@login_required_htmx
+@require_GET
+def batch_results(request: HttpRequest, batch_id: UUID) -> HttpResponse:
+    """Render the results section alone, for the batch page to reload when more arrive."""
+    found = get_object_or_404(Batch, pk=batch_id)
+    return render(request, "studio/_results.html", results_context(found))
+
+
+def _neighbours(asset: Asset) -> tuple[int | None, int | None, int, int]:
+    """Return the previous and next result of the asset's batch, its place and the count."""
+    if asset.batch is None:
+        return None, None, 0, 0
+    ids = [task.asset_id for task in delivered(asset.batch)]
+    if asset.pk not in ids:
+        return None, None, 0, len(ids)
+    at = ids.index(asset.pk)
+    before = ids[at - 1] if at > 0 else None
+    after = ids[at + 1] if at + 1 < len(ids) else None
+    return before, after, at + 1, len(ids)
+
+
+@login_required
+@require_GET
+def asset_detail(request: HttpRequest, asset_id: int) -> HttpResponse:
+    """Show one image large with what made it, and what can be done with it."""
+    found = get_object_or_404(
+        Asset.objects.select_related("batch", "task").prefetch_related("subjects"), pk=asset_id
+    )
+    before, after, place, count = _neighbours(found)
+    in_sets = list(found.sets.order_by("name", "pk"))
+    drafts = AvatarSet.objects.filter(published_at__isnull=True).exclude(
+        pk__in=[s.pk for s in in_sets]
+    )
+    return render(
+        request,
+        "studio/asset.html",
+        {
+            "asset": found,
+            "task": found.task,
+            "previous": before,
+            "next": after,
+            "place": place,
+            "count": count,
+            "in_sets": in_sets,
+            "drafts": drafts.order_by("-created_at", "-pk")[:SET_CHOICES],
+        },
+    )

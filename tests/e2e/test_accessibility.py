@@ -1,0 +1,71 @@
+"""Every studio page, at the desktop and the phone size: no serious accessibility violation,
+no sideways scrolling on a phone, and a screenshot kept for a reviewer.
+
+The pages are reached as a person reaches them, so the walk also seeds what the later pages
+show: a batch with a result, a set chosen from it, and that set published.
+"""
+
+import pytest
+from playwright.sync_api import Page, expect
+
+from tests.e2e.studio import (
+    DESKTOP,
+    audit,
+    go,
+    plan_batch,
+    screenshot,
+    sign_in,
+    wait_until_finished,
+)
+
+
+def check(page: Page, name: str) -> None:
+    """Audit the page as it is now, keep its screenshot, and refuse sideways scrolling."""
+    page.wait_for_load_state()
+    audit(page)
+    screenshot(page, name)
+    width = (page.viewport_size or DESKTOP)["width"]
+    scroll = page.evaluate("document.documentElement.scrollWidth")
+    assert scroll <= width, f"{name} scrolls sideways at {width} px ({scroll} px wide)"
+
+
+@pytest.mark.parametrize("size", ["page", "phone"])
+def test_it_passes_the_audit_on_every_studio_page(request: pytest.FixtureRequest, size: str):
+    page: Page = request.getfixturevalue(size)
+    page.goto("/accounts/login/")
+    check(page, "login")
+    sign_in(page)
+    check(page, "batches")
+    go(page, "New batch")
+    check(page, "batch-new")
+
+    batch_url = plan_batch(page, prompt=f"Bo for the audit at {size} size", candidates=1)
+    wait_until_finished(page, 1)
+    page.reload()
+    expect(page.locator("[data-testid=results] > li")).to_have_count(1)
+    check(page, "batch")
+    page.locator("[data-testid=results] > li").first.get_by_role("link").click()
+    expect(page.get_by_role("link", name="Download the original")).to_be_visible()
+    check(page, "viewer")
+
+    go(page, "Subjects")
+    check(page, "subjects")
+    page.get_by_role("link", name="Bo", exact=True).click()
+    expect(page.get_by_role("heading", name="Bo")).to_be_visible()
+    check(page, "subject")
+    go(page, "Gallery")
+    check(page, "gallery")
+
+    page.goto(batch_url)
+    page.locator("[data-testid=results] input[name=assets]").first.check()
+    page.get_by_role("button", name="Choose favourites").click()
+    expect(page.locator("[data-testid=chosen] > li")).to_have_count(1)
+    check(page, "set")
+    go(page, "Sets")
+    check(page, "sets")
+    page.get_by_role("link", name=f"Bo for the audit at {size} size favourites").click()
+    page.get_by_role("link", name="Publish…").click()
+    check(page, "set-publish")
+    page.get_by_role("button", name="Publish for good").click()
+    expect(page.get_by_test_id("api-url")).to_be_visible()
+    check(page, "set-published")

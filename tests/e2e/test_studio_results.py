@@ -1,0 +1,159 @@
+"""Results first, in a real browser: the viewer's keys, ticking favourites, dragging, publishing.
+
+One batch of three results is planned for the module (through the page, driven by the worker
+and the simulator); each test then works from it at the desktop and the phone size.
+"""
+
+import re
+from collections.abc import Iterator
+
+import pytest
+from playwright.sync_api import Browser, Page, expect
+
+from tests.e2e.studio import (
+    DESKTOP,
+    Studio,
+    plan_batch,
+    screenshot,
+    sign_in,
+    wait_until_finished,
+)
+
+RESULTS = "[data-testid=results] > li"
+
+
+@pytest.fixture(scope="module")
+def batch_url(browser: Browser, studio: Studio) -> Iterator[str]:
+    """Plan a batch of three through the page and wait for its results."""
+    context = browser.new_context(base_url=studio.url, viewport=DESKTOP)
+    context.set_default_timeout(15_000)
+    page = context.new_page()
+    try:
+        sign_in(page)
+        url = plan_batch(page, prompt="Bo by the sea, three to choose from", candidates=3)
+        wait_until_finished(page, 3)
+        # Reloaded rather than waiting for the live reload, which the progress section starts.
+        page.reload()
+        expect(page.locator(RESULTS)).to_have_count(3)
+        yield url
+    finally:
+        context.close()
+
+
+@pytest.fixture(params=["page", "phone"])
+def person(request: pytest.FixtureRequest) -> Page:
+    """A signed-in person at the desktop size, then at the phone size."""
+    opened: Page = request.getfixturevalue(request.param)
+    sign_in(opened)
+    return opened
+
+
+def results_of(page: Page) -> list[str]:
+    return [
+        str(page.locator(RESULTS).nth(i).get_attribute("data-asset"))
+        for i in range(page.locator(RESULTS).count())
+    ]
+
+
+def no_sideways_scroll(page: Page) -> None:
+    width = (page.viewport_size or DESKTOP)["width"]
+    assert page.evaluate("document.documentElement.scrollWidth") <= width
+
+
+def test_it_steps_through_a_batchs_results_with_the_arrow_keys(person: Page, batch_url: str):
+    person.goto(batch_url)
+    first, second, third = results_of(person)
+
+    person.locator(RESULTS).first.get_by_role("link").click()
+
+    expect(person).to_have_url(re.compile(rf"/assets/{first}/$"))
+    steps = person.get_by_role("navigation", name="Results of this batch")
+    expect(steps).to_contain_text("1 of 3")
+    expect(person.get_by_role("link", name="Download the original")).to_be_visible()
+    expect(person.get_by_role("link", name="Open the batch")).to_be_visible()
+    expect(person.get_by_role("heading", level=1)).to_contain_text("Bo ·")
+    no_sideways_scroll(person)
+    person.wait_for_load_state()
+
+    person.keyboard.press("ArrowRight")
+    expect(person).to_have_url(re.compile(rf"/assets/{second}/$"))
+    expect(steps).to_contain_text("2 of 3")
+    person.wait_for_load_state()
+    person.keyboard.press("ArrowRight")
+    expect(person).to_have_url(re.compile(rf"/assets/{third}/$"))
+    expect(steps).to_contain_text("3 of 3")
+    person.wait_for_load_state()  # the keys are heard once the page's script has run
+    person.keyboard.press("ArrowLeft")
+    expect(person).to_have_url(re.compile(rf"/assets/{second}/$"))
+    expect(steps).to_contain_text("2 of 3")
+    # The same steps as visible links, for those who do not use the keys.
+    steps.get_by_role("link", name="← Previous").click()
+    expect(person).to_have_url(re.compile(rf"/assets/{first}/$"))
+    screenshot(person, "viewer")
+
+
+def test_it_counts_the_ticked_favourites_and_keeps_the_order_of_ticking(
+    person: Page, batch_url: str
+):
+    person.goto(batch_url)
+    first, _second, third = results_of(person)
+    bar = person.locator("[data-selection]")
+    count = person.get_by_test_id("ticked-count")
+    expect(count).to_have_text("Nothing ticked yet")
+
+    person.locator(f'input[name="assets"][value="{third}"]').check()
+    person.locator(f'input[name="assets"][value="{first}"]').check()
+
+    expect(count).to_have_text("2 images ticked")
+    # The bar follows the person: at the top of the page it is still on screen.
+    person.evaluate("window.scrollTo(0, 0)")
+    expect(bar).to_be_in_viewport()
+    no_sideways_scroll(person)
+    person.get_by_role("button", name="Choose favourites").click()
+
+    expect(person.get_by_text(re.compile(r"Created the set .* favourites\."))).to_be_visible()
+    chosen = person.locator("[data-testid=chosen] > li")
+    expect(chosen).to_have_count(2)
+    assert [chosen.nth(i).get_attribute("data-asset") for i in (0, 1)] == [third, first]
+
+
+def test_it_reorders_a_set_by_dragging_and_keeps_the_move_buttons(page: Page, batch_url: str):
+    sign_in(page)
+    page.goto(batch_url)
+    ids = results_of(page)
+    for asset_id in ids:
+        page.locator(f'input[name="assets"][value="{asset_id}"]').check()
+    page.get_by_role("button", name="Choose favourites").click()
+    chosen = page.locator("[data-testid=chosen] > li")
+    expect(chosen).to_have_count(3)
+
+    chosen.nth(2).drag_to(chosen.nth(0))
+
+    expect(chosen.nth(0)).to_have_attribute("data-asset", ids[2])
+    assert [chosen.nth(i).get_attribute("data-asset") for i in range(3)] == [ids[2], *ids[:2]]
+    page.reload()  # the order was saved, not only shown
+    expect(chosen.nth(0)).to_have_attribute("data-asset", ids[2])
+    expect(chosen.nth(1).get_by_role("button", name=re.compile(r"^Move .* up$"))).to_be_enabled()
+    screenshot(page, "set")
+
+
+def test_it_asks_before_publishing_and_then_shows_the_url_sibling_apps_read(
+    person: Page, batch_url: str
+):
+    person.goto(batch_url)
+    first = results_of(person)[0]
+    person.locator(f'input[name="assets"][value="{first}"]').check()
+    person.get_by_label("Set name").fill("For the family app")
+    person.get_by_role("button", name="Choose favourites").click()
+    expect(person.get_by_role("heading", name="For the family app")).to_be_visible()
+
+    person.get_by_role("link", name="Publish…").click()
+
+    expect(person.get_by_text("Publishing cannot be undone.")).to_be_visible()
+    no_sideways_scroll(person)
+    person.get_by_role("button", name="Publish for good").click()
+    expect(person.get_by_text("Published For the family app.")).to_be_visible()
+    expect(person.get_by_test_id("api-url")).to_have_text(
+        re.compile(r"^http://.+/api/v1/sets/\d+$")
+    )
+    no_sideways_scroll(person)

@@ -1,0 +1,167 @@
+"""Sets that are easy: ticking order kept, dragging into order, publishing asked once."""
+
+import re
+
+import pytest
+from django.test import Client
+
+from studio import engine
+from studio.models import AvatarSet
+from tests import studio_pages
+from tests.test_pages import generated, messages_of, text
+
+pytestmark = pytest.mark.django_db
+
+# The shared cast of the studio pages: a person, signed in.
+person, signed_in = studio_pages.person, studio_pages.signed_in
+
+EMPTY_SET = "A set needs at least one image: tick the images it should hold first."
+
+
+def chosen_order(avatar_set: AvatarSet) -> list[int]:
+    return list(avatar_set.items.order_by("position").values_list("asset_id", flat=True))
+
+
+def test_it_refuses_to_create_an_empty_set_with_a_sentence(signed_in: Client):
+    response = signed_in.post("/sets/", {"name": "Nothing yet"})
+
+    assert response.status_code == 400
+    assert EMPTY_SET in text(response)
+    assert not AvatarSet.objects.exists()
+
+
+def test_it_goes_back_to_the_gallery_when_a_set_cannot_be_created(signed_in: Client):
+    response = signed_in.post(
+        "/sets/", {"name": "", "assets": [generated(1).pk], "next": "/gallery/?page=2"}
+    )
+
+    assert response.status_code == 302 and response["Location"] == "/gallery/?page=2"
+    assert not AvatarSet.objects.exists()
+
+
+def test_it_never_follows_a_next_that_leaves_the_studio(signed_in: Client):
+    response = signed_in.post("/sets/", {"name": "x", "next": "https://elsewhere.test/"})
+
+    assert response.status_code == 400
+    assert EMPTY_SET in text(response)
+
+
+def test_it_adds_ticked_images_in_the_order_they_were_ticked(signed_in: Client):
+    a, b, c, d = (generated(seed) for seed in (1, 2, 3, 4))
+    avatar_set = engine.create_set(name="Family", asset_ids=[a.pk])
+
+    signed_in.post(
+        f"/sets/{avatar_set.pk}/",
+        {"action": "add", "assets": [b.pk, c.pk, d.pk], "order": f"{d.pk},junk,{b.pk}"},
+    )
+
+    assert chosen_order(avatar_set) == [a.pk, d.pk, b.pk, c.pk]
+
+
+def test_it_takes_a_dragged_order_through_the_same_form(signed_in: Client):
+    a, b, c = (generated(seed) for seed in (1, 2, 3))
+    avatar_set = engine.create_set(name="Family", asset_ids=[a.pk, b.pk, c.pk])
+
+    signed_in.post(f"/sets/{avatar_set.pk}/", {"action": "order", "assets": [c.pk, a.pk, b.pk]})
+
+    assert chosen_order(avatar_set) == [c.pk, a.pk, b.pk]
+
+
+def test_it_keeps_an_image_chosen_meanwhile_when_a_dragged_order_misses_it(signed_in: Client):
+    a, b, c = (generated(seed) for seed in (1, 2, 3))
+    avatar_set = engine.create_set(name="Family", asset_ids=[a.pk, b.pk, c.pk])
+
+    # The page was loaded before c was added (another tab): its order names only a and b.
+    signed_in.post(f"/sets/{avatar_set.pk}/", {"action": "order", "assets": [b.pk, a.pk]})
+
+    assert chosen_order(avatar_set) == [b.pk, a.pk, c.pk]
+
+
+def test_it_offers_drag_and_drop_beside_the_move_buttons(signed_in: Client):
+    a, b = generated(1), generated(2)
+    avatar_set = engine.create_set(name="Family", asset_ids=[a.pk, b.pk])
+
+    body = signed_in.get(f"/sets/{avatar_set.pk}/").content.decode()
+
+    assert body.count('draggable="true"') == 2
+    assert 'data-reorder="reorder-form"' in body and 'id="reorder-form"' in body
+    assert body.count('value="up"') == 2 and body.count('value="down"') == 2
+
+
+def test_it_disables_publish_and_says_why_while_history_is_missing(signed_in: Client):
+    fine, lost = generated(1), generated(2, history=False)
+    avatar_set = engine.create_set(name="Family", asset_ids=[fine.pk, lost.pk])
+
+    body = signed_in.get(f"/sets/{avatar_set.pk}/").content.decode()
+
+    button = re.search(r"<button[^>]*>Publish…</button>", body)
+    assert button is not None
+    assert "disabled" in button.group(0) and 'aria-describedby="publish-why"' in button.group(0)
+    why = re.search(r'<p[^>]*id="publish-why"[^>]*>([^<]*)</p>', body)
+    assert why is not None
+    assert why.group(1) == (
+        "1 chosen image still lacks Ember history; publishing waits for repair."
+    )
+
+
+def test_it_offers_publish_once_the_set_can_be_published(signed_in: Client):
+    avatar_set = engine.create_set(name="Family", asset_ids=[generated(1).pk])
+
+    body = signed_in.get(f"/sets/{avatar_set.pk}/").content.decode()
+
+    assert f'<a class="button primary" href="/sets/{avatar_set.pk}/publish/">Publish…</a>' in body
+    assert "publish-why" not in body
+
+
+def test_it_asks_once_that_publishing_cannot_be_undone_and_publishes_nothing_before(
+    signed_in: Client,
+):
+    avatar_set = engine.create_set(name="Family", asset_ids=[generated(1).pk, generated(2).pk])
+
+    asked = signed_in.get(f"/sets/{avatar_set.pk}/publish/")
+    unconfirmed = signed_in.post(f"/sets/{avatar_set.pk}/publish/")
+
+    avatar_set.refresh_from_db()
+    assert avatar_set.published_at is None
+    for response in (asked, unconfirmed):
+        assert response.status_code == 200
+        assert "Publishing cannot be undone." in text(response)
+        assert "these 2 images in this order" in text(response)
+        assert 'name="confirm" value="yes"' in response.content.decode()
+
+    confirmed = signed_in.post(f"/sets/{avatar_set.pk}/publish/", {"confirm": "yes"})
+
+    avatar_set.refresh_from_db()
+    assert avatar_set.published_at is not None
+    assert confirmed["Location"] == f"/sets/{avatar_set.pk}/published/"
+
+
+def test_it_shows_the_url_sibling_apps_read_a_published_set_at(signed_in: Client):
+    avatar_set = engine.create_set(name="Family", asset_ids=[generated(1).pk])
+    engine.publish(avatar_set=avatar_set)
+
+    response = signed_in.get(f"/sets/{avatar_set.pk}/published/")
+
+    assert f"http://testserver/api/v1/sets/{avatar_set.pk}" in text(response)
+    assert signed_in.get(f"/api/v1/sets/{avatar_set.pk}").status_code == 401  # a token's URL
+
+
+def test_it_names_the_subjects_and_batch_of_images_offered_for_a_set(
+    signed_in: Client, make_subject
+):
+    ada = make_subject("Ada")
+    offered = generated(1, label="GPT Image · image #1")
+    offered.subjects.add(ada)
+    avatar_set = engine.create_set(name="Family", asset_ids=[generated(2).pk])
+
+    page = text(signed_in.get(f"/sets/{avatar_set.pk}/")).split("Add images", 1)[1]
+
+    assert "Ada · GPT Image · image #1" in page
+
+
+def test_it_sends_a_refused_add_back_with_the_reason(signed_in: Client):
+    avatar_set = engine.create_set(name="Family", asset_ids=[generated(1).pk])
+
+    response = signed_in.post(f"/sets/{avatar_set.pk}/", {"action": "order"}, follow=True)
+
+    assert messages_of(response) == ["Say the new order of the chosen images."]
