@@ -102,12 +102,13 @@ class Batch(Versioned):
         rows = [(p.get("provider"), p.get("model") or "") for p in listed]
         frames = list(self.request.get("frames", []))
 
-        def place(task: Task) -> tuple[int, int, int]:
+        def place(task: Task) -> tuple[int, int, int, str, str]:
             exact = (i for i, row in enumerate(rows) if row == (task.provider, task.model))
             named = (i for i, (name, _) in enumerate(rows) if name == task.provider)
             row = next(exact, next(named, len(rows)))
             frame = frames.index(task.frame) if task.frame in frames else len(frames)
-            return row, frame, task.ordinal
+            # Model and id last: the order never ties (the live page compares rows by place).
+            return row, frame, task.ordinal, task.model, str(task.pk)
 
         return sorted(tasks, key=place)
 

@@ -251,6 +251,21 @@ def test_it_tells_the_results_to_reload_when_an_image_arrives(signed_in: Client,
     assert more["HX-Trigger"] == "results-changed"
 
 
+def test_it_tells_the_results_to_reload_when_a_saved_image_waits_for_embers_record(
+    signed_in: Client, subject
+):
+    # The image is in the store and in the results section before Ember's history row is.
+    batch = plan(subject, candidates=1)
+    [task] = put(batch, TaskState.DONE)
+    move(task, TaskState.HISTORY_MISSING, phase="Waiting for Ember's record")
+
+    polled = signed_in.get(f"/batches/{batch.pk}/progress/", {"delivered": "0"})
+    results = signed_in.get(f"/batches/{batch.pk}/results/")
+
+    assert polled["HX-Trigger"] == "results-changed"
+    assert 'data-delivered="1"' in results.content.decode()
+
+
 # --- 11. provider labels -------------------------------------------------------------------------
 
 

@@ -9,10 +9,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from django.conf import settings
-from django.db.models import Case, Count, IntegerField, Q, QuerySet, Value, When
+from django.db.models import Count, Q
 
-from studio import engine
 from studio.models import RECONCILABLE, STOPPABLE, Task, TaskState
 
 # The outcome groups, in the order the bar shows them: (key, states).
@@ -131,22 +129,6 @@ class Outcome:
         if self.done:
             return f"All done {DASH} {title}"
         return f"{self.ready} of {self.total} ready {DASH} {title}"
-
-
-def form_order(tasks: "QuerySet[Task]") -> "QuerySet[Task]":
-    """Order tasks as the form lists providers and frames, then by candidate."""
-    providers = list(settings.AVATARS_PROVIDERS)
-    frames = list(engine.FRAMES)
-    # model and pk last: one provider split over models numbers each split from 1, and
-    # the polls compare rows by position, so the order must never tie.
-    return tasks.annotate(
-        provider_rank=_rank("provider", providers), frame_rank=_rank("frame", frames)
-    ).order_by("provider_rank", "provider", "frame_rank", "frame", "ordinal", "model", "pk")
-
-
-def _rank(field: str, values: list[str]) -> Case:
-    whens = [When(**{field: value}, then=Value(i)) for i, value in enumerate(values)]
-    return Case(*whens, default=Value(len(values)), output_field=IntegerField())
 
 
 def dress(tasks: list[Task]) -> list[Task]:

@@ -39,23 +39,28 @@ def home(request: HttpRequest) -> HttpResponse:
     # The annotated query drops the model's ordering: say it, or pages come out in any order.
     batches = Batch.objects.annotate(**progress.group_counts()).order_by("-created_at", "-pk")
     window = page_of(request, batches, BATCHES_PAGE)
-    thumbs = _first_images([batch.pk for batch in window])
+    thumbs = _first_images(list(window))
     for batch in window:
         batch.outcome = progress.Outcome.of_row(batch)
-        batch.thumbs = thumbs.get(batch.pk, [])
+        batch.thumbs = thumbs[batch.pk]
     return render(request, "studio/home.html", {"batches": window, "page": window})
 
 
-def _first_images(batch_ids: list[UUID]) -> dict[UUID, list[int]]:
+def _first_images(batches: list[Batch]) -> dict[UUID, list[int]]:
     """Return up to THUMBS_PER_BATCH delivered image ids per batch, in the form's order."""
-    ranked = progress.form_order(
-        Task.objects.filter(batch_id__in=batch_ids, state=TaskState.DONE, asset__isnull=False)
-    )
-    shown: dict[UUID, list[int]] = {}
-    for batch_id, asset_id in ranked.values_list("batch_id", "asset_id"):
-        if len(shown.setdefault(batch_id, [])) < THUMBS_PER_BATCH:
-            shown[batch_id].append(asset_id)
-    return shown
+    done: dict[UUID, list[Task]] = {batch.pk: [] for batch in batches}
+    for task in Task.objects.filter(
+        batch__in=batches, state=TaskState.DONE, asset__isnull=False
+    ).only("pk", "batch_id", "asset_id", "provider", "model", "frame", "ordinal"):
+        done[task.batch_id].append(task)
+    return {
+        batch.pk: [
+            t.asset_id
+            for t in batch.in_form_order(done[batch.pk])[:THUMBS_PER_BATCH]
+            if t.asset_id is not None
+        ]
+        for batch in batches
+    }
 
 
 @login_required
@@ -148,7 +153,7 @@ def same_intent(request: dict[str, Any]) -> tuple[Any, ...]:
 def _progress_context(request: HttpRequest, batch: Batch) -> dict[str, Any]:
     counts = engine.progress(batch=batch)
     outcome = progress.Outcome.of_counts(counts)
-    tasks = progress.dress(list(progress.form_order(batch.tasks.all())))
+    tasks = progress.dress(batch.in_form_order(list(batch.tasks.all())))
     repair = ""
     if outcome.attention and request.user.is_staff:
         repair = f"{reverse('admin:studio_task_changelist')}?" + urlencode(
@@ -162,6 +167,8 @@ def _progress_context(request: HttpRequest, batch: Batch) -> dict[str, Any]:
         "tasks": tasks,
         "repair": repair,
         "seen": ".".join(str(task.version) for task in tasks),
+        # Images on the page, whatever their state (the results section's own count).
+        "delivered": sum(1 for task in tasks if task.asset_id),
         "tab_title": outcome.tab_title(batch.title),
         "worker_status": WorkerHeartbeat.status(),
     }
@@ -193,7 +200,7 @@ def batch_progress(request: HttpRequest, batch_id: UUID) -> HttpResponse:
         seen = [""] * len(tasks)
     context["changed"] = [t for t, v in zip(tasks, seen, strict=True) if str(t.version) != v]
     response = render(request, "studio/_progress_poll.html", context)
-    if request.GET.get("delivered", "") != str(context["outcome"].ready):
+    if request.GET.get("delivered", "") != str(context["delivered"]):
         response["HX-Trigger"] = "results-changed"
     return response
 

@@ -17,7 +17,7 @@ SET_CHOICES = 50  # draft sets offered in the viewer's "Add to a set"
 def delivered(batch: Batch) -> list[Task]:
     """Return the batch's tasks that delivered an image, in the order the form listed them."""
     tasks = (
-        batch.tasks.filter(asset__isnull=False)
+        batch.tasks.filter(asset__isnull=False)  # counted alike by the live progress
         .select_related("asset")
         .prefetch_related("asset__subjects")
         .only("pk", "provider", "provider_label", "model", "frame", "ordinal", "state", "asset")
