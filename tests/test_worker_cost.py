@@ -23,8 +23,8 @@ pytestmark = pytest.mark.django_db(transaction=True)  # real commits, as the wor
 
 TASKS = 24  # three batches' worth of slots: the pump's passes are shared out over many tasks
 # Per task, the pump's passes, sweeps and heartbeats included.
-MAX_HOPS = 11.0
-MAX_STATEMENTS = 13.0  # every SQL statement but BEGIN, COMMIT and savepoints
+MAX_HOPS = 7.5
+MAX_STATEMENTS = 10.5  # every SQL statement but BEGIN, COMMIT and savepoints
 MAX_COMMITS = 6.2  # six states, each committed before the act it names, and a little pump
 
 SQLITE = settings.DATABASES["default"]["ENGINE"].endswith("sqlite3")
