@@ -126,8 +126,8 @@ class Steps:
     def _prepare(self, task: Task) -> int | None:
         """Write `preparing` (versioned); return the number the send will be, None if it rests.
 
-        One trip to the database thread: whether a clip must stop being re-sent, the
-        write, and the attempt number all come from the row in hand.
+        What runs back to back before the references are read takes one trip to the
+        database thread: whether a clip must stop being re-sent, the write, the number.
         """
         sent = task.attempt_under_key()
         if self._stop_resending(task, sent):
@@ -262,7 +262,7 @@ class Steps:
         image = result.get("image") or {}
         history = result.get("history") or {}
         # The asset row and `task.asset` are written in one transaction (record_asset),
-        # so the task, read fresh by this coroutine, says whether the bytes are safe.
+        # so the task, read as this coroutine started, says whether the bytes are safe.
         asset = None if task.asset_id is None else await db(Asset.objects.get)(pk=task.asset_id)
         if asset is None:
             original = await self._copy_or_rest(task, image)
