@@ -75,7 +75,12 @@ class WorkerCost:
         return db
 
     def attach(self, sender: object, connection: Any, **kwargs: object) -> None:
-        """Set SQLite's statement trace on `connection` (a Django connection wrapper)."""
+        """Set SQLite's statement trace on `connection` (a Django connection wrapper).
+
+        Other databases have no such trace: on them only the hops are counted.
+        """
+        if connection.vendor != "sqlite":
+            return
         in_transaction = False
 
         def trace(sql: str) -> None:
