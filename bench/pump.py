@@ -111,7 +111,7 @@ def op_time(calls: int) -> dict[str, Any]:
     ids: list[str] = []
     for _ in range(calls):
         started = time.perf_counter()
-        ids = [str(pk) for pk in _worker._due_query(timezone.now())[:LIMIT]]
+        ids = [str(task.pk) for task in _worker._due_query(timezone.now())[:LIMIT]]
         query.append(time.perf_counter() - started)
     full = []
     for _ in range(max(10, calls // 10)):

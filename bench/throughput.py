@@ -5,9 +5,10 @@ over loopback, with zero job time. Rounds alternate between the engine
 (generate() a batch, then the real `Worker` drives it to `done`: SQLite WAL +
 FULL, originals fsynced) and a bare asyncio client that makes the same Ember
 calls per task (submit, poll, fetch, release) at the same concurrency with no
-database and no files. The durable-commit limit is printed beside it: raw
-SQLite commits per second on the same disk, divided by the commits the worker
-makes per task (counted with SQLite's statement trace).
+database and no files. Beside the ratio are what the worker costs its database
+per task, counted rather than timed (bench/cost.py): SQL statements and commits
+(SQLite's statement trace) and hops to its one database thread. The durable-commit
+limit is raw SQLite commits per second on the same disk, divided by those commits.
 """
 
 import asyncio
@@ -20,20 +21,21 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.db.backends.signals import connection_created
 
 from bench import data
 from bench.common import Context, Result, SimProcess, children, paired_ratio
+from bench.cost import WorkerCost
 from studio import engine, originals
 from studio.ember.client import EmberClient
 from studio.engine import validation
 from studio.models import Batch, Kind, Subject, Task, TaskState
 from studio.worker import Worker, build_payload
 
-TARGET = 0.5
+TARGET = 0.75
 WORKERS = 4  # AVATARS_WORKERS' default, for the engine and the bare client alike
 POLL_INTERVAL = 0.05  # seconds; lowered for the run (Ember answers at once here)
 TICK = 1.0  # seconds: the pump's own default, unchanged
+COUNTED = ("statements", "commits", "hops")  # what the worker costs its database, per task
 
 
 def run(ctx: Context) -> Result:
@@ -46,7 +48,7 @@ def run(ctx: Context) -> Result:
         children(ctx, __name__, "throughput", EMBER_URL=sim.url) as (child,),
     ):
         child.call("setup")
-        counted = child.call("count_commits", tasks=ctx.size(100, 20))
+        counted = child.call("count_cost", tasks=ctx.size(100, 20))
         raw_commits = child.call("raw_commits", commits=ctx.size(1_000, 300))
         engine_times: list[float] = []
         bare_times: list[float] = []
@@ -62,8 +64,8 @@ def run(ctx: Context) -> Result:
     engine_rate = total / sum(engine_times)
     bare_rate = total / sum(bare_times)
     ratio = paired_ratio(bare_times, engine_times)  # engine rate ÷ bare rate, round by round
-    per_task = counted["commits"] / counted["tasks"]
-    limit = raw_commits / per_task
+    per_task = {name: counted[name] / counted["tasks"] for name in COUNTED}
+    limit = raw_commits / per_task["commits"]
     return Result(
         goal="engine vs bare Ember client",
         measured=ratio,
@@ -73,13 +75,16 @@ def run(ctx: Context) -> Result:
         raw=(
             f"engine {engine_rate:.1f} tasks/s vs bare client {bare_rate:.1f} tasks/s "
             f"({total} tasks each, {rounds} alternating rounds, {WORKERS} at once, "
-            f"poll {POLL_INTERVAL} s); durable-commit limit {limit:.0f} tasks/s "
-            f"= {raw_commits:.0f} commits/s ÷ {per_task:.1f} commits/task"
+            f"poll {POLL_INTERVAL} s); per task {per_task['statements']:.1f} statements, "
+            f"{per_task['commits']:.1f} commits, {per_task['hops']:.1f} database-thread hops; "
+            f"durable-commit limit {limit:.0f} tasks/s "
+            f"= {raw_commits:.0f} commits/s ÷ {per_task['commits']:.1f} commits/task"
         ),
         notes=[
-            f"the worker made {counted['commits']} SQLite commits for {counted['tasks']} tasks "
-            f"({per_task:.2f}/task, heartbeats included), plus 2 fsyncs per original "
-            f"(file and directory)",
+            f"the worker ran {counted['statements']} SQL statements and made "
+            f"{counted['commits']} SQLite commits and {counted['hops']} hops to its database "
+            f"thread for {counted['tasks']} tasks (pump, sweeps and heartbeats included), "
+            f"plus 2 fsyncs per original (file and directory)",
         ],
     )
 
@@ -136,17 +141,23 @@ def op_bare(tasks: int) -> float:
     return time.perf_counter() - started
 
 
-def op_count_commits(tasks: int) -> dict[str, int]:
-    """Drive `tasks` tasks with SQLite's statement trace on; count the worker's commits."""
+def op_count_cost(tasks: int) -> dict[str, int]:
+    """Drive `tasks` tasks counting the worker's statements, commits and database-thread hops.
+
+    Run before any timed round: the worker's database thread must open its
+    connection while the count is on, for the statement trace to see it.
+    """
     assert _subject is not None
-    counter = _CommitCounter()
+    cost = WorkerCost()
     _plan(tasks, _subject)
-    connection_created.connect(counter.attach)
-    try:
+    with cost.counting():
         _run_as_owner(Worker(workers=WORKERS, poll_interval=POLL_INTERVAL, tick=TICK))
-    finally:
-        connection_created.disconnect(counter.attach)
-    return {"tasks": tasks, "commits": counter.commits}
+    return {
+        "tasks": tasks,
+        "statements": cost.statements,
+        "commits": cost.commits,
+        "hops": cost.hops,
+    }
 
 
 def op_raw_commits(commits: int) -> float:
@@ -197,7 +208,7 @@ def _payloads(tasks: int, subject: Subject) -> Iterator[dict[str, Any]]:
                     batch_id=batch_id,
                     kind=Kind.IMAGE,
                     provider=provider["provider"],
-                    model=provider["model"],
+                    model=data.PROVIDERS[provider["provider"]]["model"],  # the catalogue's
                     frame="image",
                     ordinal=ordinal,
                     prompt=data.PROMPT,
@@ -228,28 +239,3 @@ async def _bare(payloads: Iterator[dict[str, Any]]) -> None:
         await asyncio.gather(*(lane() for _ in range(WORKERS)))
     finally:
         await client.aclose()
-
-
-class _CommitCounter:
-    """Count SQLite commits: explicit COMMITs plus writes made in autocommit mode."""
-
-    def __init__(self) -> None:
-        self.commits = 0
-
-    def attach(self, sender: object, connection: Any, **kwargs: object) -> None:
-        in_transaction = False
-
-        def trace(sql: str) -> None:
-            nonlocal in_transaction
-            verb = sql.lstrip().split(None, 1)[0].upper() if sql.strip() else ""
-            if verb == "BEGIN":
-                in_transaction = True
-            elif verb in ("COMMIT", "END"):
-                in_transaction = False
-                self.commits += 1
-            elif verb == "ROLLBACK":
-                in_transaction = False
-            elif verb in ("INSERT", "UPDATE", "DELETE", "REPLACE") and not in_transaction:
-                self.commits += 1
-
-        connection.connection.set_trace_callback(trace)

@@ -235,7 +235,7 @@ class AvatarsMachine(RuleBasedStateMachine):
         return [t for t in self.tasks if state[t] in states]
 
     def due(self) -> list[str]:
-        due = {str(pk) for pk in self.worker._due_query(timezone.now())}
+        due = {str(task.pk) for task in self.worker._due_query(timezone.now())}
         return [t for t in self.tasks if t in due]
 
     def restart(self) -> None:

@@ -12,7 +12,6 @@ import contextlib
 import logging
 import time
 from datetime import datetime
-from typing import Any
 
 from django.conf import settings
 from django.db import (
@@ -176,12 +175,13 @@ class Worker(Steps):
         room = self.workers - len(self.in_hand)
         if room <= 0 or self.stopping:
             return 0
-        ids = await db(self._due)(room)
-        for task_id in ids:
-            job = asyncio.create_task(self.drive(task_id), name=task_id)
+        rows = await db(self._due)(room)
+        for row in rows:
+            task_id = str(row.pk)
+            job = asyncio.create_task(self.drive(task_id, row=row), name=task_id)
             job.add_done_callback(self._freed)
             self.in_hand[task_id] = job
-        return len(ids)
+        return len(rows)
 
     async def sweep(self) -> None:
         """Settle tasks left `preparing`/`submitting` that no coroutine holds (once a tick).
@@ -237,8 +237,11 @@ class Worker(Steps):
         job, self._adopting = self._adopting, None
         return job is not None and await job > 0
 
-    def _due(self, limit: int) -> list[str]:
-        """Return the ids of up to `limit` due tasks not in hand, on a fresh connection."""
+    def _due(self, limit: int) -> list[Task]:
+        """Return up to `limit` due tasks not in hand, read whole, on a fresh connection.
+
+        Each coroutine starts from the row read here: one query a pass, not one a task.
+        """
         checked = time.monotonic()
         # A long-lived worker drops connections that broke or aged out, at most once a
         # tick: the pump also passes whenever a slot frees, and reconnecting for every
@@ -246,12 +249,11 @@ class Worker(Steps):
         if not connection.in_atomic_block and checked - self._recycled_at >= self.tick:
             close_old_connections()
             self._recycled_at = checked
-        return [str(pk) for pk in self._due_query(timezone.now())[:limit]]
+        return list(self._due_query(timezone.now())[:limit])
 
-    def _due_query(self, now: datetime) -> "QuerySet[Task, Any]":
+    def _due_query(self, now: datetime) -> "QuerySet[Task]":
         """Return the pump's query: due ACTIVE tasks not in hand (served by `task_due_idx`)."""
-        rows = Task.objects.due(now).exclude(pk__in=list(self.in_hand))
-        return rows.values_list("pk", flat=True)
+        return Task.objects.due(now).exclude(pk__in=list(self.in_hand))
 
     def _reap(self) -> None:
         """Forget coroutines that ended, logging the ones that raised."""

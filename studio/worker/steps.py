@@ -25,7 +25,7 @@ from studio.ember.client import (
     Submitted,
     encode_payload,
 )
-from studio.models import ACTIVE, Asset, Task, TaskState
+from studio.models import ACTIVE, Asset, Attempt, Task, TaskState
 from studio.store import Conflict, move, update
 from studio.worker.transitions import (
     RECONCILE_PHASE,
@@ -64,9 +64,13 @@ class Steps:
     # The loop's sleep, which wakes early when a stop is asked.
     _sleep: Callable[[float], Awaitable[None]]
 
-    async def drive(self, task_id: str) -> None:
-        """Advance one task through its states until it rests, waits or the worker stops."""
-        task = await db(Task.objects.get)(pk=task_id)
+    async def drive(self, task_id: str, *, row: Task | None = None) -> None:
+        """Advance one task through its states until it rests, waits or the worker stops.
+
+        `row` is the task as the pump just read it, which spares reading it again: every
+        step's first write to it is versioned or records what Ember said.
+        """
+        task = row if row is not None else await db(Task.objects.get)(pk=task_id)
         try:
             while not self.stopping and task.state in ACTIVE:
                 if task.state == TaskState.QUEUED:
@@ -90,11 +94,9 @@ class Steps:
         The answer leaves the task on the row docs/ember.md's table names. Return
         True when the task went on to `running`.
         """
-        if await db(self._stop_resending)(task):
+        number = await db(self._prepare)(task)
+        if number is None:
             return False
-        await db(move)(
-            task, TaskState.PREPARING, expected=task.version, phase="Checking reference photos"
-        )
         references = await self.load_references(task)
         if references is None:
             # Versioned: a cancel that won while the references were read stands.
@@ -112,7 +114,6 @@ class Steps:
                 task, TaskState.QUEUED, expected=task.version, phase="Waiting for the worker"
             )
             return False
-        number = await db(_attempt_number)(task)
         body = encode_payload(build_payload(task, references, attempt=number))
         # The photos' base64 is in the body now: let it go before the (long) send.
         del references
@@ -125,13 +126,25 @@ class Steps:
         )
         return await self._send(task, body, number)
 
-    def _stop_resending(self, task: Task) -> bool:
+    def _prepare(self, task: Task) -> int | None:
+        """Write `preparing` (versioned); return the number the send will be, None if it rests.
+
+        What runs back to back before the references are read takes one trip to the
+        database thread: whether a clip must stop being re-sent, the write, the number.
+        """
+        sent = task.attempt_under_key()
+        if self._stop_resending(task, sent):
+            return None
+        move(task, TaskState.PREPARING, expected=task.version, phase="Checking reference photos")
+        return _attempt_number(task, sent)
+
+    def _stop_resending(self, task: Task, sent: Attempt | None) -> bool:
         """Rest a clip `uncertain` once its key was first sent longer than the poll bound ago.
 
         Re-sending under the key is free, but one whose answers keep getting lost
-        would otherwise be sent every few seconds for ever. Return True when it rests.
+        would otherwise be sent every few seconds for ever. `sent` is the attempt its
+        key stands for, if any. Return True when it rests.
         """
-        sent = task.attempt_under_key()
         if sent is None:
             return False
         if (timezone.now() - sent.submitted_at).total_seconds() <= self.poll_bound:
@@ -252,7 +265,7 @@ class Steps:
         image = result.get("image") or {}
         history = result.get("history") or {}
         # The asset row and `task.asset` are written in one transaction (record_asset),
-        # so the task, read fresh by this coroutine, says whether the bytes are safe.
+        # so the task, read as this coroutine started, says whether the bytes are safe.
         asset = None if task.asset_id is None else await db(Asset.objects.get)(pk=task.asset_id)
         if asset is None:
             original = await self._copy_or_rest(task, image)

@@ -105,10 +105,18 @@ def _read_references(frozen: list[dict[str, Any]]) -> list[dict[str, Any]] | Non
     return out
 
 
-def _attempt_number(task: Task) -> int:
-    """Return the number the next send is: a clip re-sent under its key keeps its number."""
-    sent = task.attempt_under_key()
-    return sent.number if sent is not None else task.attempts.count() + 1
+def _attempt_number(task: Task, sent: Attempt | None) -> int:
+    """Return the number the next send is: a clip re-sent under its key keeps its number.
+
+    `sent` is `task.attempt_under_key()`, already read by the caller.
+    """
+    if sent is not None:
+        return sent.number
+    if task.submitted_at is None:
+        # Attempts are recorded only once a send was announced (`submitting` sets
+        # submitted_at, and nothing clears it): a task never sent has none to count.
+        return 1
+    return task.attempts.count() + 1
 
 
 # --- what a submit proved (docs/ember.md §Submit outcomes) ----------------------------
