@@ -6,6 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from studio import metrics
 from studio.ownership import AlreadyRunning, NotDurable, OwnershipLost
 from studio.worker import Worker
 
@@ -29,6 +30,8 @@ class Command(BaseCommand):
         except (AlreadyRunning, NotDurable) as exc:
             raise CommandError(str(exc)) from None
         try:
+            # The owner alone tidies the figure files: no other worker is starting now.
+            metrics.forget_dead_processes()
             asyncio.run(self._run(worker, once=options["once"]))
         except OwnershipLost as exc:
             raise CommandError(str(exc)) from None  # a non-zero exit: the lock is gone
