@@ -10,6 +10,7 @@ every tick (`verify`) and stops when it lost the lock. A standby (`stand_by`) wa
 for those locks instead of refusing, and takes them as soon as the owner is gone.
 """
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -224,7 +225,9 @@ def stand_by(acquire: Callable[[], None], *, poll: float = STANDBY_POLL) -> floa
             pass
         except (DatabaseError, psycopg.Error) as exc:
             log.warning("standing by: the database did not answer: %s", exc)
-            connection.close()  # the next look reconnects
+            if not connection.in_atomic_block:  # (a test's transaction is not broken)
+                with contextlib.suppress(DatabaseError):
+                    connection.close()  # a broken connection is kept; the next look reconnects
         if not waiting:
             log.info("%s", STANDING_BY)
             waiting = True

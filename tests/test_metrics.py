@@ -12,7 +12,6 @@ import pytest
 import respx
 from asgiref.sync import async_to_sync
 from django.conf import settings
-from django.core.management import call_command
 from django.test import Client
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
@@ -303,14 +302,3 @@ def test_it_forgets_the_files_of_dead_processes_only():
         alive.wait()
         for path in kept:
             path.unlink(missing_ok=True)
-
-
-@pytest.mark.django_db(transaction=True)  # the worker's database thread has its own connection
-def test_it_forgets_dead_processes_files_when_the_worker_starts(ember: respx.Router):
-    stale = Path(os.environ["PROMETHEUS_MULTIPROC_DIR"]) / f"counter_{dead_pid()}.db"
-    stale.touch()
-
-    call_command("run_worker", "--once")
-
-    assert not stale.exists()
-    assert not ember.calls  # nothing was due, so nothing was asked of Ember

@@ -5,6 +5,7 @@ of the machine (prometheus_client's multiprocess mode).
 """
 
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -26,27 +27,49 @@ TASKS = 6  # 3 candidates, 2 frames
 Figures = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
 
+def dead_pid() -> int:
+    done = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return int(done.stdout)
+
+
 @pytest.fixture
-def running(tmp_path: Path) -> Iterator[tuple[Stack, Web]]:
+def running(tmp_path: Path) -> Iterator[tuple[Stack, Web, Path]]:
+    """A stack with its web server and worker running, and a file a dead process left."""
     sim = Simulator(tmp_path / "sim")
     stack = new_stack(migrated_template(tmp_path / "tpl"), tmp_path / "install", sim)
-    web = Web(stack, AVATARS_METRICS_TOKEN=TOKEN)
+    metrics_dir = stack.data_dir / "metrics" / socket.gethostname()
+    metrics_dir.mkdir(parents=True, exist_ok=True)
+    stale = metrics_dir / f"counter_{dead_pid()}.db"
+    stale.touch()
+    log = tmp_path / "worker.log"
     worker = stack.popen(
         sys.executable,
         "manage.py",
         "run_worker",
-        log=tmp_path / "worker.log",
+        log=log,
         env={"AVATARS_POLL_INTERVAL": "0.2"},
     )
+    web = None
     try:
-        yield stack, web
+        deadline = time.monotonic() + 60
+        while "Avatars worker running" not in log.read_text():
+            assert worker.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.05)
+        web = Web(stack, AVATARS_METRICS_TOKEN=TOKEN)
+        yield stack, web, stale
     finally:
         worker.send_signal(signal.SIGTERM)
         try:
             worker.wait(timeout=60)
         except subprocess.TimeoutExpired:
             worker.kill()
-        web.stop()
+        if web is not None:
+            web.stop()
         sim.stop()
 
 
@@ -68,8 +91,19 @@ def total(figures: Figures, name: str, **labels: str) -> float:
     return sum(v for (n, ls), v in figures.items() if n == name and wanted <= ls)
 
 
-def test_it_serves_the_workers_counts_and_the_databases_figures(running: tuple[Stack, Web]):
-    stack, web = running
+def test_it_forgets_the_files_of_dead_processes_when_the_worker_starts(
+    running: tuple[Stack, Web, Path],
+):
+    _stack, web, stale = running
+
+    assert not stale.exists()
+    assert scrape(web)  # and what is left reads
+
+
+def test_it_serves_the_workers_counts_and_the_databases_figures(
+    running: tuple[Stack, Web, Path],
+):
+    stack, web, _stale = running
     assert httpx.get(f"{web.url}/metrics", timeout=30).status_code == 401
     before = scrape(web)
 
