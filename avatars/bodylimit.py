@@ -8,7 +8,8 @@ before its 401. Here, before the body is read:
 - an API request that carries a body but no valid token is answered 401, and one whose
   token may only read is answered 403 (every API write carries a body or none at all);
 - a body without a length (chunked) is counted as it streams and cut off with a 413 as
-  soon as it passes the limit.
+  soon as it passes the limit;
+- a read-only path (`/metrics`) answers anything but GET or HEAD with a 405, unread.
 """
 
 import json
@@ -28,6 +29,7 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 API_PREFIX = "/api/"
+GET_ONLY = frozenset({"/metrics"})  # paths that never take a body: nothing to read
 TOO_LARGE = "The request body is too large (the limit is {limit:g} MB)."
 
 
@@ -40,6 +42,11 @@ class BodyLimit:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
+            return
+        if scope["path"] in GET_ONLY and scope["method"] not in ("GET", "HEAD"):
+            await _send(
+                send, 405, b"Method not allowed.", b"text/plain", [(b"allow", b"GET, HEAD")]
+            )
             return
         limit = settings.AVATARS_MAX_BODY_BYTES
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}

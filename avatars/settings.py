@@ -1,6 +1,7 @@
 """Settings for Avatars, read from the environment with working defaults (docs/operations.md)."""
 
 import os
+import socket
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,8 @@ SECURE_SSL_REDIRECT = env_bool("AVATARS_SSL_REDIRECT", _production)
 SESSION_COOKIE_SECURE = env_bool("AVATARS_SECURE_COOKIES", _production)
 CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
 SECURE_HSTS_SECONDS = env_int("AVATARS_HSTS_SECONDS", 31_536_000 if _production else 0, minimum=0)
+# Prometheus scrapes over plain HTTP on loopback, and follows no redirect to TLS there.
+SECURE_REDIRECT_EXEMPT = [r"^metrics$"]
 SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("AVATARS_HSTS_INCLUDE_SUBDOMAINS", _production)
 # Preloading is a promise to browsers that is slow to take back: the operator opts in.
 SECURE_HSTS_PRELOAD = env_bool("AVATARS_HSTS_PRELOAD", False)
@@ -48,6 +51,17 @@ AVATARS_DATA_DIR = Path(env_str("AVATARS_DATA_DIR", str(BASE_DIR / "data"))).res
 # The SQLite file lives here, so the directory must exist before the first connection.
 # It holds every original and the database: only the owner may look inside.
 AVATARS_DATA_DIR.mkdir(mode=0o700, parents=True, exist_ok=True)
+# Prometheus' multiprocess mode (docs/operations.md §Metrics): every process that counts
+# (web servers, the worker) writes its own file here, and `/metrics` sums them. One folder
+# per machine: its files are named by process id, which another machine may reuse.
+# prometheus_client reads the variable once, when first imported: settings come first.
+AVATARS_METRICS_DIR = Path(
+    env_str("AVATARS_METRICS_DIR", str(AVATARS_DATA_DIR / "metrics" / socket.gethostname()))
+).resolve()
+AVATARS_METRICS_DIR.mkdir(mode=0o700, parents=True, exist_ok=True)
+os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(AVATARS_METRICS_DIR)
+# The bearer token a scrape of /metrics must carry; unset, only loopback may scrape.
+AVATARS_METRICS_TOKEN = env_str("AVATARS_METRICS_TOKEN", "")
 AVATARS_WORKERS = env_int("AVATARS_WORKERS", 4, minimum=1)
 # Seconds between polls of one running Ember job. Lower it only for tests and benchmarks.
 AVATARS_POLL_INTERVAL = env_float("AVATARS_POLL_INTERVAL", 3.0, minimum=0.0)

@@ -6,17 +6,21 @@ pointing at one database file cannot give two workers. An flock only guards one
 machine, so on PostgreSQL it also holds a session-level advisory lock on a
 connection of its own for its whole life: a second worker anywhere is refused, and
 the lock goes when the owner's connection dies. The worker checks that connection
-every tick (`verify`) and stops when it lost the lock.
+every tick (`verify`) and stops when it lost the lock. A standby (`stand_by`) waits
+for those locks instead of refusing, and takes them as soon as the owner is gone.
 """
 
+import contextlib
 import logging
+import time
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import psycopg
 from django.conf import settings
-from django.db import connection
+from django.db import DatabaseError, connection
 from filelock import FileLock
 from filelock import Timeout as LockHeld
 
@@ -27,6 +31,9 @@ LOCK_LOST = (
     "The worker lost its lock on the database: its PostgreSQL session holding the lock "
     "ended, so another worker may own the database now. Stopping."
 )
+STANDING_BY = "standing by: another worker owns this database; taking over when it stops"
+# Seconds between a standby's looks at the locks: well inside the two seconds it promises.
+STANDBY_POLL = 0.25
 NOT_OWNER = "The worker must hold the database's locks before it runs: call lock() first."
 # The advisory lock's key: any fixed 64-bit number no other app on the database uses.
 ADVISORY_KEY = 0x4176_6174_6172_73  # "Avatars"
@@ -196,3 +203,54 @@ def check_durable() -> None:
         (value,) = cursor.fetchone()
     if str(value).lower() == "off":
         raise NotDurable()
+
+
+def stand_by(acquire: Callable[[], None], *, poll: float = STANDBY_POLL) -> float:
+    """Call `acquire` until it takes the owner's locks; return the seconds spent waiting.
+
+    Log "standing by" at the first refusal and "took over" once the locks are ours.
+    An flock is free the moment its owner dies, and a PostgreSQL advisory lock the
+    moment the server sees the owner's connection drop; between tries the advisory
+    lock is watched with one query on Django's connection, so no connection is opened
+    per try. A database that does not answer meanwhile is logged and waited out.
+    """
+    started = time.monotonic()
+    waiting = False
+    while True:
+        try:
+            if advisory_lock_looks_free():
+                acquire()
+                break
+        except AlreadyRunning:
+            pass
+        except (DatabaseError, psycopg.Error) as exc:
+            log.warning("standing by: the database did not answer: %s", exc)
+            if not connection.in_atomic_block:  # (a test's transaction is not broken)
+                with contextlib.suppress(DatabaseError):
+                    connection.close()  # a broken connection is kept; the next look reconnects
+        if not waiting:
+            log.info("%s", STANDING_BY)
+            waiting = True
+        time.sleep(poll)
+    waited = time.monotonic() - started
+    if waiting:
+        log.info("took over: the previous owner's locks were free after %.1f s standing by", waited)
+    return waited
+
+
+def advisory_lock_looks_free() -> bool:
+    """Say whether no session holds the worker's advisory lock (always True off PostgreSQL).
+
+    Only a hint: another standby may take the lock first, and `acquire` then refuses.
+    """
+    if connection.vendor != "postgresql":
+        return True  # the flocks are as cheap to try as to look at
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT NOT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted"
+            " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+            " AND classid = %s AND objid = %s AND objsubid = 1)",
+            [ADVISORY_KEY >> 32, ADVISORY_KEY & 0xFFFF_FFFF],
+        )
+        (free,) = cursor.fetchone()
+    return bool(free)

@@ -9,6 +9,7 @@ import hashlib
 import json
 import math
 import re
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
@@ -19,7 +20,7 @@ import httpx
 from django.conf import settings
 from django.utils import timezone
 
-from studio import originals
+from studio import metrics, originals
 
 SUBMIT_PATH = "/api/v1/api-generators/jobs"
 HISTORY_PATH = "/api/v1/history"
@@ -44,6 +45,7 @@ class EmberError(Exception):
     """Ember did not give the answer we needed. `message` is for people."""
 
     may_have_arrived = False
+    outcome = "error"  # what a request that raised it counts as (docs/operations.md §Metrics)
 
     def __init__(self, message: str, *, status: int | None = None) -> None:
         super().__init__(message)
@@ -54,9 +56,13 @@ class EmberError(Exception):
 class EmberUnavailable(EmberError):
     """Nothing reached Ember (connection refused, DNS, connect timeout): safe to retry."""
 
+    outcome = "unreachable"
+
 
 class EmberBusy(EmberError):
     """Ember said 429 or 503: not accepted, come back after `retry_after` seconds."""
+
+    outcome = "busy"
 
     def __init__(self, message: str, *, status: int, retry_after: float) -> None:
         super().__init__(message, status=status)
@@ -66,25 +72,33 @@ class EmberBusy(EmberError):
 class EmberAuthError(EmberError):
     """Ember refused our credentials (401/403): not accepted."""
 
+    outcome = "refused"
+
 
 class EmberRejected(EmberError):
     """Ember refused the request (another 4xx): it will not change its mind."""
 
+    outcome = "refused"
+
 
 class EmberNotFound(EmberError):
     """Ember does not know the job or image (404)."""
+
+    outcome = "refused"
 
 
 class EmberUnknownOutcome(EmberError):
     """The request was sent but no usable answer came back: it may have been applied."""
 
     may_have_arrived = True
+    outcome = "unknown"
 
 
 class EmberBadAnswer(EmberError):
     """Ember answered, but the answer makes no sense (or the bytes fail their hash)."""
 
     may_have_arrived = True
+    outcome = "bad_answer"
 
 
 class EmberUnsafeId(EmberBadAnswer):
@@ -166,20 +180,38 @@ class EmberClient:
         await self._submit_http.aclose()
 
     async def submit(
-        self, payload: Mapping[str, Any] | bytes, *, idempotency_key: str = ""
+        self,
+        payload: Mapping[str, Any] | bytes,
+        *,
+        idempotency_key: str = "",
+        provider: str = "",
     ) -> Submitted:
-        """POST a job to the asynchronous door and return Ember's job id.
+        """POST a job to the asynchronous door and return Ember's job id; count it as paid.
 
         `payload` may come already encoded (`encode_payload`), so that the caller can let go
-        of the photos' base64 before the body is sent: one copy fewer per slot in flight.
+        of the photos' base64 before the body is sent (one copy fewer per slot in flight);
+        `provider` then names the job for the count.
         """
+        if not isinstance(payload, bytes):
+            provider = provider or str(payload.get("provider") or "")
+            payload = encode_payload(payload)
+        try:
+            submitted = await self._submit(payload, idempotency_key)
+        except BaseException as exc:  # a cancelled submit, too, may have reached Ember
+            metrics.count_paid(provider, exc.outcome if isinstance(exc, EmberError) else "unknown")
+            raise
+        metrics.count_paid(provider, "replayed" if submitted.replayed else "accepted")
+        return submitted
+
+    async def _submit(self, content: bytes, idempotency_key: str) -> Submitted:
         headers = {"Content-Type": "application/json"}
         if idempotency_key:
             headers["Idempotency-Key"] = idempotency_key
         response = await self._send(
             "POST",
             SUBMIT_PATH,
-            content=payload if isinstance(payload, bytes) else encode_payload(payload),
+            route="submit",
+            content=content,
             headers=headers,
             http=self._submit_http,
         )
@@ -195,7 +227,7 @@ class EmberClient:
 
     async def poll(self, job_id: str) -> Job:
         """Return the job's status. 404 → EmberNotFound; anything else odd → another EmberError."""
-        response = await self._send("GET", f"{SUBMIT_PATH}/{safe_id(job_id, 'job')}")
+        response = await self._send("GET", f"{SUBMIT_PATH}/{safe_id(job_id, 'job')}", route="poll")
         if response.status_code != 200:
             raise _refusal(response, unknown_outcome=False)
         body = _json_object(response)
@@ -224,6 +256,7 @@ class EmberClient:
         response = await self._send(
             "GET",
             f"/api/v1/images/{safe_id(image_id, 'image')}/file",
+            route="fetch",
             timeout=FETCH_TIMEOUT,
             limit=settings.AVATARS_MAX_IMAGE_BYTES,
         )
@@ -248,6 +281,7 @@ class EmberClient:
             response = await self._send(
                 "PATCH",
                 f"/api/v1/explorations/{image_id}/protection",
+                route="release",
                 json={"protected": False, "durable_copy": True},
             )
         except Exception:
@@ -256,7 +290,9 @@ class EmberClient:
 
     async def history(self, task_id: str) -> list[dict[str, Any]]:
         """Return Ember's history rows for one of our tasks (possibly none)."""
-        response = await self._send("GET", HISTORY_PATH, params=history_query(task_id))
+        response = await self._send(
+            "GET", HISTORY_PATH, route="history", params=history_query(task_id)
+        )
         if response.status_code != 200:
             raise _refusal(response, unknown_outcome=False)
         items = _json_object(response).get("items")
@@ -264,7 +300,25 @@ class EmberClient:
             raise EmberBadAnswer("Ember's history answer has no list of items.")
         return items
 
-    async def _send(
+    async def _send(self, method: str, url: str, *, route: str, **kwargs: Any) -> Reply:
+        """Send a request (see `_exchange`), timed under `route` and the answer's status.
+
+        The status is the HTTP code, or the outcome of the EmberError raised instead
+        (`unreachable`, `unknown` when the connection failed after sending), or `error`.
+        """
+        started = time.perf_counter()
+        status = "error"
+        try:
+            reply = await self._exchange(method, url, **kwargs)
+            status = str(reply.status_code)
+            return reply
+        except BaseException as exc:
+            status = exc.outcome if isinstance(exc, EmberError) else status
+            raise
+        finally:
+            metrics.time_request(route, status, time.perf_counter() - started)
+
+    async def _exchange(
         self,
         method: str,
         url: str,

@@ -170,7 +170,9 @@ class Steps:
         task_id = str(task.pk)
         answer: Answer = None
         try:
-            submitted = await self.client.submit(body, idempotency_key=task.idempotency_key)
+            submitted = await self.client.submit(
+                body, idempotency_key=task.idempotency_key, provider=task.provider
+            )
         except EmberError as exc:
             answer, detail = exc, exc.message
         except Exception as exc:

@@ -2,12 +2,16 @@
 
 import asyncio
 import signal
+from types import FrameType
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from studio.ownership import AlreadyRunning, NotDurable, OwnershipLost
+from studio import metrics
+from studio.ownership import AlreadyRunning, NotDurable, OwnershipLost, stand_by
 from studio.worker import Worker
+
+STOPPED_STANDING_BY = "Stopped while standing by: this worker never owned the database."
 
 
 class Command(BaseCommand):
@@ -18,6 +22,11 @@ class Command(BaseCommand):
         parser.add_argument(
             "--once", action="store_true", help="drive what is due to a resting point, then exit"
         )
+        parser.add_argument(
+            "--standby",
+            action="store_true",
+            help="wait while another worker owns the database, and take over when it stops",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         workers = options["workers"]
@@ -25,15 +34,35 @@ class Command(BaseCommand):
             raise CommandError("--workers must be at least 1")
         worker = Worker(workers=workers)
         try:
-            worker.lock()
+            if not self._lock(worker, standby=options["standby"]):
+                self.stdout.write(STOPPED_STANDING_BY)
+                return
         except (AlreadyRunning, NotDurable) as exc:
             raise CommandError(str(exc)) from None
         try:
+            # The owner alone tidies the figure files: no other worker is starting now.
+            metrics.forget_dead_processes()
             asyncio.run(self._run(worker, once=options["once"]))
         except OwnershipLost as exc:
             raise CommandError(str(exc)) from None  # a non-zero exit: the lock is gone
         finally:
             worker.unlock()
+
+    def _lock(self, worker: Worker, *, standby: bool) -> bool:
+        """Take the database's locks; False when a standby was stopped before it could."""
+        if not standby:
+            worker.lock()  # AlreadyRunning at once when another worker owns the database
+            return True
+        # SIGTERM stops a standby as Ctrl-C does: it holds nothing, so it just exits.
+        previous = signal.signal(signal.SIGTERM, _interrupt)
+        try:
+            stand_by(worker.lock)
+        except KeyboardInterrupt:
+            worker.unlock()  # the signal may have come just as the locks were taken
+            return False
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+        return True
 
     async def _run(self, worker: Worker, *, once: bool) -> None:
         loop = asyncio.get_running_loop()
@@ -43,3 +72,7 @@ class Command(BaseCommand):
         self.stdout.write(f"Avatars worker running ({worker.workers} at once)")
         self.stdout.flush()
         await worker.run(once=once)
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt

@@ -1,0 +1,73 @@
+"""The figures processes add to, for Prometheus (docs/operations.md §Metrics).
+
+Counters and histograms live in prometheus_client's multiprocess mode: each process
+(every web server, the worker) writes its own file in `settings.AVATARS_METRICS_DIR`,
+and a scrape of `/metrics` sums them, so the worker's counts are served by the web
+server. Figures the database already knows are read at scrape time instead
+(`studio.web.metrics`).
+"""
+
+import os
+from pathlib import Path
+
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+from prometheus_client import Counter, Histogram, values
+
+if not getattr(values.ValueClass, "_multiprocess", False):
+    # Without it each process would count alone, and the worker's figures never be served.
+    raise ImproperlyConfigured(
+        "prometheus_client was imported before the settings set PROMETHEUS_MULTIPROC_DIR: "
+        "load Django's settings first."
+    )
+
+# Seconds. Ember answers JSON in milliseconds, but an original may take a minute to fetch.
+LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+
+PAID_REQUESTS = Counter(
+    "avatars_ember_paid_requests",
+    "Submits to Ember's job door (each may start a paid generation), by provider and outcome.",
+    ["provider", "outcome"],
+)
+REQUEST_SECONDS = Histogram(
+    "avatars_ember_request_duration_seconds",
+    "Time from sending a request to Ember to its answer read in full, by route and status.",
+    ["route", "status"],
+    buckets=LATENCY_BUCKETS,
+)
+
+
+def count_paid(provider: str, outcome: str) -> None:
+    """Count one submit to Ember under the provider it asked for and what came of it."""
+    PAID_REQUESTS.labels(provider=provider or "unknown", outcome=outcome).inc()
+
+
+def time_request(route: str, status: str, seconds: float) -> None:
+    """Record how long one request to Ember took, by route (never an id) and status."""
+    REQUEST_SECONDS.labels(route=route, status=status).observe(seconds)
+
+
+def forget_dead_processes() -> list[Path]:
+    """Delete the figure files of processes no longer alive on this machine; return them.
+
+    A file is named `<kind>_<pid>.db`. A dead process's counts would otherwise be
+    summed forever, and a new process given its pid would carry them on; dropping
+    them is a counter reset, which Prometheus' rate() expects after a restart.
+    """
+    removed = []
+    for path in Path(settings.AVATARS_METRICS_DIR).glob("*.db"):
+        pid = path.stem.rpartition("_")[2]
+        if pid.isdigit() and not _alive(int(pid)):
+            path.unlink(missing_ok=True)
+            removed.append(path)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)  # signal 0: only asks whether the process exists
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # it exists, under another user
+    return True

@@ -1,0 +1,164 @@
+"""`run_worker --standby`: a second worker that waits, then takes over from a dead owner.
+
+Real processes over loopback: the owner is SIGKILLed mid-batch, the standby takes the
+database's locks within two seconds, runs the wake-up table and finishes the batch,
+and Ember's ledger still shows one charge per task.
+"""
+
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.processes import Simulator, Stack, migrated_template, new_stack, seed, server_url
+from tests.processes import snapshot as tasks_of
+
+TAKEOVER_BOUND = 2.0  # seconds from the owner's death to the standby's pump running
+PROVIDERS = [{"provider": "openai", "candidates": 2}, {"provider": "flux", "candidates": 2}]
+REFUSED = "Another Avatars worker already owns this database"
+
+
+@pytest.fixture
+def sim(tmp_path: Path) -> Iterator[Simulator]:
+    # Slow jobs: the owner dies while Ember is still working on every one of them.
+    simulator = Simulator(tmp_path / "sim", job_seconds=6)
+    yield simulator
+    simulator.stop()
+
+
+@pytest.fixture
+def stack(sim: Simulator, tmp_path: Path) -> Stack:
+    return new_stack(migrated_template(tmp_path / "tpl"), tmp_path / "install", sim)
+
+
+class Worker:
+    """`run_worker` as a process whose output goes to a file we can watch."""
+
+    def __init__(self, stack: Stack, name: str, *args: str) -> None:
+        self.log = stack.data_dir.parent / f"{name}.log"
+        self.proc = stack.popen(
+            sys.executable,
+            "manage.py",
+            "run_worker",
+            *args,
+            log=self.log,
+            env={"AVATARS_POLL_INTERVAL": "0.2"},
+        )
+
+    def output(self) -> str:
+        return self.log.read_text() if self.log.exists() else ""
+
+    def wait_for(self, text: str, timeout: float = 60) -> float:
+        """Wait until `text` is in the output; return when it was seen (time.monotonic)."""
+        deadline = time.monotonic() + timeout
+        while text not in self.output():
+            assert self.proc.poll() is None, f"exited {self.proc.returncode}:\n{self.output()}"
+            assert time.monotonic() < deadline, f"no {text!r} in:\n{self.output()}"
+            time.sleep(0.02)
+        return time.monotonic()
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait()
+
+
+def wait_until(check, what: str, timeout: float = 90) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def all_in(stack: Stack, state: str) -> bool:
+    return {t["state"] for t in tasks_of(stack)} == {state}
+
+
+def kill_the_owner_mid_batch_and_take_over(owner_stack: Stack, standby_stack: Stack) -> None:
+    """Owner on `owner_stack`, standby on `standby_stack` (one database); see the module."""
+    sim = owner_stack.simulator
+    workers = [Worker(owner_stack, "owner")]
+    try:
+        owner = workers[0]
+        owner.wait_for("Avatars worker running")
+        workers.append(standby := Worker(standby_stack, "standby", "--standby"))
+        standby.wait_for("standing by")
+        seed(owner_stack, providers=PROVIDERS, frames=["image"])
+        # Every task's job is with Ember, none finished: the middle of the batch. (The
+        # owner's log says so at once; asking the database takes a process each time.)
+        wait_until(lambda: owner.output().count("to=running") == 4, "every job to be sent")
+        assert "Avatars worker running" not in standby.output()  # it only waited
+        assert "to=copying" not in owner.output()
+
+        owner.proc.send_signal(signal.SIGKILL)
+        died = time.monotonic()
+        owner.proc.wait(timeout=30)
+        # "worker started" is logged once the wake-up table has run, as the pump starts.
+        pumping = standby.wait_for("worker started", timeout=30)
+
+        took = pumping - died
+        assert took < TAKEOVER_BOUND, f"took over {took:.2f} s after the owner died (bound: 2 s)"
+        out = standby.output()
+        assert out.index("took over") < out.index("worker started workers=4 recovered=")
+        wait_until(lambda: all_in(standby_stack, "done"), "the standby to finish the batch")
+    finally:
+        for worker in workers:
+            worker.stop()
+
+    tasks = tasks_of(standby_stack)
+    assert len(tasks) == 4
+    assert all(t["on_disk"] and t["released"] is True for t in tasks)
+    charges = Counter(sim.get("/_sim/charges")["charges"])
+    assert {t["id"]: charges[t["id"]] for t in tasks} == {t["id"]: 1 for t in tasks}
+    assert sum(charges.values()) == 4
+
+
+def test_it_takes_over_within_two_seconds_of_the_owners_death_and_pays_nothing_twice(
+    stack: Stack,
+):
+    kill_the_owner_mid_batch_and_take_over(stack, stack)
+
+
+@pytest.mark.skipif(not server_url(), reason="PostgreSQL only: runs in `make test-postgres`")
+def test_on_postgresql_a_standby_on_another_machine_takes_over_too(stack: Stack, tmp_path: Path):
+    # Another data dir stands for another machine: only the advisory lock is shared.
+    elsewhere = Stack(
+        tmp_path / "elsewhere", stack.simulator, DATABASE_URL=stack.env["DATABASE_URL"]
+    )
+    kill_the_owner_mid_batch_and_take_over(stack, elsewhere)
+
+
+def test_without_the_flag_a_second_worker_still_refuses(stack: Stack):
+    owner = Worker(stack, "owner")
+    try:
+        owner.wait_for("Avatars worker running")
+        second = stack.run(sys.executable, "manage.py", "run_worker", timeout=60)
+    finally:
+        assert owner.stop() == 0
+    assert second.returncode != 0
+    assert REFUSED in second.stdout + second.stderr
+    assert "standing by" not in second.stdout + second.stderr
+
+
+def test_a_standby_stopped_while_it_waits_exits_cleanly_having_run_nothing(stack: Stack):
+    owner = Worker(stack, "owner")
+    try:
+        owner.wait_for("Avatars worker running")
+        standby = Worker(stack, "standby", "--standby")
+        standby.wait_for("standing by")
+
+        assert standby.stop() == 0
+        assert "Stopped while standing by" in standby.output()
+        assert "Avatars worker running" not in standby.output()
+        assert owner.proc.poll() is None  # the owner is untouched
+    finally:
+        assert owner.stop() == 0
