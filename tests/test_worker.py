@@ -20,21 +20,10 @@ from studio import worker as worker_module
 from studio.models import Asset, Attempt, Kind, Task, TaskState
 from studio.store import move
 from studio.worker import MAY_HAVE_REACHED, RECONCILE_PHASE, REFERENCE_CHANGED, Worker
-from tests.conftest import batch_request, drain, png_bytes
+from tests.factories import drain, plan, png_bytes
 from tests.fake_ember import JOBS, FakeEmber, catch_strays, flood, seen
 
 pytestmark = pytest.mark.django_db
-
-
-def plan(subject, frames=("image",), candidates=1, providers=("openai",)) -> list[Task]:
-    batch = engine.generate(
-        request=batch_request(
-            subject,
-            frames=list(frames),
-            providers=[{"provider": p, "candidates": candidates} for p in providers],
-        )
-    )
-    return list(batch.tasks.all())
 
 
 def originals_on_disk() -> set[str]:
