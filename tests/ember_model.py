@@ -20,7 +20,7 @@ from typing import Any
 
 import httpx
 
-from tests.conftest import png_bytes
+from tests.factories import png_bytes
 
 JOBS = "/api/v1/api-generators/jobs"
 POLL_STEP = 3.0  # seconds the worker waits between two polls of a job

@@ -1,6 +1,5 @@
 """A respx-backed Ember for unit tests of the worker: jobs succeed at the first poll."""
 
-import hashlib
 import itertools
 import json
 from collections import Counter
@@ -10,7 +9,7 @@ from typing import Any
 import httpx
 import respx
 
-from tests.conftest import png_bytes
+from tests.factories import ember_result, png_bytes
 
 JOBS = "/api/v1/api-generators/jobs"
 
@@ -68,17 +67,12 @@ class FakeEmber:
         self.images[image_id] = data
         self.jobs[job_id] = {
             "body": body,
-            "result": {
-                "image": {
-                    "id": image_id,
-                    "mime": "image/png",
-                    "sha256": hashlib.sha256(data).hexdigest(),
-                    "bytes": len(data),
-                    "metadata": {"provider": body["provider"], "model": body["model"]},
-                },
-                "history": {"id": f"hist_{n}"} if self.history else None,
-                "history_error": None if self.history else "history write failed",
-            },
+            "result": ember_result(
+                image_id,
+                f"hist_{n}" if self.history else None,
+                data=data,
+                metadata={"provider": body["provider"], "model": body["model"]},
+            ),
         }
         if self.history:
             self.history_rows[job_id] = f"hist_{n}"

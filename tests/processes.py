@@ -252,7 +252,7 @@ def new_stack(template: Template, target: Path, sim: Simulator) -> Stack:
 
 SEED = """
 from studio import engine
-from tests.conftest import png_bytes
+from tests.factories import png_bytes
 ada = engine.create_subject(name="Ada")
 bo = engine.create_subject(name="Bo")
 engine.add_reference(subject=ada, data=png_bytes(1), file_name="ada.png")

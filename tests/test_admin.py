@@ -21,7 +21,6 @@ from studio.models import (
     Attempt,
     AvatarSet,
     Batch,
-    Origin,
     ScrubReport,
     Subject,
     Task,
@@ -29,7 +28,16 @@ from studio.models import (
     WorkerHeartbeat,
 )
 from studio.store import move, update
-from tests.conftest import a_set, batch_request, drain, generated_asset, png_bytes
+from tests.factories import (
+    a_set,
+    drain,
+    ember_result,
+    generated_asset,
+    history_row,
+    plan,
+    stored_asset,
+    uncertain,
+)
 from tests.fake_ember import FakeEmber
 
 pytestmark = pytest.mark.django_db
@@ -45,42 +53,9 @@ NOT_RECEIVED = "I checked Ember and it did not receive this"
 STALE_EDIT = (
     "This row changed while you were editing it (the worker moved it). Reload and try again."
 )
-RECONCILE_PHASE = "Reconcile before retry"
 
 
 # --- the cast -------------------------------------------------------------------------
-
-
-def plan(subject: Subject, n: int = 1) -> list[Task]:
-    """Plan `n` queued tasks in one batch, the way a person plans them."""
-    request = batch_request(subject, providers=[{"provider": "openai", "candidates": n}])
-    return list(engine.generate(request=request).tasks.order_by("ordinal"))
-
-
-def ember_result(image_id: str = "img_7", history_id: str | None = "hist_7") -> dict[str, Any]:
-    """Ember's answer for a succeeded job (docs/ember.md §Poll)."""
-    return {
-        "image": {
-            "id": image_id,
-            "mime": "image/png",
-            "sha256": "ab" * 32,
-            "bytes": 123,
-            "metadata": {"provider": "openai", "model": "gpt-image-1"},
-        },
-        "history": {"id": history_id} if history_id else None,
-        "history_error": None if history_id else "history write failed",
-    }
-
-
-def history_row(task: Task, job_id: str = "job_7") -> dict[str, Any]:
-    return {
-        "id": "hist_7",
-        "job_id": job_id,
-        "image_id": "img_7",
-        "created_at": "2026-01-01T00:00:00Z",
-        "source_metadata": {"source_app": "cwkAvatars", "task_id": str(task.pk)},
-        "result": ember_result(),
-    }
 
 
 def serve_history(ember, rows_by_task: dict[str, list[dict[str, Any]]]):
@@ -91,30 +66,6 @@ def serve_history(ember, rows_by_task: dict[str, list[dict[str, Any]]]):
         return httpx.Response(200, json={"items": rows})
 
     return ember.get("/api/v1/history").mock(side_effect=answer)
-
-
-def uncertain(task: Task, *, sent_ago: timedelta = timedelta(minutes=1)) -> Task:
-    """Leave `task` as a dead worker would after a submit whose answer was lost."""
-    sent = timezone.now() - sent_ago
-    Attempt.objects.create(
-        task=task, number=1, submitted_at=sent, outcome=Attempt.Outcome.UNKNOWN, error="lost"
-    )
-    return move(task, TaskState.UNCERTAIN, submitted_at=sent, phase=RECONCILE_PHASE)
-
-
-def stored_generated_asset(task: Task, *, history_id: str = "hist_1") -> Asset:
-    """A generated original really in the store, as the worker's copy leaves it."""
-    original = originals.save(png_bytes(77, size=(400, 300)))
-    return Asset.objects.create_stored(
-        original,
-        file_name="candidate.png",
-        origin=Origin.GENERATED,
-        task=task,
-        batch=task.batch,
-        ember_image_id="img_1",
-        ember_history_id=history_id,
-        upstream=ember_result("img_1", history_id),
-    )
 
 
 def row_of(obj: Any) -> Any:
@@ -224,7 +175,7 @@ def test_it_renders_the_changelist_and_change_page_of_every_model(
 ):
     [task] = plan(subject)
     uncertain(task)
-    asset = stored_generated_asset(task)
+    asset = stored_asset(task=task)
     chosen = a_set(asset)
     WorkerHeartbeat.objects.create(
         started_at=timezone.now(), seen_at=timezone.now(), pid=42, host="box"
@@ -253,7 +204,7 @@ def test_it_renders_the_changelist_and_change_page_of_every_model(
 def test_it_offers_no_add_nor_delete_except_revoking_a_token(admin_client, admin_user, subject):
     [task] = plan(subject)
     uncertain(task)
-    asset = stored_generated_asset(task)
+    asset = stored_asset(task=task)
     now = timezone.now()
     WorkerHeartbeat.objects.create(started_at=now, seen_at=now, pid=42, host="box")
     token = ApiToken.objects.create(user=admin_user, digest="d" * 64)
@@ -306,7 +257,7 @@ def test_it_says_since_when_no_worker_was_seen_so_a_person_knows_why_tasks_wait(
 
 
 def test_it_filters_tasks_by_the_active_and_reconcilable_groups(admin_client, subject):
-    queued, running, copying, unsure, missing, broken, done = plan(subject, 7)
+    queued, running, copying, unsure, missing, broken, done = plan(subject, candidates=7)
     move(running, TaskState.RUNNING, ember_job_id="job_1")
     move(copying, TaskState.COPYING, ember_job_id="job_2", result=ember_result())
     uncertain(unsure)
@@ -329,7 +280,7 @@ def test_it_filters_tasks_by_the_active_and_reconcilable_groups(admin_client, su
 
 
 def test_it_finds_a_task_by_its_ember_job_id_its_own_id_or_its_batch_id(admin_client, subject):
-    wanted, other = plan(subject, 2)
+    wanted, other = plan(subject, candidates=2)
     move(wanted, TaskState.RUNNING, ember_job_id="job_4711")
     move(other, TaskState.RUNNING, ember_job_id="job_9")
 
@@ -405,7 +356,7 @@ def test_it_does_not_change_worker_owned_task_fields_from_a_posted_change_form(
 def test_it_reconciles_each_selected_task_and_says_what_happened_to_each(
     admin_client, subject, ember
 ):
-    found, not_found, missing, broken, queued = plan(subject, 5)
+    found, not_found, missing, broken, queued = plan(subject, candidates=5)
     uncertain(found)
     uncertain(not_found)
     move(
@@ -453,7 +404,7 @@ def test_it_says_so_when_embers_history_cannot_be_read(admin_client, subject, em
 
 
 def test_it_retries_only_the_copy_of_a_copy_failed_task(admin_client, subject, ember):
-    broken, unsure = plan(subject, 2)
+    broken, unsure = plan(subject, candidates=2)
     move(
         broken,
         TaskState.COPY_FAILED,
@@ -481,7 +432,7 @@ def test_it_retries_only_the_copy_of_a_copy_failed_task(admin_client, subject, e
 
 
 def test_it_cancels_what_was_not_sent_and_keeps_what_ember_has(admin_client, subject):
-    queued, preparing, running = plan(subject, 3)
+    queued, preparing, running = plan(subject, candidates=3)
     move(preparing, TaskState.PREPARING, phase="Checking reference photos")
     move(running, TaskState.RUNNING, ember_job_id="job_1")
 
@@ -509,7 +460,7 @@ def test_it_refuses_to_cancel_a_task_once_it_was_submitted(admin_client, subject
 
 
 def test_it_cancels_a_batch_and_reports_what_it_kept(admin_client, subject):
-    queued, running = plan(subject, 2)
+    queued, running = plan(subject, candidates=2)
     move(running, TaskState.RUNNING, ember_job_id="job_1")
 
     response = run_action(admin_client, Batch, "cancel_batches", [queued.batch])
@@ -569,7 +520,7 @@ def test_it_resubmits_early_when_the_person_checked_ember_did_not_receive_it(
 
 
 def test_it_resubmits_without_the_check_once_the_poll_bound_has_passed(admin_client, subject):
-    late, early = plan(subject, 2)
+    late, early = plan(subject, candidates=2)
     uncertain(late, sent_ago=timedelta(minutes=31))
     uncertain(early, sent_ago=timedelta(minutes=5))
     queued = plan(subject)[0]
@@ -641,7 +592,7 @@ def test_it_shows_which_chosen_asset_blocks_publishing(admin_client):
 
 
 def test_it_shows_a_batchs_progress_by_state_and_links_its_tasks(admin_client, subject):
-    queued, running, done = plan(subject, 3)
+    queued, running, done = plan(subject, candidates=3)
     move(running, TaskState.RUNNING, ember_job_id="job_1")
     move(done, TaskState.DONE, ember_job_id="job_2", result=ember_result(), phase="Complete")
 
@@ -658,7 +609,7 @@ def test_it_shows_a_batchs_progress_by_state_and_links_its_tasks(admin_client, s
 
 def test_it_previews_an_original_on_its_change_page_only(admin_client, subject, monkeypatch):
     [task] = plan(subject)
-    asset = stored_generated_asset(task, history_id="hist_1")
+    asset = stored_asset(task=task, history_id="hist_1")
     update(task, protection_released=True)
 
     page = text(admin_client.get(change_page(asset)))
@@ -718,7 +669,7 @@ def test_it_saves_a_persons_edit_as_a_versioned_write(admin_client, subject):
 
 def test_it_refuses_an_edit_made_while_the_worker_moved_the_row(admin_client, subject):
     [task] = plan(subject)
-    asset = stored_generated_asset(task, history_id="")
+    asset = stored_asset(task=task, history_id="")
     form = form_of(admin_client.get(change_page(asset)), Asset)  # a person opens the page
     # The worker fills in the history id behind the open page.
     Asset.objects.filter(pk=asset.pk).update(ember_history_id="hist_9", version=F("version") + 1)

@@ -16,7 +16,7 @@ from django.utils import timezone
 from studio import engine
 from studio.models import Asset, Attempt, Kind, Task, TaskState
 from studio.store import move, update
-from tests.conftest import EMBER, a_clip_sent_once, a_set, batch_request, generated_asset
+from tests.factories import EMBER, a_clip_sent_once, a_set, batch_request, generated_asset
 from tests.test_admin import (
     NOT_RECEIVED,
     RESUBMIT_WARNING,

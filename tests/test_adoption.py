@@ -19,7 +19,7 @@ from studio.ember.simulator import Simulator
 from studio.models import Attempt, Task, TaskState
 from studio.store import move
 from studio.worker import RECONCILE_PHASE, Worker
-from tests.conftest import batch_request, drain
+from tests.factories import batch_request, drain
 from tests.fake_ember import FakeEmber, catch_strays, seen
 
 HISTORY = "/api/v1/history"

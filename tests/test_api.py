@@ -3,14 +3,12 @@
 import base64
 import hashlib
 import json
-import socket
 import threading
 from datetime import timedelta
 from functools import partial
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from django.contrib.auth.models import Permission, User
 from django.core.files.uploadedfile import SimpleUploadedFile
@@ -33,14 +31,17 @@ from studio.models import (
     TaskState,
 )
 from studio.store import Conflict, move
-from tests import conftest
-from tests.conftest import a_clip_sent_once, a_set, batch_request, png_bytes
-from tests.processes import (
-    free_port,
-    migrated_template,
-    new_stack,
-    simulator,
-    wait_for_http,
+from tests import factories
+from tests.factories import (
+    a_batch,
+    a_clip_sent_once,
+    a_set,
+    a_task,
+    batch_request,
+    history_route,
+    png_bytes,
+    stored_asset,
+    uncertain,
 )
 
 pytestmark = pytest.mark.django_db
@@ -89,7 +90,7 @@ ASSET_KEYS = {
 
 # Generated images as the API shows them: with a provider, model and Ember image id.
 generated_asset = partial(
-    conftest.generated_asset, provider="openai", model="gpt-image-1", ember_image_id="img_1"
+    factories.generated_asset, provider="openai", model="gpt-image-1", ember_image_id="img_1"
 )
 
 
@@ -126,11 +127,6 @@ def post_json(client: Client, url: str, body: object) -> Any:
 def upload(client: Client, subject: Subject, data: bytes, name: str = "ada.png") -> Any:
     file = SimpleUploadedFile(name, data, content_type="image/png")
     return client.post(f"{API}/subjects/{subject.pk}/references", {"file": file})
-
-
-def a_batch(subject: Subject, candidates: int = 1) -> Batch:
-    providers = [{"provider": "openai", "candidates": candidates}]
-    return engine.generate(request=batch_request(subject, providers=providers))
 
 
 def stored_originals(data_dir: Path) -> list[str]:
@@ -301,16 +297,7 @@ def test_it_stores_an_uploaded_reference_photo(api, make_subject, data_dir):
 
 def test_it_stores_a_generated_images_bytes_as_a_new_reference_photo(api, make_subject):
     data = png_bytes(9)
-    original = originals.save(data)
-    generated = Asset.objects.create(
-        sha256=original.sha256,
-        file_name="openai-image-1.png",
-        mime="image/png",
-        width=64,
-        height=48,
-        size=len(data),
-        origin=Origin.GENERATED,
-    )
+    generated = stored_asset(data=data)
     ada = make_subject("Ada")
 
     response = upload(api, ada, data)
@@ -867,64 +854,6 @@ def test_it_plans_one_batch_for_two_concurrent_requests_with_the_same_key(subjec
     assert Task.objects.count() == 3
 
 
-def raw_post(path: str, body: bytes, headers: dict[str, str]) -> bytes:
-    """Return the bytes of one HTTP/1.1 POST, as a client puts them on the wire."""
-    lines = [f"POST {path} HTTP/1.1", "Host: 127.0.0.1", f"Content-Length: {len(body)}"]
-    lines += [f"{name}: {value}" for name, value in headers.items()]
-    return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
-
-
-@pytest.mark.e2e
-def test_it_plans_one_batch_when_a_client_retries_with_its_key_after_losing_the_answer(
-    tmp_path,
-):
-    with simulator(tmp_path / "sim") as sim:
-        stack = new_stack(migrated_template(tmp_path / "tpl"), tmp_path / "install", sim)
-        token = stack.manage("api_token", "retrier", "--create-user").strip().splitlines()[-1]
-        port = free_port()
-        web = stack.serve_web(port, log=stack.data_dir / "web.log")
-        try:
-            retry = lose_the_answer_then_retry(f"http://127.0.0.1:{port}", token)
-        finally:
-            web.terminate()
-            web.wait(timeout=60)
-
-    planned = stack.django(
-        "from studio.models import Batch\n"
-        "result = [[str(b.pk), b.tasks.count()] for b in Batch.objects.all()]"
-    )
-    assert retry.status_code == 202, retry.text
-    assert planned == [[retry.json()["id"], 2]]
-    assert retry.headers["Location"] == f"{API}/batches/{planned[0][0]}"
-
-
-def lose_the_answer_then_retry(base: str, token: str) -> httpx.Response:
-    """POST a batch whose answer the client never reads, then retry it under the same key."""
-    wait_for_http(base)
-    auth = {"Authorization": f"Bearer {token}"}
-    subject = httpx.post(f"{base}{API}/subjects", json={"name": "Ada"}, headers=auth).json()
-    httpx.post(
-        f"{base}{API}/subjects/{subject['id']}/references",
-        files={"file": ("ada.png", png_bytes(7), "image/png")},
-        headers=auth,
-    ).raise_for_status()
-    body = json.dumps(
-        {
-            "prompt": "a friendly portrait",
-            "subjects": [subject["id"]],
-            "providers": [{"provider": "openai", "candidates": 2}],
-        }
-    ).encode()
-    headers = {**auth, "Content-Type": "application/json", "Idempotency-Key": "nightly-7"}
-    port = int(base.rsplit(":", 1)[1])
-    with socket.create_connection(("127.0.0.1", port), timeout=60) as lost:
-        lost.sendall(raw_post(f"{API}/batches", body, headers))
-        # The answer has arrived: the batch is planned. The client never reads it,
-        # as when a connection drops or a read times out on the way back.
-        assert lost.recv(1, socket.MSG_PEEK) == b"H"
-    return httpx.post(f"{base}{API}/batches", content=body, headers=headers, timeout=60)
-
-
 # --- tasks ----------------------------------------------------------------------
 
 
@@ -999,30 +928,8 @@ def test_it_refuses_to_cancel_a_clip_whose_send_may_have_reached_ember(api, subj
     assert Task.objects.get(pk=task.pk).state == TaskState.QUEUED
 
 
-def an_uncertain_task(subject: Subject) -> Task:
-    """An image whose submit may have reached Ember (the worker died mid-request)."""
-    task = move(a_batch(subject).tasks.get(), TaskState.SUBMITTING, submitted_at=timezone.now())
-    Attempt.objects.create(
-        task=task, number=1, submitted_at=task.submitted_at, outcome=Attempt.Outcome.UNKNOWN
-    )
-    return move(task, TaskState.UNCERTAIN, phase="Reconcile before retry")
-
-
-def history_route(ember, task: Task) -> Any:
-    image = {"id": "img_7", "mime": "image/png", "sha256": "ab" * 32, "bytes": 123}
-    row = {
-        "id": "hist_7",
-        "job_id": "job_7",
-        "image_id": "img_7",
-        "source_metadata": {"source_app": "cwkAvatars", "task_id": str(task.pk)},
-        "result": {"image": image, "history": {"id": "hist_7"}, "history_error": None},
-    }
-    params = {"source_app": "cwkAvatars", "task_id": str(task.pk)}
-    return ember.get(HISTORY, params=params).respond(200, json={"items": [row]})
-
-
 def test_it_lets_staff_reconcile_a_task_with_embers_history(staff_api, subject, ember):
-    task = an_uncertain_task(subject)
+    task = uncertain(a_task(subject))
     route = history_route(ember, task)
 
     response = staff_api.post(f"{API}/tasks/{task.pk}/reconcile")
@@ -1045,7 +952,7 @@ def test_it_refuses_reconcile_to_anyone_without_the_change_task_permission(
     subject, ember, is_staff
 ):
     client = bearing(issue_token(user=User.objects.create_user("viewer", is_staff=is_staff)))
-    task = an_uncertain_task(subject)
+    task = uncertain(a_task(subject))
     route = history_route(ember, task)
 
     response = client.post(f"{API}/tasks/{task.pk}/reconcile")
@@ -1059,7 +966,7 @@ def test_it_refuses_reconcile_to_anyone_without_the_change_task_permission(
 def test_it_lets_a_user_allowed_to_change_tasks_reconcile_without_being_staff(subject, ember):
     # The admin also needs staff status, to enter the admin site; the API needs only this.
     script = allowed_to_change_tasks(User.objects.create_user("repair-script"))
-    task = an_uncertain_task(subject)
+    task = uncertain(a_task(subject))
     route = history_route(ember, task)
 
     response = bearing(issue_token(user=script)).post(f"{API}/tasks/{task.pk}/reconcile")
@@ -1072,7 +979,7 @@ def test_it_lets_a_user_allowed_to_change_tasks_reconcile_without_being_staff(su
 def test_it_answers_409_when_the_worker_moves_a_task_during_its_reconcile(
     staff_api, subject, monkeypatch
 ):
-    task = an_uncertain_task(subject)
+    task = uncertain(a_task(subject))
 
     def worker_won_the_race(*, task: Task) -> Task:
         raise Conflict(f"Task {task.pk} moved past version {task.version}")

@@ -17,7 +17,7 @@ from django.utils import timezone
 from studio import engine
 from studio.api.auth import issue_token
 from studio.models import ApiToken, Asset, AvatarSet, Batch, SetItem, Subject, Task
-from tests.conftest import batch_request, png_bytes
+from tests.factories import a_batch, batch_request, png_bytes
 
 pytestmark = pytest.mark.django_db
 
@@ -43,7 +43,7 @@ def last_line(output: str) -> str:
 @pytest.fixture
 def world(subject) -> dict[str, Any]:
     """One of everything, so each route would have something to act on."""
-    batch = engine.generate(request=batch_request(subject))
+    batch = a_batch(subject)
     chosen = engine.create_set(name="Family 2026", asset_ids=[subject.assets.get().pk])
     return {
         "subject": subject,

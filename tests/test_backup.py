@@ -14,7 +14,7 @@ from django.core.management.base import CommandError
 
 from studio import backups, originals, scrub
 from studio.models import Asset, Origin
-from tests.conftest import png_bytes
+from tests.factories import png_bytes
 from tests.processes import server_url
 
 # The backup reads the database through a connection of its own: rows must be committed.

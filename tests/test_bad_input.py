@@ -20,7 +20,7 @@ from PIL import Image
 
 from studio.api.auth import issue_token
 from studio.models import Asset
-from tests.conftest import png_bytes
+from tests.factories import png_bytes
 from tests.hostile import animated, many_frame_gif
 
 pytestmark = pytest.mark.django_db

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from studio import engine, originals
 from studio.models import Asset, Batch, Origin, Task
 from studio.web.forms import BatchForm
-from tests.conftest import png_bytes
+from tests.factories import png_bytes
 from tests.test_pages import batch_form, fieldset, text
 
 pytestmark = pytest.mark.django_db

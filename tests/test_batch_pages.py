@@ -12,7 +12,7 @@ from django.utils import timezone
 from studio import engine
 from studio.models import Batch, Subject, Task, TaskState
 from studio.store import move
-from tests.conftest import batch_request
+from tests.factories import batch_request
 from tests.test_pages import generated, text
 
 pytestmark = pytest.mark.django_db

@@ -15,7 +15,18 @@ from studio.engine import PublishRefused, TooLate
 from studio.engine import sets as set_services
 from studio.models import Asset, Attempt, AvatarSet, Origin, Task, TaskState
 from studio.store import Conflict, move, update
-from tests.conftest import a_clip_sent_once, a_set, batch_request, drain, generated_asset
+from tests.factories import (
+    a_batch,
+    a_clip_sent_once,
+    a_set,
+    a_task,
+    drain,
+    ember_result,
+    generated_asset,
+    history_route,
+    history_row,
+    uncertain,
+)
 from tests.fake_ember import FakeEmber
 
 pytestmark = pytest.mark.django_db
@@ -24,37 +35,6 @@ HISTORY = "/api/v1/history"
 RELEASE = "/api/v1/explorations/{}/protection"
 TOO_LATE = "This task has already been sent to Ember; the work is kept."
 PUBLISH_REFUSED = "Ember history must be recovered before publishing generated images."
-
-
-def a_task(subject, **overrides: Any) -> Task:
-    """One queued task, planned the way a person plans it."""
-    return engine.generate(request=batch_request(subject, **overrides)).tasks.get()
-
-
-def result(image_id: str = "img_1", history_id: str | None = "hist_1") -> dict[str, Any]:
-    """Ember's answer for a succeeded job (docs/ember.md §Poll)."""
-    return {
-        "image": {
-            "id": image_id,
-            "mime": "image/png",
-            "sha256": "ab" * 32,
-            "bytes": 123,
-            "metadata": {"provider": "openai", "model": "gpt-image-1", "width": 64, "height": 48},
-        },
-        "history": {"id": history_id} if history_id else None,
-        "history_error": None if history_id else "history write failed",
-    }
-
-
-def history_row(task: Task, job_id: str = "job_7", image_id: str = "img_7") -> dict[str, Any]:
-    return {
-        "id": "hist_7",
-        "job_id": job_id,
-        "image_id": image_id,
-        "created_at": "2026-01-01T00:00:00Z",
-        "source_metadata": {"source_app": "cwkAvatars", "task_id": str(task.pk)},
-        "result": result(image_id=image_id, history_id="hist_7"),
-    }
 
 
 def row_of(task: Task) -> Task:
@@ -103,8 +83,8 @@ def test_it_cancels_a_task_whose_references_are_being_checked(subject):
     [
         (TaskState.SUBMITTING, {"submitted_at": timezone.now()}),
         (TaskState.RUNNING, {"ember_job_id": "job_1"}),
-        (TaskState.COPYING, {"ember_job_id": "job_1", "result": result()}),
-        (TaskState.DONE, {"ember_job_id": "job_1", "result": result(), "phase": "Complete"}),
+        (TaskState.COPYING, {"ember_job_id": "job_1", "result": ember_result()}),
+        (TaskState.DONE, {"ember_job_id": "job_1", "result": ember_result(), "phase": "Complete"}),
     ],
 )
 def test_it_refuses_to_cancel_work_already_with_ember(subject, state, fields):
@@ -253,14 +233,12 @@ def test_it_writes_and_bumps_the_version_when_the_expected_version_holds(subject
 
 
 def test_it_cancels_what_it_can_in_a_batch_and_reports_what_it_kept(subject):
-    batch = engine.generate(
-        request=batch_request(subject, providers=[{"provider": "openai", "candidates": 4}])
-    )
+    batch = a_batch(subject, candidates=4)
     queued, preparing, running, already = batch.tasks.order_by("ordinal")
     move(preparing, TaskState.PREPARING)
     move(running, TaskState.RUNNING, ember_job_id="job_3")
     move(already, TaskState.CANCELLED)
-    failed = engine.generate(request=batch_request(subject)).tasks.get()
+    failed = a_task(subject)
     move(failed, TaskState.FAILED, batch=batch)  # failed before anything reached Ember
 
     report = engine.cancel_batch(batch=batch)
@@ -445,28 +423,8 @@ def test_it_refuses_to_change_a_set_published_while_the_choice_was_checked(subje
 # --- reconcile ----------------------------------------------------------------
 
 
-def an_uncertain_task(subject) -> Task:
-    """An image whose submit may have reached Ember (the worker died mid-request)."""
-    task = move(a_task(subject), TaskState.SUBMITTING, submitted_at=timezone.now())
-    Attempt.objects.create(
-        task=task, number=1, submitted_at=task.submitted_at, outcome=Attempt.Outcome.UNKNOWN
-    )
-    return move(
-        task,
-        TaskState.UNCERTAIN,
-        phase="Reconcile before retry",
-        error="The previous submit may have reached Ember. Check history before submitting again.",
-    )
-
-
-def history_route(ember, task: Task, items: list[dict[str, Any]]):
-    return ember.get(HISTORY, params={"source_app": "cwkAvatars", "task_id": str(task.pk)}).respond(
-        200, json={"items": items}
-    )
-
-
 def test_it_hands_an_uncertain_task_with_a_history_row_back_to_copying(subject, ember):
-    task = an_uncertain_task(subject)
+    task = uncertain(a_task(subject))
     row = history_row(task, job_id="job_7")
     route = history_route(ember, task, [row])
 
@@ -484,7 +442,7 @@ def test_it_hands_an_uncertain_task_with_a_history_row_back_to_copying(subject, 
 
 
 def test_it_leaves_an_uncertain_task_uncertain_when_history_has_no_row(subject, ember):
-    task = an_uncertain_task(subject)
+    task = uncertain(a_task(subject))
     route = history_route(ember, task, [])
 
     reconciled = engine.reconcile(task=task)
@@ -499,7 +457,7 @@ def test_it_leaves_an_uncertain_task_uncertain_when_history_has_no_row(subject, 
 
 
 def test_it_ignores_history_rows_without_a_usable_result(subject, ember):
-    task = an_uncertain_task(subject)
+    task = uncertain(a_task(subject))
     broken = {**history_row(task), "result": {"image": {}}}
     history_route(ember, task, [broken])
 
@@ -509,7 +467,7 @@ def test_it_ignores_history_rows_without_a_usable_result(subject, ember):
 
 
 def test_it_says_so_when_embers_history_cannot_be_read(subject, ember):
-    task = an_uncertain_task(subject)
+    task = uncertain(a_task(subject))
     ember.get(HISTORY).respond(500)
 
     engine.reconcile(task=task)
@@ -521,7 +479,7 @@ def test_it_says_so_when_embers_history_cannot_be_read(subject, ember):
 
 def test_it_hands_a_history_missing_task_with_a_row_back_to_copying(subject, ember):
     task = move(a_task(subject), TaskState.RUNNING, ember_job_id="job_1")
-    task = move(task, TaskState.COPYING, result=result(image_id="img_1", history_id=None))
+    task = move(task, TaskState.COPYING, result=ember_result(image_id="img_1", history_id=None))
     task = move(
         task,
         TaskState.HISTORY_MISSING,
@@ -542,7 +500,7 @@ def test_it_hands_a_history_missing_task_with_a_row_back_to_copying(subject, emb
 
 def test_it_hands_a_copy_failed_task_back_to_copying_without_asking_ember(subject, ember):
     task = move(a_task(subject), TaskState.RUNNING, ember_job_id="job_1")
-    answer = result(image_id="img_1")
+    answer = ember_result(image_id="img_1")
     task = move(task, TaskState.COPYING, result=answer)
     task = move(task, TaskState.COPY_FAILED, phase="Copy failed", error="disk full")
     route = ember.get(HISTORY).respond(200, json={"items": []})
@@ -563,7 +521,7 @@ def test_it_hands_a_copy_failed_task_back_to_copying_without_asking_ember(subjec
     [
         (TaskState.QUEUED, {}),
         (TaskState.RUNNING, {"ember_job_id": "job_1"}),
-        (TaskState.DONE, {"ember_job_id": "job_1", "result": result(), "phase": "Complete"}),
+        (TaskState.DONE, {"ember_job_id": "job_1", "result": ember_result(), "phase": "Complete"}),
         (TaskState.CANCELLED, {}),
     ],
 )
@@ -586,7 +544,7 @@ def test_it_returns_a_task_that_is_not_reconcilable_unchanged(subject, ember, st
 
 
 def test_it_does_not_overwrite_a_task_that_moved_while_history_was_read(subject, ember):
-    task = an_uncertain_task(subject)
+    task = uncertain(a_task(subject))
     history_route(ember, task, [history_row(task)])
 
     class PersonResubmitsMeanwhile(EmberClient):
@@ -675,7 +633,7 @@ def test_it_never_adopts_nor_releases_the_original_of_a_lost_submit(subject, emb
 
 
 def test_it_adopts_no_row_when_two_could_be_the_lost_submit(subject, ember):
-    task = an_uncertain_task(subject)
+    task = uncertain(a_task(subject))
     rows = [
         history_row(task, job_id="job_7", image_id="img_7"),
         history_row(task, job_id="job_8", image_id="img_8"),
@@ -692,7 +650,7 @@ def test_it_adopts_no_row_when_two_could_be_the_lost_submit(subject, ember):
 
 
 def test_it_adopts_the_one_row_no_other_attempt_of_the_task_has_recorded(subject, ember):
-    task = an_uncertain_task(subject)  # attempt 1's answer was lost
+    task = uncertain(a_task(subject))  # attempt 1's answer was lost
     Attempt.objects.filter(task=task).update(ember_job_id="job_7", outcome=Attempt.Outcome.ACCEPTED)
     Attempt.objects.create(
         task=task, number=2, submitted_at=timezone.now(), outcome=Attempt.Outcome.UNKNOWN
@@ -713,7 +671,7 @@ def test_it_adopts_the_one_row_no_other_attempt_of_the_task_has_recorded(subject
 
 
 def test_it_never_takes_the_row_of_an_earlier_lost_submit_for_the_latest(subject, ember):
-    task = an_uncertain_task(subject)  # attempt 1's answer was lost ...
+    task = uncertain(a_task(subject))  # attempt 1's answer was lost ...
     Attempt.objects.create(  # ... and so was the resubmit's
         task=task, number=2, submitted_at=timezone.now(), outcome=Attempt.Outcome.UNKNOWN
     )
@@ -750,7 +708,7 @@ def test_it_finishes_without_borrowing_the_history_or_release_of_another_image(
     task = move(a_task(subject), TaskState.RUNNING, ember_job_id="job_2")
     asset = generated_asset(task=task, ember_image_id="img_2")
     # A saved answer that names another image than the one whose bytes are safe.
-    task = move(task, TaskState.COPYING, asset=asset, result=result("img_1", "hist_1"))
+    task = move(task, TaskState.COPYING, asset=asset, result=ember_result("img_1", "hist_1"))
 
     drain(worker)
 

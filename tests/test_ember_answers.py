@@ -9,10 +9,10 @@ import httpx
 import pytest
 
 from studio import engine
-from studio.models import Asset, Task, TaskState
+from studio.models import Asset, TaskState
 from studio.store import move
 from studio.worker import MAY_HAVE_REACHED, Worker
-from tests.conftest import batch_request, drain
+from tests.factories import drain, plan
 from tests.fake_ember import JOBS, FakeEmber, catch_strays, seen
 
 pytestmark = pytest.mark.django_db
@@ -20,15 +20,6 @@ pytestmark = pytest.mark.django_db
 HTML_PAGE = httpx.Response(
     200, text="<html><body>Gateway error</body></html>", headers={"Content-Type": "text/html"}
 )
-
-
-def plan(subject, *, frame: str = "image", candidates: int = 2) -> list[Task]:
-    batch = engine.generate(
-        request=batch_request(
-            subject, frames=[frame], providers=[{"provider": "openai", "candidates": candidates}]
-        )
-    )
-    return list(batch.tasks.order_by("ordinal"))
 
 
 def impatient(worker: Worker) -> Worker:
@@ -50,7 +41,7 @@ def test_a_nonsense_answer_to_an_image_submit_means_it_may_have_arrived(
     subject, ember, worker, answer
 ):
     fake = FakeEmber(ember)
-    [odd, fine] = plan(subject)
+    [odd, fine] = plan(subject, candidates=2)
     answers = iter([answer])
     fake.submit_route.mock(side_effect=lambda request: next(answers, None) or fake._submit(request))
 
@@ -69,7 +60,7 @@ def test_a_nonsense_answer_to_a_clip_submit_is_resent_under_the_same_key(
     subject, ember, worker, answer
 ):
     fake = FakeEmber(ember)
-    [clip] = plan(subject, frame="clip", candidates=1)
+    [clip] = plan(subject, frames=("clip",))
     answers = iter([answer])
     fake.submit_route.mock(side_effect=lambda request: next(answers, None) or fake._submit(request))
 

@@ -32,7 +32,7 @@ from studio.ember.client import (
     Job,
     Submitted,
 )
-from tests.conftest import png_bytes
+from tests.factories import ember_result, png_bytes
 
 JOBS = "/api/v1/api-generators/jobs"
 SYNC_DOOR = "/api/v1/api-generators/generate"
@@ -57,17 +57,7 @@ PAYLOAD: dict[str, Any] = {
     },
 }
 
-RESULT: dict[str, Any] = {
-    "image": {
-        "id": "img_1",
-        "mime": "image/png",
-        "sha256": "ab" * 32,
-        "bytes": 123,
-        "metadata": {"provider": "openai", "model": "gpt-image-1", "width": 64, "height": 48},
-    },
-    "history": {"id": "hist_1"},
-    "history_error": None,
-}
+RESULT: dict[str, Any] = ember_result()
 
 
 def ember_error(code: str, message: str) -> dict[str, Any]:

@@ -11,10 +11,10 @@ from django.contrib.auth.models import User
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
-from studio import engine, originals
+from studio import engine
 from studio.engine import InvalidRequest, planning
 from studio.models import Asset, Batch, BatchKey, Kind, Origin, Task, TaskState
-from tests.conftest import batch_request, png_bytes
+from tests.factories import batch_request, generated_asset, png_bytes, stored_asset
 
 pytestmark = pytest.mark.django_db
 
@@ -197,15 +197,7 @@ def test_it_freezes_all_uploaded_references_of_the_subjects_by_default(
     grace_first = make_reference(grace)
     grace_second = make_reference(grace)
     stranger = make_reference(make_subject("Linus"))
-    generated = Asset.objects.create(
-        sha256="e" * 64,
-        file_name="generated.png",
-        mime="image/png",
-        width=64,
-        height=48,
-        size=100,
-        origin=Origin.GENERATED,
-    )
+    generated = generated_asset()
     generated.subjects.add(subject)
     ada_reference = subject.assets.get(origin=Origin.UPLOADED)
 
@@ -399,15 +391,7 @@ def test_it_refuses_a_request_that_is_not_an_object(db, request_body):
 
 
 def test_it_refuses_a_generated_image_as_a_reference_photo(subject):
-    generated = Asset.objects.create(
-        sha256="d" * 64,
-        file_name="generated.png",
-        mime="image/png",
-        width=64,
-        height=48,
-        size=100,
-        origin=Origin.GENERATED,
-    )
+    generated = generated_asset()
 
     with pytest.raises(InvalidRequest) as refused:
         engine.generate(request=batch_request(subject, references=[generated.pk]))
@@ -416,20 +400,9 @@ def test_it_refuses_a_generated_image_as_a_reference_photo(subject):
     assert nothing_created()
 
 
-def generated_from(data: bytes) -> Asset:
-    """A generated original whose file is on disk, as the worker's copy leaves it."""
-    original = originals.save(data)
-    return Asset.objects.create_stored(
-        original,
-        file_name="openai-image-1.png",
-        origin=Origin.GENERATED,
-        ember_image_id="img_1",
-    )
-
-
 def test_it_makes_a_usable_reference_photo_of_an_uploaded_generated_image(subject, make_subject):
     data = png_bytes(42)
-    generated = generated_from(data)
+    generated = stored_asset(data=data)
     grace = make_subject("Grace")
 
     photo = engine.add_reference(subject=grace, data=data, file_name="grace.png")

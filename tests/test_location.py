@@ -13,7 +13,7 @@ from PIL import Image, PngImagePlugin
 from studio import engine, metadata, originals, thumbs
 from studio.api.auth import issue_token
 from studio.models import Asset
-from tests.conftest import batch_request, drain
+from tests.factories import a_batch, drain
 from tests.fake_ember import FakeEmber
 
 pytestmark = pytest.mark.django_db
@@ -126,7 +126,7 @@ def test_ember_never_receives_the_location(make_subject, ember, worker):
     fake = FakeEmber(ember)
     subject = make_subject("Ada")
     engine.add_reference(subject=subject, data=phone_photo("WEBP"), file_name="phone.webp")
-    engine.generate(request=batch_request(subject))
+    a_batch(subject)
 
     drain(worker)
 

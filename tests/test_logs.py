@@ -6,9 +6,8 @@ import re
 
 import pytest
 
-from studio import engine
 from studio.models import Task, TaskState
-from tests.conftest import batch_request, drain
+from tests.factories import a_batch, drain
 from tests.fake_ember import FakeEmber
 
 pytestmark = pytest.mark.django_db
@@ -18,9 +17,7 @@ LINE = re.compile(r"^task=(?P<task>[0-9a-f-]{36}) from=(?P<from>\w+) to=(?P<to>\
 
 def test_every_state_change_is_logged_once_as_one_line(subject, ember, worker, caplog):
     FakeEmber(ember, history=False)
-    batch = engine.generate(
-        request=batch_request(subject, providers=[{"provider": "openai", "candidates": 2}])
-    )
+    batch = a_batch(subject, candidates=2)
     caplog.set_level(logging.INFO, logger="studio")
 
     drain(worker)
@@ -42,7 +39,7 @@ def test_every_state_change_is_logged_once_as_one_line(subject, ember, worker, c
 
 def test_logs_carry_no_token_and_no_image_bytes(subject, ember, worker, caplog, settings):
     fake = FakeEmber(ember)
-    engine.generate(request=batch_request(subject))
+    a_batch(subject)
     caplog.set_level(logging.DEBUG)
 
     drain(worker)

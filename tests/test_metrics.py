@@ -21,7 +21,7 @@ from studio import engine
 from studio.ember.client import EmberBusy, EmberClient, EmberUnavailable
 from studio.metrics import forget_dead_processes
 from studio.models import Subject, Task, WorkerHeartbeat
-from tests.conftest import batch_request
+from tests.factories import batch_request
 
 JOBS = "/api/v1/api-generators/jobs"
 PAYLOAD: dict[str, Any] = {"kind": "image", "provider": "flux", "prompt": "a portrait"}

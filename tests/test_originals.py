@@ -12,7 +12,7 @@ from PIL import Image
 
 from studio import originals
 from studio.originals import ChecksumFailed, NotAnImage
-from tests.conftest import png_bytes
+from tests.factories import png_bytes
 
 
 def listing(directory: Path) -> list[str]:

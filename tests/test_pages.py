@@ -29,7 +29,7 @@ from studio.models import (
     WorkerHeartbeat,
 )
 from studio.store import move
-from tests.conftest import batch_request, png_bytes
+from tests.factories import a_batch, png_bytes, stored_asset
 
 pytestmark = pytest.mark.django_db
 
@@ -49,29 +49,6 @@ def person(db: None) -> User:
 def signed_in(client: Client, person: User) -> Client:
     client.force_login(person)
     return client
-
-
-def generated(
-    seed: int, *, history: bool = True, label: str = "", batch: Batch | None = None
-) -> Asset:
-    """Store a generated original and its asset row, as the worker's copy would."""
-    original = originals.save(png_bytes(seed))
-    return Asset.objects.create_stored(
-        original,
-        file_name=f"gen-{seed}.png",
-        origin=Origin.GENERATED,
-        label=label or f"Generated {seed}",
-        ember_history_id=f"hist_{seed}" if history else "",
-        batch=batch,
-    )
-
-
-def plan_request(subject: Subject, candidates: int = 2) -> dict[str, Any]:
-    return batch_request(subject, providers=[{"provider": "openai", "candidates": candidates}])
-
-
-def plan(subject: Subject, candidates: int = 2) -> Batch:
-    return engine.generate(request=plan_request(subject, candidates))
 
 
 def text(response: Any) -> str:
@@ -120,8 +97,8 @@ def every_route(subject: Subject, batch: Batch, asset: Asset, avatar_set: Avatar
 
 
 def test_it_sends_an_anonymous_visitor_to_sign_in_from_every_page(client: Client, subject):
-    batch = plan(subject)
-    asset = generated(1)
+    batch = a_batch(subject, candidates=2)
+    asset = stored_asset(1)
     avatar_set = engine.create_set(name="Family", asset_ids=[asset.pk])
     engine.publish(avatar_set=avatar_set)
 
@@ -135,7 +112,7 @@ def test_it_sends_an_anonymous_visitor_to_sign_in_from_every_page(client: Client
 
 
 def test_it_sends_a_poll_whose_session_expired_to_the_sign_in_page(client: Client, subject):
-    batch = plan(subject)
+    batch = a_batch(subject, candidates=2)
     page = f"/batches/{batch.pk}/"
 
     response = client.get(
@@ -171,8 +148,8 @@ def test_it_signs_a_person_in_and_out(client: Client, person: User):
 
 
 def test_it_renders_every_page_for_a_signed_in_person(signed_in: Client, subject):
-    batch = plan(subject)
-    asset = generated(1)
+    batch = a_batch(subject, candidates=2)
+    asset = stored_asset(1)
     avatar_set = engine.create_set(name="Family", asset_ids=[asset.pk])
     engine.publish(avatar_set=avatar_set)
 
@@ -563,7 +540,7 @@ def test_it_shows_the_reference_caps_beside_the_reference_photos(
 
 def test_it_shows_the_daily_cap_for_the_whole_form(signed_in: Client, subject, person, settings):
     settings.AVATARS_DAILY_TASK_CAP = 8
-    engine.generate(request=plan_request(subject, 4), user=person)
+    a_batch(subject, candidates=4, user=person)
 
     response = signed_in.post("/batches/new/", batch_form(subject))  # 6 more
 
@@ -579,9 +556,9 @@ def test_it_shows_the_daily_cap_for_the_whole_form(signed_in: Client, subject, p
 
 
 def test_it_shows_progress_states_and_paid_requests_in_the_partial(signed_in: Client, subject):
-    batch = plan(subject, candidates=4)
+    batch = a_batch(subject, candidates=4)
     first, second, third, _fourth = batch.tasks.order_by("ordinal")
-    asset = generated(5)
+    asset = stored_asset(5)
     move(first, TaskState.DONE, phase="Complete", asset=asset)
     send_to_ember(second)
     move(third, TaskState.FAILED, phase="Failed", error="Ember said no.")
@@ -610,7 +587,7 @@ def test_it_shows_progress_states_and_paid_requests_in_the_partial(signed_in: Cl
 
 
 def test_it_stops_polling_once_every_task_has_finished(signed_in: Client, subject):
-    batch = plan(subject, candidates=2)
+    batch = a_batch(subject, candidates=2)
     for task in batch.tasks.all():
         move(task, TaskState.DONE, phase="Complete")
 
@@ -622,7 +599,7 @@ def test_it_stops_polling_once_every_task_has_finished(signed_in: Client, subjec
 
 
 def test_it_polls_the_progress_partial_from_the_batch_page(signed_in: Client, subject):
-    batch = plan(subject)
+    batch = a_batch(subject, candidates=2)
 
     body = signed_in.get(f"/batches/{batch.pk}/").content.decode()
 
@@ -632,7 +609,7 @@ def test_it_polls_the_progress_partial_from_the_batch_page(signed_in: Client, su
 
 
 def test_it_says_whether_a_worker_is_driving_the_tasks(signed_in: Client, subject):
-    batch = plan(subject)
+    batch = a_batch(subject, candidates=2)
     assert "No worker seen yet" in text(signed_in.get(f"/batches/{batch.pk}/"))
 
     now = timezone.now()
@@ -644,7 +621,7 @@ def test_it_says_whether_a_worker_is_driving_the_tasks(signed_in: Client, subjec
 
 
 def test_it_cancels_a_queued_task(signed_in: Client, subject):
-    batch = plan(subject)
+    batch = a_batch(subject, candidates=2)
     task = batch.tasks.first()
 
     response = signed_in.post(f"/tasks/{task.pk}/cancel/", follow=True)
@@ -657,7 +634,7 @@ def test_it_cancels_a_queued_task(signed_in: Client, subject):
 
 
 def test_it_says_a_task_already_with_ember_is_kept_and_leaves_it_alone(signed_in: Client, subject):
-    batch = plan(subject)
+    batch = a_batch(subject, candidates=2)
     task = send_to_ember(batch.tasks.first())
     version = task.version
 
@@ -671,7 +648,7 @@ def test_it_says_a_task_already_with_ember_is_kept_and_leaves_it_alone(signed_in
 
 
 def test_it_cancels_what_it_can_in_a_batch_and_counts_what_it_kept(signed_in: Client, subject):
-    batch = plan(subject, candidates=3)
+    batch = a_batch(subject, candidates=3)
     first, *_rest = batch.tasks.order_by("ordinal")
     send_to_ember(first)
 
@@ -683,7 +660,7 @@ def test_it_cancels_what_it_can_in_a_batch_and_counts_what_it_kept(signed_in: Cl
 
 
 def test_it_refuses_to_cancel_by_get(signed_in: Client, subject):
-    batch = plan(subject)
+    batch = a_batch(subject, candidates=2)
 
     assert signed_in.get(f"/batches/{batch.pk}/cancel/").status_code == 405
     assert not batch.tasks.filter(state=TaskState.CANCELLED).exists()
@@ -692,7 +669,7 @@ def test_it_refuses_to_cancel_by_get(signed_in: Client, subject):
 def test_it_requires_the_csrf_token_to_cancel(person: User, subject):
     browser = Client(enforce_csrf_checks=True)
     browser.force_login(person)
-    batch = plan(subject)
+    batch = a_batch(subject, candidates=2)
 
     assert browser.post(f"/batches/{batch.pk}/cancel/").status_code == 403
     assert not batch.tasks.filter(state=TaskState.CANCELLED).exists()
@@ -704,7 +681,7 @@ def test_it_requires_the_csrf_token_to_cancel(person: User, subject):
 def test_it_shows_the_gallery_from_thumbnails_without_reading_originals(
     signed_in: Client, monkeypatch, django_assert_max_num_queries
 ):
-    assets = [generated(seed) for seed in range(80)]
+    assets = [stored_asset(seed) for seed in range(80)]
 
     def refuse(*args: Any, **kwargs: Any) -> bytes:
         raise AssertionError("the gallery read an original")
@@ -727,15 +704,15 @@ def test_it_shows_the_gallery_from_thumbnails_without_reading_originals(
 def test_it_keeps_the_gallery_queries_constant_as_assets_grow(
     signed_in: Client, subject, django_assert_num_queries
 ):
-    batches = [plan(subject, candidates=1) for _ in range(3)]
+    batches = [a_batch(subject, candidates=1) for _ in range(3)]
     for seed in range(3):
-        generated(seed, batch=batches[seed])
+        stored_asset(seed, batch=batches[seed])
     # Session, user, the filters' subjects and batches, one page of assets with their
     # batches, and those assets' subjects: no COUNT over every asset.
     with django_assert_num_queries(6):
         few = signed_in.get("/gallery/")
     for seed in range(3, 50):
-        generated(seed, batch=batches[seed % 3])
+        stored_asset(seed, batch=batches[seed % 3])
     with django_assert_num_queries(6):
         many = signed_in.get("/gallery/")
 
@@ -744,8 +721,8 @@ def test_it_keeps_the_gallery_queries_constant_as_assets_grow(
 
 
 def test_it_marks_generated_images_whose_history_is_missing_in_the_gallery(signed_in: Client):
-    generated(1, history=False, label="Lost history")
-    generated(2, label="Fine")
+    stored_asset(1, history_id="", label="Lost history")
+    stored_asset(2, label="Fine")
 
     page = text(signed_in.get("/gallery/?origin=generated"))
 
@@ -758,16 +735,7 @@ def test_it_marks_generated_images_whose_history_is_missing_in_the_gallery(signe
 
 def test_it_serves_an_original_with_its_type_and_immutable_caching(signed_in: Client):
     data = png_bytes(11)
-    original = originals.save(data)
-    asset = Asset.objects.create(
-        sha256=original.sha256,
-        file_name="x.png",
-        mime="image/png",
-        width=64,
-        height=48,
-        size=len(data),
-        origin=Origin.UPLOADED,
-    )
+    asset = stored_asset(data=data, origin=Origin.UPLOADED)
 
     response = signed_in.get(f"/assets/{asset.pk}/original/")
 
@@ -783,7 +751,7 @@ def test_it_serves_an_original_with_its_type_and_immutable_caching(signed_in: Cl
 
 
 def test_it_answers_503_when_a_stored_original_fails_its_checksum(signed_in: Client):
-    asset = generated(12)
+    asset = stored_asset(12)
     path = originals.path_for(asset.sha256, ".png")
     path.write_bytes(png_bytes(13))
 
@@ -794,7 +762,7 @@ def test_it_answers_503_when_a_stored_original_fails_its_checksum(signed_in: Cli
 
 
 def test_it_serves_a_thumbnail_as_webp_with_immutable_caching(signed_in: Client):
-    asset = generated(14)
+    asset = stored_asset(14)
 
     response = signed_in.get(f"/assets/{asset.pk}/thumb/256/")
 
@@ -809,7 +777,7 @@ def test_it_serves_a_thumbnail_as_webp_with_immutable_caching(signed_in: Client)
 
 
 def test_it_serves_a_cached_thumbnail_without_opening_the_original(signed_in: Client, monkeypatch):
-    asset = generated(15)
+    asset = stored_asset(15)
     assert signed_in.get(f"/assets/{asset.pk}/thumb/256/").status_code == 200
 
     def refuse(*args: Any, **kwargs: Any) -> bytes:
@@ -823,7 +791,7 @@ def test_it_serves_a_cached_thumbnail_without_opening_the_original(signed_in: Cl
 
 
 def test_it_rebuilds_a_thumbnail_whose_cache_file_was_deleted(signed_in: Client):
-    asset = generated(16)
+    asset = stored_asset(16)
     first = signed_in.get(f"/assets/{asset.pk}/thumb/128/").content
     thumbs.path_for(asset.sha256, 128).unlink()
 
@@ -835,13 +803,13 @@ def test_it_rebuilds_a_thumbnail_whose_cache_file_was_deleted(signed_in: Client)
 
 
 def test_it_refuses_a_thumbnail_size_it_does_not_make(signed_in: Client):
-    asset = generated(17)
+    asset = stored_asset(17)
 
     assert signed_in.get(f"/assets/{asset.pk}/thumb/4096/").status_code == 404
 
 
 def test_it_says_when_an_original_is_missing_from_the_store(signed_in: Client):
-    asset = generated(18)
+    asset = stored_asset(18)
     originals.path_for(asset.sha256, ".png").unlink()
 
     assert signed_in.get(f"/assets/{asset.pk}/original/").status_code == 503
@@ -856,7 +824,7 @@ def chosen_order(avatar_set: AvatarSet) -> list[int]:
 
 
 def test_it_creates_a_set_from_the_images_ticked_in_the_gallery(signed_in: Client):
-    a, b = generated(21), generated(22)
+    a, b = stored_asset(21), stored_asset(22)
 
     response = signed_in.post("/sets/", {"name": "Family", "assets": [b.pk, a.pk]}, follow=True)
 
@@ -868,7 +836,7 @@ def test_it_creates_a_set_from_the_images_ticked_in_the_gallery(signed_in: Clien
 
 
 def test_it_adds_orders_and_removes_chosen_images(signed_in: Client):
-    a, b, c = generated(31), generated(32), generated(33)
+    a, b, c = stored_asset(31), stored_asset(32), stored_asset(33)
     avatar_set = engine.create_set(name="Family", asset_ids=[])
     url = f"/sets/{avatar_set.pk}/"
 
@@ -913,7 +881,7 @@ def test_it_asks_for_ticked_images_before_adding_nothing(signed_in: Client):
 
 
 def test_it_publishes_a_set_and_shows_it_read_only(signed_in: Client):
-    a, b = generated(41, label="First"), generated(42, label="Second")
+    a, b = stored_asset(41, label="First"), stored_asset(42, label="Second")
     avatar_set = engine.create_set(name="Family", asset_ids=[b.pk, a.pk])
 
     response = signed_in.post(f"/sets/{avatar_set.pk}/publish/", {"confirm": "yes"}, follow=True)
@@ -932,7 +900,7 @@ def test_it_publishes_a_set_and_shows_it_read_only(signed_in: Client):
 def test_it_refuses_to_publish_with_the_guards_sentence_while_history_is_missing(
     signed_in: Client,
 ):
-    fine, lost = generated(51), generated(52, history=False)
+    fine, lost = stored_asset(51), stored_asset(52, history_id="")
     avatar_set = engine.create_set(name="Family", asset_ids=[fine.pk, lost.pk])
 
     response = signed_in.post(f"/sets/{avatar_set.pk}/publish/", {"confirm": "yes"}, follow=True)
@@ -947,7 +915,7 @@ def test_it_refuses_to_publish_with_the_guards_sentence_while_history_is_missing
 
 
 def test_it_keeps_a_published_sets_choice_fixed(signed_in: Client):
-    fine, lost = generated(61), generated(62, history=False)
+    fine, lost = stored_asset(61), stored_asset(62, history_id="")
     avatar_set = engine.create_set(name="Family", asset_ids=[fine.pk])
     engine.publish(avatar_set=avatar_set)
 
@@ -965,7 +933,7 @@ def test_it_pages_the_sets_newest_first_each_once(signed_in: Client, django_asse
         AvatarSet.objects.order_by("-created_at", "-pk").values_list("pk", flat=True)
     )
     chosen = AvatarSet.objects.get(pk=newest_first[0])
-    engine.choose_assets(avatar_set=chosen, asset_ids=[generated(1).pk, generated(2).pk])
+    engine.choose_assets(avatar_set=chosen, asset_ids=[stored_asset(1).pk, stored_asset(2).pk])
 
     seen, pages = walk(signed_in, "/sets/", r'href="/sets/(\d+)/"', django_assert_max_num_queries)
 

@@ -37,8 +37,8 @@ from studio import engine, originals
 from studio.ember.client import MAX_RETRY_AFTER, EmberClient
 from studio.models import ACTIVE, RECONCILABLE, Asset, AvatarSet, Kind, Origin, Task, TaskState
 from studio.worker import Worker
-from tests.conftest import EMBER, png_bytes
 from tests.ember_model import FILE, HISTORY, JOB, POLL, RELEASE, SUBMIT, Clock, Death, EmberModel
+from tests.factories import EMBER, png_bytes
 
 # Holes the machine found, by the review's numbers: 1 reconcile adopts another attempt's
 # history row, 2 the poll bound ends a task without a poll after an outage, 3 identical

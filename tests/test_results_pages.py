@@ -10,7 +10,7 @@ from studio import engine, originals
 from studio.models import Asset, AvatarSet, Batch, Origin, Subject, Task, TaskState
 from studio.store import move
 from tests import studio_pages
-from tests.conftest import batch_request, png_bytes
+from tests.factories import batch_request, png_bytes
 from tests.test_pages import messages_of, text
 
 pytestmark = pytest.mark.django_db

@@ -13,7 +13,7 @@ from django.core.management.base import CommandError
 
 from studio import originals
 from studio.models import Asset, Origin, ScrubReport
-from tests.conftest import png_bytes
+from tests.factories import png_bytes
 
 pytestmark = pytest.mark.django_db
 

@@ -14,7 +14,7 @@ from django.urls import reverse
 from studio import engine
 from studio.api.auth import issue_token
 from studio.models import ApiToken, Asset, Subject
-from tests.conftest import batch_request, png_bytes
+from tests.factories import a_batch, png_bytes
 from tests.processes import ROOT
 
 REAL_SECRET = "x7Hq2-" * 12
@@ -164,7 +164,7 @@ def person(db) -> User:
 
 
 def every_studio_post(subject: Subject) -> list[str]:
-    batch = engine.generate(request=batch_request(subject))
+    batch = a_batch(subject)
     task = batch.tasks.get()
     avatar_set = engine.create_set(name="Favourites", asset_ids=[])
     return [

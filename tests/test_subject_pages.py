@@ -9,7 +9,7 @@ from django.test import Client
 from studio import engine, originals, thumbs
 from studio.models import Asset, AvatarSet, Origin, Subject
 from tests import studio_pages
-from tests.conftest import batch_request, png_bytes
+from tests.factories import batch_request, png_bytes
 from tests.test_pages import messages_of, text
 
 pytestmark = pytest.mark.django_db

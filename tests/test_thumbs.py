@@ -9,7 +9,7 @@ import pytest
 from PIL import Image
 
 from studio import originals, thumbs
-from tests.conftest import png_bytes
+from tests.factories import png_bytes
 
 
 def stored(data: bytes) -> originals.Original:

@@ -26,21 +26,10 @@ from studio.worker import (
     steps,
     transitions,
 )
-from tests.conftest import batch_request, drain, png_bytes
+from tests.factories import drain, plan, png_bytes
 from tests.fake_ember import JOBS, FakeEmber, catch_strays, flood, seen
 
 pytestmark = pytest.mark.django_db
-
-
-def plan(subject, frames=("image",), candidates=1, providers=("openai",)) -> list[Task]:
-    batch = engine.generate(
-        request=batch_request(
-            subject,
-            frames=list(frames),
-            providers=[{"provider": p, "candidates": candidates} for p in providers],
-        )
-    )
-    return list(batch.tasks.all())
 
 
 def originals_on_disk() -> set[str]:

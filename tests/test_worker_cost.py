@@ -16,7 +16,7 @@ from studio import engine
 from studio.ember.client import EmberClient
 from studio.models import Asset, Task, TaskState
 from studio.worker import Worker
-from tests.conftest import batch_request, drain
+from tests.factories import batch_request, drain
 from tests.fake_ember import FakeEmber
 
 pytestmark = pytest.mark.django_db(transaction=True)  # real commits, as the worker makes them

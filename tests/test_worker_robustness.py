@@ -13,21 +13,16 @@ from asgiref.sync import async_to_sync
 from django.conf import settings
 from django.db import connections
 
-from studio import engine, originals
+from studio import originals
 from studio.ember.client import EmberClient
 from studio.models import Task, TaskState
 from studio.ownership import NotOwner, Ownership
 from studio.store import move
 from studio.worker import Worker, db
-from tests.conftest import batch_request, drain
+from tests.factories import drain, plan
 from tests.fake_ember import FakeEmber
 
 pytestmark = pytest.mark.django_db
-
-
-def plan(subject, candidates: int = 1) -> list[Task]:
-    request = batch_request(subject, providers=[{"provider": "openai", "candidates": candidates}])
-    return list(engine.generate(request=request).tasks.all())
 
 
 def originals_on_disk() -> set[str]:

@@ -1,7 +1,10 @@
 """Fixtures for the tests that start real processes: everything in this folder is `e2e`.
 
-A test that asks for a browser page is also marked `browser`, so `make test` can say how many
-browser tests did not run when no chromium could be had.
+`stack` is an install of its own (a copy of one migrated template) talking to `sim`, an
+Ember simulator started for the test; a module that wants other simulator knobs, or one
+simulator for all its tests, overrides `sim`. A test that asks for a browser page is also
+marked `browser`, so `make test` can say how many browser tests did not run when no
+chromium could be had.
 """
 
 import os
@@ -13,6 +16,7 @@ from playwright.sync_api import Browser, Page, sync_playwright
 
 from tests import browsers
 from tests.e2e.studio import CHROMIUM_ARGS, DESKTOP, PHONE, Studio
+from tests.processes import Simulator, Stack, Template, migrated_template, new_stack, simulator
 
 HERE = Path(__file__).parent
 
@@ -26,9 +30,29 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
                 item.add_marker(pytest.mark.browser)
 
 
+@pytest.fixture(scope="session")
+def template(tmp_path_factory: pytest.TempPathFactory) -> Template:
+    """Migrate one install for the whole run; every stack copies it instead of migrating."""
+    return migrated_template(tmp_path_factory.mktemp("template"))
+
+
+@pytest.fixture
+def sim(tmp_path: Path) -> Iterator[Simulator]:
+    """Start Ember's simulator for one test (override this fixture for other knobs)."""
+    with simulator(tmp_path / "sim") as running:
+        yield running
+
+
+@pytest.fixture
+def stack(sim: Simulator, template: Template, tmp_path: Path) -> Stack:
+    """Copy the migrated template into a fresh install that talks to `sim`."""
+    sim.post("/_sim/reset")  # a simulator a module shares forgets the last test's jobs
+    return new_stack(template, tmp_path / "install", sim)
+
+
 @pytest.fixture(scope="module")
-def studio(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Studio]:
-    running = Studio(tmp_path_factory.mktemp("browser"))
+def studio(tmp_path_factory: pytest.TempPathFactory, template: Template) -> Iterator[Studio]:
+    running = Studio(tmp_path_factory.mktemp("browser"), template)
     try:
         running.start()
         yield running

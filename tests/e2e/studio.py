@@ -20,7 +20,7 @@ from axe_playwright_python.sync_playwright import Axe
 from PIL import Image, ImageDraw
 from playwright.sync_api import Locator, Page, expect
 
-from tests.processes import Simulator, free_port, migrated_template, new_stack
+from tests.processes import Simulator, Template, free_port, new_stack
 
 CHROMIUM_ARGS = [
     "--no-sandbox",
@@ -44,7 +44,7 @@ SERIOUS = ("serious", "critical")
 SEED = f"""
 from django.contrib.auth.models import User
 from studio import engine
-from tests.conftest import png_bytes
+from tests.factories import png_bytes
 User.objects.create_superuser({USERNAME!r}, password={PASSWORD!r})
 bo = engine.create_subject(name="Bo")
 engine.add_reference(subject=bo, data=png_bytes(2, size=(160, 160)), file_name="bo.png")
@@ -96,8 +96,9 @@ class Process:
 class Studio:
     """One running install: simulator, web server and worker, with a way to stop the worker."""
 
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self, tmp: Path, template: Template) -> None:
         self.tmp = tmp
+        self.template = template
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.sim: Simulator | None = None
@@ -106,7 +107,7 @@ class Studio:
 
     def start(self) -> None:
         self.sim = Simulator(self.tmp, job_seconds=0.5)
-        self.stack = new_stack(migrated_template(self.tmp), self.tmp / "install", self.sim)
+        self.stack = new_stack(self.template, self.tmp / "install", self.sim)
         # Poll Ember faster than the default so a batch finishes in seconds, not tens.
         self.stack.env["AVATARS_POLL_INTERVAL"] = "0.5"
         self.stack.django(SEED)

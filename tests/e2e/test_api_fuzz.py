@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from schemathesis import GenerationMode
 from schemathesis.checks import negative_data_rejection, positive_data_acceptance
 
-from tests.processes import Simulator, Web, migrated_template, new_stack
+from tests.processes import Template, Web, new_stack, simulator
 
 # A user allowed to reconcile (studio.change_task), so that no operation is closed to it,
 # and a subject with a photo so that the lists are not empty.
@@ -24,7 +24,7 @@ TOKEN_SEED = """
 from django.contrib.auth.models import Permission, User
 from studio import engine
 from studio.api.auth import issue_token
-from tests.conftest import png_bytes
+from tests.factories import png_bytes
 ops = User.objects.create_user("ops")
 ops.user_permissions.add(Permission.objects.get_by_natural_key("change_task", "studio", "task"))
 ada = engine.create_subject(name="Ada")
@@ -34,17 +34,19 @@ result = issue_token(user=ops)
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Web, str]]:
+def served(
+    tmp_path_factory: pytest.TempPathFactory, template: Template
+) -> Iterator[tuple[Web, str]]:
+    # One install for the module: `stack` is per test, and the fuzzing reads one server.
     tmp = tmp_path_factory.mktemp("fuzz")
-    sim = Simulator(tmp)
-    stack = new_stack(migrated_template(tmp / "tpl"), tmp / "install", sim)
-    token = stack.django(TOKEN_SEED)
-    web = Web(stack)
-    try:
-        yield web, token
-    finally:
-        web.stop()
-        sim.stop()
+    with simulator(tmp / "sim") as sim:
+        stack = new_stack(template, tmp / "install", sim)
+        token = stack.django(TOKEN_SEED)
+        web = Web(stack)
+        try:
+            yield web, token
+        finally:
+            web.stop()
 
 
 @pytest.fixture(scope="module")

@@ -19,12 +19,9 @@ import pytest
 from tests.processes import (
     Simulator,
     Stack,
-    Template,
     Web,
     create_database,
     database_url,
-    migrated_template,
-    new_stack,
     seed,
     server_url,
     snapshot,
@@ -49,17 +46,6 @@ def sim(tmp_path_factory: pytest.TempPathFactory):
     simulator = Simulator(tmp_path_factory.mktemp("sim"), job_seconds=0)
     yield simulator
     simulator.stop()
-
-
-@pytest.fixture(scope="module")
-def template(tmp_path_factory: pytest.TempPathFactory) -> Template:
-    return migrated_template(tmp_path_factory.mktemp("template"))
-
-
-@pytest.fixture
-def stack(sim: Simulator, template: Template, tmp_path: Path) -> Stack:
-    sim.post("/_sim/reset")
-    return new_stack(template, tmp_path / "install", sim)
 
 
 def every_task_with_ember(stack: Stack, count: int) -> list[list[str]]:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.processes import Simulator, Stack, Web, migrated_template, new_stack
+from tests.processes import Stack, Template, Web, new_stack, simulator
 
 MB = 1024 * 1024
 HUGE = 300 * MB
@@ -23,20 +23,22 @@ result = [issue_token(user=ada), subject.pk, issue_token(user=ada, read_only=Tru
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Web, Stack, Path, str, int]]:
+def served(
+    tmp_path_factory: pytest.TempPathFactory, template: Template
+) -> Iterator[tuple[Web, Stack, Path, str, int]]:
+    # One install for the module: `stack` is per test, and every test here reads one server.
     tmp = tmp_path_factory.mktemp("limits")
-    sim = Simulator(tmp)
-    stack = new_stack(migrated_template(tmp / "tpl"), tmp / "install", sim)
-    token, subject_id, read_only = stack.django(TOKEN_SEED)
-    stack.env["READ_ONLY_TOKEN"] = read_only  # for the test that needs it
-    spool = tmp / "spool"  # the web process's temporary files land here
-    spool.mkdir()
-    web = Web(stack, TMPDIR=str(spool))
-    try:
-        yield web, stack, spool, token, subject_id
-    finally:
-        web.stop()
-        sim.stop()
+    with simulator(tmp / "sim") as sim:
+        stack = new_stack(template, tmp / "install", sim)
+        token, subject_id, read_only = stack.django(TOKEN_SEED)
+        stack.env["READ_ONLY_TOKEN"] = read_only  # for the test that needs it
+        spool = tmp / "spool"  # the web process's temporary files land here
+        spool.mkdir()
+        web = Web(stack, TMPDIR=str(spool))
+        try:
+            yield web, stack, spool, token, subject_id
+        finally:
+            web.stop()
 
 
 def spooled_bytes(spool: Path) -> int:

@@ -12,20 +12,14 @@ import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.conftest import png_bytes
-from tests.processes import (
-    Simulator,
-    Stack,
-    free_port,
-    migrated_template,
-    new_stack,
-    wait_for_http,
-)
+from tests.factories import png_bytes
+from tests.processes import Simulator, Stack, free_port, simulator, wait_for_http
 
 CLIENTS = 4
 BATCHES_PER_CLIENT = 5
@@ -34,13 +28,10 @@ DEADLINE = 240.0  # seconds for everything to come to rest
 
 
 @pytest.fixture
-def stack(tmp_path: Path):
+def sim(tmp_path: Path) -> Iterator[Simulator]:
     # Verbose: every request the simulator answered is in its log, kept for a failure.
-    sim = Simulator(tmp_path / "sim", job_seconds=0.2, verbose=True)
-    try:
-        yield new_stack(migrated_template(tmp_path / "tpl"), tmp_path / "install", sim)
-    finally:
-        sim.stop()
+    with simulator(tmp_path / "sim", job_seconds=0.2, verbose=True) as running:
+        yield running
 
 
 def serve(stack: Stack, port: int):

@@ -16,7 +16,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.processes import Simulator, Stack, Web, migrated_template, new_stack, seed
+from tests.processes import Stack, Web, seed
 
 TOKEN = "e2e-scrape-token-0123456789"
 PROVIDERS = [{"provider": "openai", "candidates": 2}, {"provider": "flux", "candidates": 1}]
@@ -36,10 +36,8 @@ def dead_pid() -> int:
 
 
 @pytest.fixture
-def running(tmp_path: Path) -> Iterator[tuple[Stack, Web, Path]]:
+def running(stack: Stack, tmp_path: Path) -> Iterator[tuple[Stack, Web, Path]]:
     """A stack with its web server and worker running, and a file a dead process left."""
-    sim = Simulator(tmp_path / "sim")
-    stack = new_stack(migrated_template(tmp_path / "tpl"), tmp_path / "install", sim)
     metrics_dir = stack.data_dir / "metrics" / socket.gethostname()
     metrics_dir.mkdir(parents=True, exist_ok=True)
     stale = metrics_dir / f"counter_{dead_pid()}.db"
@@ -68,7 +66,6 @@ def running(tmp_path: Path) -> Iterator[tuple[Stack, Web, Path]]:
             worker.kill()
         if web is not None:
             web.stop()
-        sim.stop()
 
 
 def scrape(web: Web) -> Figures:

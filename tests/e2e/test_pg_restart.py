@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.processes import ROOT, Simulator, Stack, free_port, seed
+from tests.processes import ROOT, Simulator, Stack, free_port, seed, simulator
 
 # The newest version's binaries, as scripts/pg.sh picks them.
 SERVERS = sorted(
@@ -73,6 +73,13 @@ def cluster() -> Iterator[Cluster]:
         pg("stop")
 
 
+@pytest.fixture
+def sim(tmp_path: Path) -> Iterator[Simulator]:
+    # Jobs take seconds, so the restart falls while Ember is still generating.
+    with simulator(tmp_path / "sim", job_seconds=5) as running:
+        yield running
+
+
 def wait_for(check: Callable[[], bool], what: str, timeout: float = 90) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -83,9 +90,8 @@ def wait_for(check: Callable[[], bool], what: str, timeout: float = 90) -> None:
 
 
 def test_the_worker_outlives_a_postgresql_restart_and_finishes_the_batch(
-    cluster: Cluster, tmp_path: Path
+    cluster: Cluster, sim: Simulator, tmp_path: Path
 ):
-    sim = Simulator(tmp_path / "sim", job_seconds=5)
     worker = None
     try:
         stack = Stack(tmp_path / "install", sim, DATABASE_URL=cluster.url)
@@ -110,5 +116,4 @@ def test_the_worker_outlives_a_postgresql_restart_and_finishes_the_batch(
                 worker.wait(timeout=60)
             except subprocess.TimeoutExpired:
                 worker.kill()
-        sim.stop()
     assert worker.returncode == 0, log.read_text()

@@ -8,20 +8,11 @@ and every row says how far it got.
 import signal
 import sys
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.processes import (
-    Simulator,
-    Stack,
-    Template,
-    migrated_template,
-    new_stack,
-    seed,
-    snapshot,
-)
+from tests.processes import Simulator, Stack, seed, snapshot
 
 PROVIDERS = [{"provider": "openai", "candidates": 1}, {"provider": "flux", "candidates": 1}]
 FRAMES = ["image", "clip"]
@@ -39,20 +30,10 @@ KILL_POINTS = [
 
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory: pytest.TempPathFactory):
+    # One simulator for the module (each `stack` resets it): its start costs seconds.
     simulator = Simulator(tmp_path_factory.mktemp("sim"), job_seconds=0)
     yield simulator
     simulator.stop()
-
-
-@pytest.fixture(scope="module")
-def template(tmp_path_factory: pytest.TempPathFactory) -> Template:
-    return migrated_template(tmp_path_factory.mktemp("template"))
-
-
-@pytest.fixture
-def stack(sim: Simulator, template: Template, tmp_path: Path) -> Stack:
-    sim.post("/_sim/reset")
-    return new_stack(template, tmp_path / "install", sim)
 
 
 def ember_images(sim: Simulator) -> dict[str, dict[str, Any]]:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.processes import Simulator, Stack, migrated_template, new_stack, seed, server_url
+from tests.processes import Simulator, Stack, seed, server_url
 from tests.processes import snapshot as tasks_of
 
 TAKEOVER_BOUND = 2.0  # seconds from the owner's death to the standby's pump running
@@ -29,11 +29,6 @@ def sim(tmp_path: Path) -> Iterator[Simulator]:
     simulator = Simulator(tmp_path / "sim", job_seconds=6)
     yield simulator
     simulator.stop()
-
-
-@pytest.fixture
-def stack(sim: Simulator, tmp_path: Path) -> Stack:
-    return new_stack(migrated_template(tmp_path / "tpl"), tmp_path / "install", sim)
 
 
 class Worker:

@@ -8,21 +8,9 @@ import pytest
 from django.db import connection
 
 from studio.ownership import ADVISORY_KEY, NOT_DURABLE, NotDurable, check_durable
-from tests.processes import Simulator, Stack, migrated_template, new_stack, server_url
+from tests.processes import Simulator, Stack, server_url
 
 REFUSED = "Another Avatars worker already owns this database"
-
-
-@pytest.fixture
-def sim(tmp_path: Path):
-    simulator = Simulator(tmp_path / "sim")
-    yield simulator
-    simulator.stop()
-
-
-@pytest.fixture
-def stack(sim: Simulator, tmp_path: Path) -> Stack:
-    return new_stack(migrated_template(tmp_path / "tpl"), tmp_path / "install", sim)
 
 
 def start_worker(stack: Stack):

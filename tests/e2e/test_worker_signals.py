@@ -3,24 +3,12 @@
 import signal
 import sys
 import time
-from pathlib import Path
 
-import pytest
-
-from tests.processes import Simulator, Stack, migrated_template, new_stack, seed
+from tests.processes import Stack, seed
 
 STATES = (
     "from studio.models import Task\nresult = sorted(Task.objects.values_list('state', flat=True))"
 )
-
-
-@pytest.fixture
-def stack(tmp_path: Path):
-    sim = Simulator(tmp_path / "sim", job_seconds=0)
-    try:
-        yield new_stack(migrated_template(tmp_path / "tpl"), tmp_path / "install", sim)
-    finally:
-        sim.stop()
 
 
 def start_worker(stack: Stack):
