@@ -11,6 +11,8 @@ from typing import Any
 import pytest
 import respx
 from django.conf import settings
+from django.contrib.auth.models import User
+from django.test import Client
 
 from studio.ember.client import EmberClient
 from studio.models import Asset, Origin, Subject
@@ -55,6 +57,19 @@ def subject(make_subject, make_reference) -> Subject:
     ada = make_subject("Ada")
     make_reference(ada)
     return ada
+
+
+@pytest.fixture
+def person(db: None) -> User:
+    """A member of the family, with a password (the studio's pages need a sign-in)."""
+    return User.objects.create_user("grace", password="not-a-real-password")
+
+
+@pytest.fixture
+def signed_in(client: Client, person: User) -> Client:
+    """Django's test client, signed in as `person`."""
+    client.force_login(person)
+    return client
 
 
 @pytest.fixture

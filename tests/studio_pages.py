@@ -1,16 +1,45 @@
-"""The studio pages' cast shared by their test files: a person, signed in."""
+"""Reading the studio's pages as a person does, for the page tests (Django's test client)."""
 
-import pytest
-from django.contrib.auth.models import User
-from django.test import Client
+import html
+import re
+import secrets
+from typing import Any
 
-
-@pytest.fixture
-def person(db: None) -> User:
-    return User.objects.create_user("grace", password="not-a-real-password")
+from studio.models import Subject
 
 
-@pytest.fixture
-def signed_in(client: Client, person: User) -> Client:
-    client.force_login(person)
-    return client
+def text(response: Any) -> str:
+    """The page as a person reads it: markup dropped, entities decoded, spaces collapsed."""
+    body = response.content.decode()
+    return " ".join(html.unescape(re.sub(r"<[^>]+>", " ", body)).split())
+
+
+def messages_of(response: Any) -> list[str]:
+    return [str(m) for m in response.context["messages"]]
+
+
+def part(response: Any, pattern: str) -> str:
+    """The text of the first part of the page that `pattern` (a regex over the markup) finds."""
+    found = re.search(pattern, response.content.decode(), re.S)
+    assert found, f"the page has no part like {pattern!r}"
+    return " ".join(html.unescape(re.sub(r"<[^>]+>", " ", found.group(0))).split())
+
+
+def fieldset(response: Any, legend: str) -> str:
+    return part(response, rf"<fieldset>\s*<legend>{legend}.*?</fieldset>")
+
+
+def batch_form(subject: Subject, **overrides: Any) -> dict[str, Any]:
+    form: dict[str, Any] = {
+        "title": "Summer",
+        "prompt": "a friendly portrait, watercolour",
+        "subjects": [subject.pk],
+        "frames": ["image", "headshot"],
+        "candidates_openai": 2,
+        "candidates_flux": 1,
+        "candidates_google": 0,
+        # A fresh one-time token, as a newly rendered form carries.
+        "token": secrets.token_urlsafe(24),
+    }
+    form.update(overrides)
+    return form

@@ -16,7 +16,14 @@ from django.utils import timezone
 from studio import engine
 from studio.models import Asset, Attempt, Kind, Task, TaskState
 from studio.store import move, update
-from tests.factories import EMBER, a_clip_sent_once, a_set, batch_request, generated_asset
+from tests.factories import (
+    EMBER,
+    a_clip_sent_once,
+    a_set,
+    batch_request,
+    generated_asset,
+    stored_asset,
+)
 from tests.test_admin import (
     NOT_RECEIVED,
     RESUBMIT_WARNING,
@@ -31,7 +38,6 @@ from tests.test_admin import (
     plan,
     row_of,
     serve_history,
-    stored_generated_asset,
     text,
     uncertain,
 )
@@ -364,7 +370,7 @@ def test_it_shows_a_sets_items_in_order_with_thumbnail_label_origin_and_history(
 
 def test_it_names_providers_by_their_labels_in_the_admin_lists(admin_client, subject):
     task = in_state(subject, TaskState.DONE)
-    update(stored_generated_asset(task), provider="openai")
+    update(stored_asset(task=task), provider="openai")
     unsure = uncertain(plan(subject)[0])
 
     tasks = admin_client.get(changelist(Task))

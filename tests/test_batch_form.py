@@ -17,22 +17,11 @@ from studio import engine, originals
 from studio.models import Asset, Batch, Origin, Task
 from studio.web.forms import BatchForm
 from tests.factories import png_bytes
-from tests.test_pages import batch_form, fieldset, text
+from tests.studio_pages import batch_form, fieldset, text
 
 pytestmark = pytest.mark.django_db
 
 TIMES = "\u00d7"  # as the page writes it
-
-
-@pytest.fixture
-def person(db: None) -> User:
-    return User.objects.create_user("grace", password="not-a-real-password")
-
-
-@pytest.fixture
-def signed_in(client: Client, person: User) -> Client:
-    client.force_login(person)
-    return client
 
 
 # --- 1. one intent, one payment ----------------------------------------------------------

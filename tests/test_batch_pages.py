@@ -5,30 +5,18 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import User
 from django.test import Client
 from django.utils import timezone
 
 from studio import engine
 from studio.models import Batch, Subject, Task, TaskState
 from studio.store import move
-from tests.factories import batch_request
-from tests.test_pages import generated, text
+from tests.factories import batch_request, stored_asset
+from tests.studio_pages import text
 
 pytestmark = pytest.mark.django_db
 
 DASH = "\u2013"  # as the pages write it
-
-
-@pytest.fixture
-def person(db: None) -> User:
-    return User.objects.create_user("grace", password="not-a-real-password")
-
-
-@pytest.fixture
-def signed_in(client: Client, person: User) -> Client:
-    client.force_login(person)
-    return client
 
 
 def plan(subject: Subject, candidates: int = 2, **overrides: Any) -> Batch:
@@ -50,7 +38,7 @@ def put(batch: Batch, *states: TaskState) -> list[Task]:
     """Move the batch's tasks, in order, to `states` (an image for the done ones)."""
     tasks = list(batch.tasks.order_by("provider", "frame", "ordinal"))
     for seed, (task, state) in enumerate(zip(tasks, states, strict=False)):
-        asset = generated(seed + 100) if state == TaskState.DONE else None
+        asset = stored_asset(seed + 100) if state == TaskState.DONE else None
         move(task, state, phase="Moved", **({"asset": asset} if asset else {}))
     return tasks
 

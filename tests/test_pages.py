@@ -3,7 +3,6 @@
 import html
 import io
 import re
-import secrets
 import uuid
 from datetime import timedelta
 from typing import Any
@@ -30,6 +29,7 @@ from studio.models import (
 )
 from studio.store import move
 from tests.factories import a_batch, png_bytes, stored_asset
+from tests.studio_pages import batch_form, fieldset, messages_of, part, text
 
 pytestmark = pytest.mark.django_db
 
@@ -38,27 +38,6 @@ PUBLISH_REFUSED = "Ember history must be recovered before publishing generated i
 
 
 # --- the cast -------------------------------------------------------------------------
-
-
-@pytest.fixture
-def person(db: None) -> User:
-    return User.objects.create_user("grace", password="not-a-real-password")
-
-
-@pytest.fixture
-def signed_in(client: Client, person: User) -> Client:
-    client.force_login(person)
-    return client
-
-
-def text(response: Any) -> str:
-    """The page as a person reads it: markup dropped, entities decoded, spaces collapsed."""
-    body = response.content.decode()
-    return " ".join(html.unescape(re.sub(r"<[^>]+>", " ", body)).split())
-
-
-def messages_of(response: Any) -> list[str]:
-    return [str(m) for m in response.context["messages"]]
 
 
 def send_to_ember(task: Task) -> Task:
@@ -349,22 +328,6 @@ def test_it_answers_an_odd_or_past_the_end_page_number_without_an_error(
 # --- new batch --------------------------------------------------------------------------
 
 
-def batch_form(subject: Subject, **overrides: Any) -> dict[str, Any]:
-    form: dict[str, Any] = {
-        "title": "Summer",
-        "prompt": "a friendly portrait, watercolour",
-        "subjects": [subject.pk],
-        "frames": ["image", "headshot"],
-        "candidates_openai": 2,
-        "candidates_flux": 1,
-        "candidates_google": 0,
-        # A fresh one-time token, as a newly rendered form carries.
-        "token": secrets.token_urlsafe(24),
-    }
-    form.update(overrides)
-    return form
-
-
 def form_token(response: Any) -> str:
     found = re.search(r'name="token" value="([^"]+)"', response.content.decode())
     assert found, "the form carries no one-time token"
@@ -492,17 +455,6 @@ def test_it_shows_why_a_batch_cannot_be_planned_and_creates_nothing(
     assert error in text(response)
     assert not Batch.objects.exists()
     assert not Task.objects.exists()
-
-
-def part(response: Any, pattern: str) -> str:
-    """The text of the first part of the page that `pattern` (a regex over the markup) finds."""
-    found = re.search(pattern, response.content.decode(), re.S)
-    assert found, f"the page has no part like {pattern!r}"
-    return " ".join(html.unescape(re.sub(r"<[^>]+>", " ", found.group(0))).split())
-
-
-def fieldset(response: Any, legend: str) -> str:
-    return part(response, rf"<fieldset>\s*<legend>{legend}.*?</fieldset>")
 
 
 def alert(response: Any) -> str:

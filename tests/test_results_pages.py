@@ -9,14 +9,12 @@ from django.test import Client
 from studio import engine, originals
 from studio.models import Asset, AvatarSet, Batch, Origin, Subject, Task, TaskState
 from studio.store import move
-from tests import studio_pages
 from tests.factories import batch_request, png_bytes
-from tests.test_pages import messages_of, text
+from tests.studio_pages import messages_of, text
 
 pytestmark = pytest.mark.django_db
 
 # The shared cast of the studio pages: a person, signed in.
-person, signed_in = studio_pages.person, studio_pages.signed_in
 
 
 def deliver(task: Task, seed: int, *, history: bool = True) -> Asset:

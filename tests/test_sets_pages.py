@@ -7,13 +7,12 @@ from django.test import Client
 
 from studio import engine
 from studio.models import AvatarSet
-from tests import studio_pages
-from tests.test_pages import generated, messages_of, text
+from tests.factories import stored_asset
+from tests.studio_pages import messages_of, text
 
 pytestmark = pytest.mark.django_db
 
 # The shared cast of the studio pages: a person, signed in.
-person, signed_in = studio_pages.person, studio_pages.signed_in
 
 EMPTY_SET = "A set needs at least one image: tick the images it should hold first."
 
@@ -32,7 +31,7 @@ def test_it_refuses_to_create_an_empty_set_with_a_sentence(signed_in: Client):
 
 def test_it_goes_back_to_the_gallery_when_a_set_cannot_be_created(signed_in: Client):
     response = signed_in.post(
-        "/sets/", {"name": "", "assets": [generated(1).pk], "next": "/gallery/?page=2"}
+        "/sets/", {"name": "", "assets": [stored_asset(1).pk], "next": "/gallery/?page=2"}
     )
 
     assert response.status_code == 302 and response["Location"] == "/gallery/?page=2"
@@ -47,7 +46,7 @@ def test_it_never_follows_a_next_that_leaves_the_studio(signed_in: Client):
 
 
 def test_it_adds_ticked_images_in_the_order_they_were_ticked(signed_in: Client):
-    a, b, c, d = (generated(seed) for seed in (1, 2, 3, 4))
+    a, b, c, d = (stored_asset(seed) for seed in (1, 2, 3, 4))
     avatar_set = engine.create_set(name="Family", asset_ids=[a.pk])
 
     signed_in.post(
@@ -59,7 +58,7 @@ def test_it_adds_ticked_images_in_the_order_they_were_ticked(signed_in: Client):
 
 
 def test_it_takes_a_dragged_order_through_the_same_form(signed_in: Client):
-    a, b, c = (generated(seed) for seed in (1, 2, 3))
+    a, b, c = (stored_asset(seed) for seed in (1, 2, 3))
     avatar_set = engine.create_set(name="Family", asset_ids=[a.pk, b.pk, c.pk])
 
     signed_in.post(f"/sets/{avatar_set.pk}/", {"action": "order", "assets": [c.pk, a.pk, b.pk]})
@@ -68,7 +67,7 @@ def test_it_takes_a_dragged_order_through_the_same_form(signed_in: Client):
 
 
 def test_it_keeps_an_image_chosen_meanwhile_when_a_dragged_order_misses_it(signed_in: Client):
-    a, b, c = (generated(seed) for seed in (1, 2, 3))
+    a, b, c = (stored_asset(seed) for seed in (1, 2, 3))
     avatar_set = engine.create_set(name="Family", asset_ids=[a.pk, b.pk, c.pk])
 
     # The page was loaded before c was added (another tab): its order names only a and b.
@@ -78,7 +77,7 @@ def test_it_keeps_an_image_chosen_meanwhile_when_a_dragged_order_misses_it(signe
 
 
 def test_it_offers_drag_and_drop_beside_the_move_buttons(signed_in: Client):
-    a, b = generated(1), generated(2)
+    a, b = stored_asset(1), stored_asset(2)
     avatar_set = engine.create_set(name="Family", asset_ids=[a.pk, b.pk])
 
     body = signed_in.get(f"/sets/{avatar_set.pk}/").content.decode()
@@ -89,7 +88,7 @@ def test_it_offers_drag_and_drop_beside_the_move_buttons(signed_in: Client):
 
 
 def test_it_disables_publish_and_says_why_while_history_is_missing(signed_in: Client):
-    fine, lost = generated(1), generated(2, history=False)
+    fine, lost = stored_asset(1), stored_asset(2, history_id="")
     avatar_set = engine.create_set(name="Family", asset_ids=[fine.pk, lost.pk])
 
     body = signed_in.get(f"/sets/{avatar_set.pk}/").content.decode()
@@ -105,7 +104,7 @@ def test_it_disables_publish_and_says_why_while_history_is_missing(signed_in: Cl
 
 
 def test_it_offers_publish_once_the_set_can_be_published(signed_in: Client):
-    avatar_set = engine.create_set(name="Family", asset_ids=[generated(1).pk])
+    avatar_set = engine.create_set(name="Family", asset_ids=[stored_asset(1).pk])
 
     body = signed_in.get(f"/sets/{avatar_set.pk}/").content.decode()
 
@@ -116,7 +115,9 @@ def test_it_offers_publish_once_the_set_can_be_published(signed_in: Client):
 def test_it_asks_once_that_publishing_cannot_be_undone_and_publishes_nothing_before(
     signed_in: Client,
 ):
-    avatar_set = engine.create_set(name="Family", asset_ids=[generated(1).pk, generated(2).pk])
+    avatar_set = engine.create_set(
+        name="Family", asset_ids=[stored_asset(1).pk, stored_asset(2).pk]
+    )
 
     asked = signed_in.get(f"/sets/{avatar_set.pk}/publish/")
     unconfirmed = signed_in.post(f"/sets/{avatar_set.pk}/publish/")
@@ -137,7 +138,7 @@ def test_it_asks_once_that_publishing_cannot_be_undone_and_publishes_nothing_bef
 
 
 def test_it_shows_the_url_sibling_apps_read_a_published_set_at(signed_in: Client):
-    avatar_set = engine.create_set(name="Family", asset_ids=[generated(1).pk])
+    avatar_set = engine.create_set(name="Family", asset_ids=[stored_asset(1).pk])
     engine.publish(avatar_set=avatar_set)
 
     response = signed_in.get(f"/sets/{avatar_set.pk}/published/")
@@ -150,9 +151,9 @@ def test_it_names_the_subjects_and_batch_of_images_offered_for_a_set(
     signed_in: Client, make_subject
 ):
     ada = make_subject("Ada")
-    offered = generated(1, label="GPT Image · image #1")
+    offered = stored_asset(1, label="GPT Image · image #1")
     offered.subjects.add(ada)
-    avatar_set = engine.create_set(name="Family", asset_ids=[generated(2).pk])
+    avatar_set = engine.create_set(name="Family", asset_ids=[stored_asset(2).pk])
 
     page = text(signed_in.get(f"/sets/{avatar_set.pk}/")).split("Add images", 1)[1]
 
@@ -160,7 +161,7 @@ def test_it_names_the_subjects_and_batch_of_images_offered_for_a_set(
 
 
 def test_it_sends_a_refused_add_back_with_the_reason(signed_in: Client):
-    avatar_set = engine.create_set(name="Family", asset_ids=[generated(1).pk])
+    avatar_set = engine.create_set(name="Family", asset_ids=[stored_asset(1).pk])
 
     response = signed_in.post(f"/sets/{avatar_set.pk}/", {"action": "order"}, follow=True)
 

@@ -8,14 +8,12 @@ from django.test import Client
 
 from studio import engine, originals, thumbs
 from studio.models import Asset, AvatarSet, Origin, Subject
-from tests import studio_pages
 from tests.factories import batch_request, png_bytes
-from tests.test_pages import messages_of, text
+from tests.studio_pages import messages_of, text
 
 pytestmark = pytest.mark.django_db
 
 # The shared cast of the studio pages: a person, signed in.
-person, signed_in = studio_pages.person, studio_pages.signed_in
 
 
 def upload(client: Client, subject: Subject, data: bytes, name: str = "ada.png"):
