@@ -7,7 +7,7 @@ from django.test import Client
 
 from studio import engine
 from studio.models import AvatarSet
-from tests.factories import stored_asset
+from tests.factories import plan, stored_asset
 from tests.studio_pages import messages_of, text
 
 pytestmark = pytest.mark.django_db
@@ -101,6 +101,26 @@ def test_it_disables_publish_and_says_why_while_history_is_missing(signed_in: Cl
     assert why.group(1) == (
         "1 chosen image still lacks Ember history; publishing waits for repair."
     )
+
+
+def test_it_says_who_repairs_a_blocked_set_and_links_staff_to_each_task(
+    client: Client, person, subject
+):
+    [task] = plan(subject)
+    lost = stored_asset(2, history_id="", task=task)
+    avatar_set = engine.create_set(name="Family", asset_ids=[lost.pk])
+    client.force_login(person)
+
+    as_family = text(client.get(f"/sets/{avatar_set.pk}/"))
+    person.is_staff = True
+    person.save()
+    as_staff = client.get(f"/sets/{avatar_set.pk}/").content.decode()
+
+    assert "An operator repairs that from the admin" in as_family
+    assert "waiting for Ember's record" in as_family
+    assert "Repair in admin" not in as_family
+    assert f'href="/admin/studio/task/{task.pk}/change/"' in as_staff
+    assert "Repair in admin" in as_staff
 
 
 def test_it_offers_publish_once_the_set_can_be_published(signed_in: Client):
