@@ -5,6 +5,8 @@ import re
 import secrets
 from typing import Any
 
+from django.test import Client
+
 from studio.models import Subject
 
 
@@ -43,3 +45,30 @@ def batch_form(subject: Subject, **overrides: Any) -> dict[str, Any]:
     }
     form.update(overrides)
     return form
+
+
+# Session, user, one page of rows, and one count over that page's rows (never every row).
+LIST_PAGE_QUERIES = 4
+
+
+def link(response: Any, label: str) -> str | None:
+    """The pager link a person would click by its `label` ("Next", "Previous"), if shown."""
+    found = re.search(rf'<a href="([^"]*)"[^>]*>[^<]*{label}', response.content.decode())
+    return html.unescape(found.group(1)) if found else None
+
+
+def walk(
+    client: Client, url: str, row: str, assert_max_queries: Any
+) -> tuple[list[int], list[Any]]:
+    """Follow "Next" from `url`; return the ids of `row` links met in order, and the pages."""
+    seen: list[int] = []
+    pages: list[Any] = []
+    next_url: str | None = url
+    while next_url is not None:
+        with assert_max_queries(LIST_PAGE_QUERIES):
+            response = client.get(next_url if next_url.startswith("/") else url + next_url)
+        assert response.status_code == 200
+        pages.append(response)
+        seen += [int(pk) for pk in re.findall(row, response.content.decode())]
+        next_url = link(response, "Next")
+    return seen, pages

@@ -16,29 +16,29 @@ from django.utils import timezone
 from studio import engine
 from studio.models import Asset, Attempt, Kind, Task, TaskState
 from studio.store import move, update
-from tests.factories import (
-    EMBER,
-    a_clip_sent_once,
-    a_set,
-    batch_request,
-    generated_asset,
-    stored_asset,
-)
-from tests.test_admin import (
+from tests.admin_pages import (
     NOT_RECEIVED,
     RESUBMIT_WARNING,
     TOO_EARLY,
     TOO_LATE,
     change_page,
     changelist,
-    ember_result,
     form_on,
-    history_row,
     one_message_about,
-    plan,
     row_of,
     serve_history,
     text,
+)
+from tests.factories import (
+    EMBER,
+    a_clip_sent_once,
+    a_set,
+    batch_request,
+    ember_result,
+    generated_asset,
+    history_row,
+    plan,
+    stored_asset,
     uncertain,
 )
 

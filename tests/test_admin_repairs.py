@@ -1,0 +1,243 @@
+"""The admin's repairs, run through the services: reconcile, retry a copy, cancel, resubmit."""
+
+from datetime import timedelta
+
+import httpx
+import pytest
+from django.contrib.admin.models import LogEntry
+from django.utils import timezone
+
+from studio.models import Attempt, Batch, Task, TaskState
+from studio.store import move
+from tests.admin_pages import (
+    NOT_RECEIVED,
+    RESUBMIT_WARNING,
+    TOO_EARLY,
+    TOO_LATE,
+    one_message_about,
+    resubmit,
+    row_of,
+    run_action,
+    said,
+    serve_history,
+    text,
+)
+from tests.factories import drain, ember_result, history_row, plan, uncertain
+from tests.fake_ember import FakeEmber
+
+pytestmark = pytest.mark.django_db
+
+
+# --- repair actions -------------------------------------------------------------------
+
+
+def test_it_reconciles_each_selected_task_and_says_what_happened_to_each(
+    admin_client, subject, ember
+):
+    found, not_found, missing, broken, queued = plan(subject, candidates=5)
+    uncertain(found)
+    uncertain(not_found)
+    move(
+        missing, TaskState.HISTORY_MISSING, ember_job_id="job_7", result=ember_result("img_7", None)
+    )
+    move(broken, TaskState.COPY_FAILED, ember_job_id="job_8", result=ember_result("img_8"))
+    queued_version = row_of(queued).version
+    history = serve_history(
+        ember, {str(found.pk): [history_row(found)], str(missing.pk): [history_row(missing)]}
+    )
+
+    response = run_action(
+        admin_client, Task, "reconcile_tasks", [found, not_found, missing, broken, queued]
+    )
+
+    assert response.status_code == 200
+    assert row_of(found).state == TaskState.COPYING
+    assert row_of(found).ember_job_id == "job_7"
+    assert row_of(found).attempts.get().ember_job_id == "job_7"  # the lost attempt, found
+    assert row_of(not_found).state == TaskState.UNCERTAIN
+    assert row_of(missing).state == TaskState.COPYING
+    assert row_of(broken).state == TaskState.COPYING
+    assert row_of(broken).result == ember_result("img_8")  # copied from the saved answer
+    assert row_of(queued).state == TaskState.QUEUED
+    assert row_of(queued).version == queued_version
+    assert history.call_count == 3  # copy_failed needs no question; queued is never asked about
+    assert "uncertain → copying" in one_message_about(response, found)
+    assert one_message_about(response, not_found).endswith(
+        "still uncertain: Ember's history has no row for this task yet."
+    )
+    assert "history_missing → copying" in one_message_about(response, missing)
+    assert "copy_failed → copying" in one_message_about(response, broken)
+    assert "skipped; a queued task is not reconcilable" in one_message_about(response, queued)
+
+
+def test_it_says_so_when_embers_history_cannot_be_read(admin_client, subject, ember):
+    [task] = plan(subject)
+    uncertain(task)
+    ember.get("/api/v1/history").mock(return_value=httpx.Response(503))
+
+    response = run_action(admin_client, Task, "reconcile_tasks", [task])
+
+    assert row_of(task).state == TaskState.UNCERTAIN
+    assert "still uncertain: Ember's history could not be read" in one_message_about(response, task)
+
+
+def test_it_retries_only_the_copy_of_a_copy_failed_task(admin_client, subject, ember):
+    broken, unsure = plan(subject, candidates=2)
+    move(
+        broken,
+        TaskState.COPY_FAILED,
+        ember_job_id="job_8",
+        result=ember_result("img_8"),
+        error="The image file could not be fetched.",
+    )
+    uncertain(unsure)
+    history = serve_history(ember, {str(unsure.pk): [history_row(unsure)]})
+
+    response = run_action(admin_client, Task, "retry_copy", [broken, unsure])
+
+    row = row_of(broken)
+    assert (row.state, row.result, row.ember_job_id, row.error) == (
+        TaskState.COPYING,
+        ember_result("img_8"),
+        "job_8",
+        "",
+    )
+    assert row.next_attempt_at is not None  # the worker picks it up and copies
+    assert row_of(unsure).state == TaskState.UNCERTAIN
+    assert not history.called  # a retry is not a reconcile: nothing was asked of Ember
+    assert "copy_failed → copying" in one_message_about(response, broken)
+    assert "only a copy_failed task's copy can be retried" in one_message_about(response, unsure)
+
+
+def test_it_cancels_what_was_not_sent_and_keeps_what_ember_has(admin_client, subject):
+    queued, preparing, running = plan(subject, candidates=3)
+    move(preparing, TaskState.PREPARING, phase="Checking reference photos")
+    move(running, TaskState.RUNNING, ember_job_id="job_1")
+
+    response = run_action(admin_client, Task, "cancel_tasks", [queued, preparing, running])
+
+    assert row_of(queued).state == TaskState.CANCELLED
+    assert row_of(preparing).state == TaskState.CANCELLED
+    assert row_of(running).state == TaskState.RUNNING
+    assert row_of(running).ember_job_id == "job_1"
+    assert "cancelled; nothing was sent to Ember." in one_message_about(response, queued)
+    assert "cancelled; nothing was sent to Ember." in one_message_about(response, preparing)
+    assert one_message_about(response, running).endswith(TOO_LATE)
+
+
+def test_it_refuses_to_cancel_a_task_once_it_was_submitted(admin_client, subject):
+    [task] = plan(subject)
+    move(task, TaskState.SUBMITTING, submitted_at=timezone.now(), phase="Sending to Ember")
+    before = row_of(task)
+
+    response = run_action(admin_client, Task, "cancel_tasks", [task])
+
+    after = row_of(task)
+    assert (after.state, after.version) == (TaskState.SUBMITTING, before.version)
+    assert one_message_about(response, task).endswith(TOO_LATE)
+
+
+def test_it_cancels_a_batch_and_reports_what_it_kept(admin_client, subject):
+    queued, running = plan(subject, candidates=2)
+    move(running, TaskState.RUNNING, ember_job_id="job_1")
+
+    response = run_action(admin_client, Batch, "cancel_batches", [queued.batch])
+
+    assert row_of(queued).state == TaskState.CANCELLED
+    assert row_of(running).state == TaskState.RUNNING
+    assert (
+        f"Batch {queued.batch}: cancelled 1 task(s); kept 1 already with Ember or finished."
+        in said(response)
+    )
+
+
+# --- resubmit: a person's decision to maybe pay twice ---------------------------------
+
+
+def test_it_asks_for_confirmation_with_the_warning_before_resubmitting(admin_client, subject):
+    [task] = plan(subject)
+    uncertain(task)
+
+    page = run_action(admin_client, Task, "resubmit_tasks", [task])
+
+    assert page.templates[0].name == "admin/studio/task/resubmit_confirmation.html"
+    assert RESUBMIT_WARNING in text(page)
+    assert NOT_RECEIVED in text(page)
+    assert "not passed yet" in text(page)
+    assert row_of(task).state == TaskState.UNCERTAIN  # nothing happens before the confirmation
+
+
+def test_it_refuses_a_resubmit_before_the_poll_bound_without_the_check(admin_client, subject):
+    [task] = plan(subject)
+    uncertain(task, sent_ago=timedelta(minutes=5))
+    before = row_of(task)
+
+    response = resubmit(admin_client, [task])
+
+    after = row_of(task)
+    assert (after.state, after.version) == (TaskState.UNCERTAIN, before.version)
+    assert one_message_about(response, task).endswith(TOO_EARLY)
+
+
+def test_it_resubmits_early_when_the_person_checked_ember_did_not_receive_it(
+    admin_client, admin_user, subject
+):
+    [task] = plan(subject)
+    uncertain(task, sent_ago=timedelta(minutes=5))
+
+    response = resubmit(admin_client, [task], not_received=(task,))
+
+    row = row_of(task)
+    assert row.state == TaskState.QUEUED
+    assert row.phase == "Resubmitted by a person"
+    assert row.next_attempt_at is not None
+    assert "queued again" in one_message_about(response, task)
+    decision = LogEntry.objects.get(object_id=str(task.pk))  # who chose to maybe pay twice
+    assert decision.user == admin_user
+    assert "queued again" in decision.get_change_message()
+
+
+def test_it_resubmits_without_the_check_once_the_poll_bound_has_passed(admin_client, subject):
+    late, early = plan(subject, candidates=2)
+    uncertain(late, sent_ago=timedelta(minutes=31))
+    uncertain(early, sent_ago=timedelta(minutes=5))
+    queued = plan(subject)[0]
+
+    confirm_page = run_action(admin_client, Task, "resubmit_tasks", [late, early, queued])
+    response = resubmit(admin_client, [late, early, queued])
+
+    assert "will be skipped: only an uncertain task can be resubmitted" in text(confirm_page)
+    assert row_of(late).state == TaskState.QUEUED
+    assert row_of(early).state == TaskState.UNCERTAIN  # the check is per task
+    assert row_of(queued).state == TaskState.QUEUED
+    assert "queued again" in one_message_about(response, late)
+    assert one_message_about(response, early).endswith(TOO_EARLY)
+    assert one_message_about(response, queued).endswith(
+        "Only an uncertain task can be resubmitted."
+    )
+
+
+def test_it_records_a_resubmitted_task_as_a_new_attempt(admin_client, subject, ember, worker):
+    fake = FakeEmber(ember)
+    [task] = plan(subject)
+    uncertain(task, sent_ago=timedelta(minutes=31))
+
+    resubmit(admin_client, [task])
+    drain(worker)
+
+    row = row_of(task)
+    assert row.state == TaskState.DONE
+    assert [(a.number, a.outcome, a.ember_job_id) for a in row.attempts.all()] == [
+        (1, Attempt.Outcome.UNKNOWN, ""),
+        (2, Attempt.Outcome.ACCEPTED, "job_1"),
+    ]
+    assert fake.submits[0]["source_metadata"]["attempt"] == 2
+
+
+def test_it_skips_a_resubmit_when_nothing_selected_is_uncertain(admin_client, subject):
+    [task] = plan(subject)
+
+    response = run_action(admin_client, Task, "resubmit_tasks", [task])
+
+    assert "skipped; only an uncertain task can be resubmitted" in one_message_about(response, task)
+    assert row_of(task).state == TaskState.QUEUED

@@ -1,0 +1,200 @@
+"""generate() refuses a bad request with a clear message and plans nothing."""
+
+import pytest
+from django.db import IntegrityError, transaction
+
+from studio import engine
+from studio.engine import InvalidRequest
+from studio.models import Asset, Origin
+from tests.factories import batch_request, generated_asset, png_bytes, stored_asset
+from tests.planned import frozen, nothing_created
+
+pytestmark = pytest.mark.django_db
+
+
+# --- bad input ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        pytest.param({"prompt": ""}, "The prompt must not be empty.", id="empty-prompt"),
+        pytest.param({"prompt": "   \n "}, "The prompt must not be empty.", id="blank-prompt"),
+        pytest.param({"prompt": None}, "The prompt must not be empty.", id="no-prompt"),
+        pytest.param(
+            {"prompt": "x" * 4001},
+            "The prompt is too long (at most 4000 characters).",
+            id="long-prompt",
+        ),
+        pytest.param({"title": 12}, "The title must be text.", id="title-not-text"),
+        pytest.param({"subjects": []}, "Choose at least one subject.", id="no-subjects"),
+        pytest.param({"subjects": [987654]}, "Unknown subject: 987654.", id="unknown-subject"),
+        pytest.param(
+            {"subjects": ["ada"]},
+            "Subjects must be a list of ids; 'ada' is not one.",
+            id="subject-not-an-id",
+        ),
+        pytest.param(
+            {"references": [987654]},
+            "Unknown reference photo: 987654.",
+            id="unknown-reference",
+        ),
+        pytest.param({"providers": []}, "Choose at least one provider.", id="no-providers"),
+        pytest.param({"providers": None}, "Choose at least one provider.", id="providers-none"),
+        pytest.param(
+            {"providers": ["openai"]},
+            "Each provider must be an object with a provider name.",
+            id="provider-not-object",
+        ),
+        pytest.param(
+            {"providers": [{"provider": "midjourney", "candidates": 1}]},
+            "Unknown provider: 'midjourney'.",
+            id="unknown-provider",
+        ),
+        pytest.param(
+            {"providers": [{"provider": "openai", "candidates": 0}]},
+            "Candidates must be between 1 and 8.",
+            id="zero-candidates",
+        ),
+        pytest.param(
+            {"providers": [{"provider": "openai", "candidates": 9}]},
+            "Candidates must be between 1 and 8.",
+            id="nine-candidates",
+        ),
+        pytest.param(
+            {"providers": [{"provider": "openai", "candidates": "3"}]},
+            "Candidates must be a whole number.",
+            id="candidates-string",
+        ),
+        pytest.param(
+            {"providers": [{"provider": "openai", "candidates": True}]},
+            "Candidates must be a whole number.",
+            id="candidates-bool",
+        ),
+        pytest.param(
+            {"providers": [{"provider": "openai", "candidates": 2.0}]},
+            "Candidates must be a whole number.",
+            id="candidates-float",
+        ),
+        pytest.param(
+            {"providers": [{"provider": "openai", "model": 5}]},
+            "A provider's model must be text.",
+            id="model-not-text",
+        ),
+        pytest.param(
+            {"providers": [{"provider": "openai"}, {"provider": "openai"}]},
+            "Provider 'openai' is listed twice.",
+            id="provider-twice",
+        ),
+        pytest.param(
+            {"frames": ["portrait"]},
+            "Unknown frame: 'portrait'. Frames are image, headshot, full-body, clip.",
+            id="unknown-frame",
+        ),
+        pytest.param({"frames": []}, "Choose at least one frame.", id="no-frames"),
+    ],
+)
+def test_it_refuses_a_bad_request_with_a_clear_message_and_creates_nothing(
+    subject, overrides, message
+):
+    with pytest.raises(InvalidRequest) as refused:
+        engine.generate(request=batch_request(subject, **overrides))
+
+    assert str(refused.value) == message
+    assert nothing_created()
+
+
+@pytest.mark.parametrize("request_body", [None, "make avatars", ["prompt"], 42])
+def test_it_refuses_a_request_that_is_not_an_object(db, request_body):
+    with pytest.raises(InvalidRequest) as refused:
+        engine.generate(request=request_body)
+
+    assert str(refused.value) == "The request must be a JSON object."
+    assert nothing_created()
+
+
+def test_it_refuses_a_generated_image_as_a_reference_photo(subject):
+    generated = generated_asset()
+
+    with pytest.raises(InvalidRequest) as refused:
+        engine.generate(request=batch_request(subject, references=[generated.pk]))
+
+    assert str(refused.value) == f"Unknown reference photo: {generated.pk}."
+    assert nothing_created()
+
+
+def test_it_makes_a_usable_reference_photo_of_an_uploaded_generated_image(subject, make_subject):
+    data = png_bytes(42)
+    generated = stored_asset(data=data)
+    grace = make_subject("Grace")
+
+    photo = engine.add_reference(subject=grace, data=data, file_name="grace.png")
+
+    assert photo.pk != generated.pk
+    assert (photo.origin, photo.sha256) == (Origin.UPLOADED, generated.sha256)
+    assert list(grace.assets.filter(origin=Origin.UPLOADED)) == [photo]
+    assert list(generated.subjects.all()) == []  # the generated row is left as it was
+    batch = engine.generate(request=batch_request(grace, references=[photo.pk]))
+    assert batch.tasks.get().references == [frozen(photo)]
+
+
+def test_it_keeps_one_reference_photo_for_the_same_upload_to_two_subjects(make_subject):
+    data = png_bytes(43)
+    ada, grace = make_subject("Ada"), make_subject("Grace")
+
+    first = engine.add_reference(subject=ada, data=data, file_name="ada.png")
+    second = engine.add_reference(subject=grace, data=data, file_name="grace.png")
+
+    assert second.pk == first.pk
+    assert set(first.subjects.all()) == {ada, grace}
+    assert Asset.objects.filter(origin=Origin.UPLOADED).count() == 1
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Asset.objects.create(
+            **{f: getattr(first, f) for f in ("sha256", "file_name", "mime", "width", "height")},
+            size=first.size,
+            origin=Origin.UPLOADED,
+        )
+
+
+@pytest.mark.parametrize(
+    "provider",
+    [["openai"], {"name": "openai"}],
+    ids=["list", "object"],
+)
+def test_it_refuses_a_provider_name_that_is_not_text(subject, provider):
+    with pytest.raises(InvalidRequest) as refused:
+        engine.generate(
+            request=batch_request(subject, providers=[{"provider": provider, "candidates": 1}])
+        )
+
+    assert str(refused.value).startswith("Unknown provider:")
+    assert nothing_created()
+
+
+def test_it_refuses_a_subject_id_too_large_for_any_row(subject):
+    with pytest.raises(InvalidRequest) as refused:
+        engine.generate(request=batch_request(subject, subjects=[2**70]))
+
+    assert str(refused.value) == f"Unknown subject: {2**70}."
+    assert nothing_created()
+
+
+def test_it_refuses_a_reference_id_too_large_for_any_row(subject):
+    with pytest.raises(InvalidRequest) as refused:
+        engine.generate(request=batch_request(subject, references=[2**70]))
+
+    assert str(refused.value) == f"Unknown reference photo: {2**70}."
+    assert nothing_created()
+
+
+@pytest.mark.parametrize("make_id", [lambda pk: pk + 0.5, lambda pk: True], ids=["float", "bool"])
+def test_it_refuses_a_subject_id_that_only_truncates_to_one(subject, make_id):
+    # 1.5 or True are not ids; silently reading them as a real subject would
+    # plan paid work for a person nobody named.
+    bad = make_id(subject.pk)
+
+    with pytest.raises(InvalidRequest) as refused:
+        engine.generate(request=batch_request(subject, subjects=[bad]))
+
+    assert str(refused.value) == f"Subjects must be a list of ids; {bad!r} is not one."
+    assert nothing_created()

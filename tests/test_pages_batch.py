@@ -1,0 +1,154 @@
+"""A batch's page: its polled progress, the worker's presence, cancelling its tasks."""
+
+import re
+from datetime import timedelta
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+from django.utils import timezone
+
+from studio.models import Attempt, Task, TaskState, WorkerHeartbeat
+from studio.store import move
+from tests.factories import a_batch, stored_asset
+from tests.studio_pages import messages_of, text
+
+pytestmark = pytest.mark.django_db
+
+TOO_LATE = "This task has already been sent to Ember; the work is kept."
+
+
+# --- the cast -------------------------------------------------------------------------
+
+
+def send_to_ember(task: Task) -> Task:
+    return move(
+        task,
+        TaskState.RUNNING,
+        ember_job_id="job_1",
+        submitted_at=timezone.now(),
+        phase="Waiting for Ember",
+    )
+
+
+# --- the batch page ------------------------------------------------------------------
+
+
+def test_it_shows_progress_states_and_paid_requests_in_the_partial(signed_in: Client, subject):
+    batch = a_batch(subject, candidates=4)
+    first, second, third, _fourth = batch.tasks.order_by("ordinal")
+    asset = stored_asset(5)
+    move(first, TaskState.DONE, phase="Complete", asset=asset)
+    send_to_ember(second)
+    move(third, TaskState.FAILED, phase="Failed", error="Ember said no.")
+    for task in (first, second, third):
+        Attempt.objects.create(
+            task=task, number=1, submitted_at=timezone.now(), outcome=Attempt.Outcome.ACCEPTED
+        )
+
+    response = signed_in.get(f"/batches/{batch.pk}/progress/", HTTP_HX_REQUEST="true")
+
+    page = text(response)
+    body = response.content.decode()
+    assert "1 ready · 2 in progress · 1 failed" in page
+    assert "Paid Ember requests: 3" in page
+    assert [m for m in re.findall(r'data-state="(\w+)"', body)] == [
+        "done",
+        "running",
+        "failed",
+        "queued",
+    ]
+    assert "Waiting for Ember" in page and "Ember said no." in page
+    assert f'src="/assets/{asset.pk}/thumb/128/"' in body
+    assert body.count("/thumb/") == 1
+    assert 'hx-trigger="every 2s"' in body  # still polling: two tasks are not finished
+    assert "<html" not in body  # a partial, not a page
+
+
+def test_it_stops_polling_once_every_task_has_finished(signed_in: Client, subject):
+    batch = a_batch(subject, candidates=2)
+    for task in batch.tasks.all():
+        move(task, TaskState.DONE, phase="Complete")
+
+    body = signed_in.get(f"/batches/{batch.pk}/progress/").content.decode()
+
+    assert "2 ready" in body and "All done" in body
+    assert "hx-trigger" not in body
+    assert "Cancel batch" not in body
+
+
+def test_it_polls_the_progress_partial_from_the_batch_page(signed_in: Client, subject):
+    batch = a_batch(subject, candidates=2)
+
+    body = signed_in.get(f"/batches/{batch.pk}/").content.decode()
+
+    assert f'hx-get="/batches/{batch.pk}/progress/"' in body
+    assert 'hx-trigger="every 2s"' in body
+    assert "/static/studio/htmx.min.js" in body
+
+
+def test_it_says_whether_a_worker_is_driving_the_tasks(signed_in: Client, subject):
+    batch = a_batch(subject, candidates=2)
+    assert "No worker seen yet" in text(signed_in.get(f"/batches/{batch.pk}/"))
+
+    now = timezone.now()
+    WorkerHeartbeat.objects.create(started_at=now, seen_at=now, pid=1, host="here")
+    assert "Worker running" in text(signed_in.get(f"/batches/{batch.pk}/"))
+
+    WorkerHeartbeat.objects.update(seen_at=now - timedelta(minutes=5))
+    assert "No worker seen since" in text(signed_in.get(f"/batches/{batch.pk}/"))
+
+
+def test_it_cancels_a_queued_task(signed_in: Client, subject):
+    batch = a_batch(subject, candidates=2)
+    task = batch.tasks.first()
+
+    response = signed_in.post(f"/tasks/{task.pk}/cancel/", follow=True)
+
+    task.refresh_from_db()
+    assert task.state == TaskState.CANCELLED
+    assert response.redirect_chain[-1][0] == f"/batches/{batch.pk}/"
+    assert "Cancelled GPT Image image #1: nothing was sent to Ember." in messages_of(response)
+    assert 'data-state="cancelled"' in response.content.decode()
+
+
+def test_it_says_a_task_already_with_ember_is_kept_and_leaves_it_alone(signed_in: Client, subject):
+    batch = a_batch(subject, candidates=2)
+    task = send_to_ember(batch.tasks.first())
+    version = task.version
+
+    response = signed_in.post(f"/tasks/{task.pk}/cancel/", follow=True)
+
+    task.refresh_from_db()
+    assert task.state == TaskState.RUNNING
+    assert task.version == version
+    assert messages_of(response) == [TOO_LATE]
+    assert TOO_LATE in text(response)
+
+
+def test_it_cancels_what_it_can_in_a_batch_and_counts_what_it_kept(signed_in: Client, subject):
+    batch = a_batch(subject, candidates=3)
+    first, *_rest = batch.tasks.order_by("ordinal")
+    send_to_ember(first)
+
+    response = signed_in.post(f"/batches/{batch.pk}/cancel/", follow=True)
+
+    states = sorted(batch.tasks.values_list("state", flat=True))
+    assert states == ["cancelled", "cancelled", "running"]
+    assert messages_of(response) == ["Cancelled 2 tasks; kept 1 already with Ember."]
+
+
+def test_it_refuses_to_cancel_by_get(signed_in: Client, subject):
+    batch = a_batch(subject, candidates=2)
+
+    assert signed_in.get(f"/batches/{batch.pk}/cancel/").status_code == 405
+    assert not batch.tasks.filter(state=TaskState.CANCELLED).exists()
+
+
+def test_it_requires_the_csrf_token_to_cancel(person: User, subject):
+    browser = Client(enforce_csrf_checks=True)
+    browser.force_login(person)
+    batch = a_batch(subject, candidates=2)
+
+    assert browser.post(f"/batches/{batch.pk}/cancel/").status_code == 403
+    assert not batch.tasks.filter(state=TaskState.CANCELLED).exists()

@@ -1,0 +1,122 @@
+"""The studio pages, signed-in only: signing in and out, every page behind it, 404s."""
+
+import uuid
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+from django.urls import reverse
+
+from studio import engine
+from studio.models import Asset, AvatarSet, Batch, Subject, Task, TaskState
+from tests.factories import a_batch, stored_asset
+from tests.studio_pages import text
+
+pytestmark = pytest.mark.django_db
+
+
+# --- sign-in ----------------------------------------------------------------------------
+
+
+def every_route(subject: Subject, batch: Batch, asset: Asset, avatar_set: AvatarSet) -> list[str]:
+    task = batch.tasks.first()
+    assert task is not None
+    return [
+        reverse("studio:home"),
+        reverse("studio:subjects"),
+        reverse("studio:subject", args=[subject.pk]),
+        reverse("studio:batch-new"),
+        reverse("studio:batch", args=[batch.pk]),
+        reverse("studio:batch-progress", args=[batch.pk]),
+        reverse("studio:batch-cancel", args=[batch.pk]),
+        reverse("studio:task-cancel", args=[task.pk]),
+        reverse("studio:gallery"),
+        reverse("studio:sets"),
+        reverse("studio:set", args=[avatar_set.pk]),
+        reverse("studio:set-publish", args=[avatar_set.pk]),
+        reverse("studio:set-published", args=[avatar_set.pk]),
+        reverse("studio:asset-thumb", args=[asset.pk, 256]),
+        reverse("studio:asset-original", args=[asset.pk]),
+    ]
+
+
+def test_it_sends_an_anonymous_visitor_to_sign_in_from_every_page(client: Client, subject):
+    batch = a_batch(subject, candidates=2)
+    asset = stored_asset(1)
+    avatar_set = engine.create_set(name="Family", asset_ids=[asset.pk])
+    engine.publish(avatar_set=avatar_set)
+
+    for url in every_route(subject, batch, asset, avatar_set):
+        for method in (client.get, client.post):
+            response = method(url)
+            assert response.status_code == 302, url
+            assert response["Location"].startswith(f"/accounts/login/?next={url}"), url
+    assert Task.objects.filter(state=TaskState.CANCELLED).count() == 0
+    assert AvatarSet.objects.get().version == avatar_set.version
+
+
+def test_it_sends_a_poll_whose_session_expired_to_the_sign_in_page(client: Client, subject):
+    batch = a_batch(subject, candidates=2)
+    page = f"/batches/{batch.pk}/"
+
+    response = client.get(
+        f"{page}progress/",
+        HTTP_HX_REQUEST="true",
+        HTTP_HX_CURRENT_URL=f"http://testserver{page}",
+    )
+
+    # Not a redirect that htmx would follow and swap into the page: a full navigation.
+    assert response.status_code == 200
+    assert response["HX-Redirect"] == f"/accounts/login/?next={page.replace('/', '%2F')}"
+    assert not response.content
+
+
+def test_it_signs_a_person_in_and_out(client: Client, person: User):
+    page = client.get("/accounts/login/")
+    assert page.status_code == 200
+    assert "Sign in" in text(page)
+
+    wrong = client.post("/accounts/login/", {"username": "grace", "password": "nope"})
+    assert "did not match" in text(wrong)
+
+    right = client.post(
+        "/accounts/login/?next=/gallery/",
+        {"username": "grace", "password": "not-a-real-password", "next": "/gallery/"},
+    )
+    assert right.status_code == 302 and right["Location"] == "/gallery/"
+    assert client.get("/").status_code == 200
+
+    out = client.post("/accounts/logout/", {"next": "/accounts/login/"})
+    assert out.status_code == 302
+    assert client.get("/").status_code == 302
+
+
+def test_it_renders_every_page_for_a_signed_in_person(signed_in: Client, subject):
+    batch = a_batch(subject, candidates=2)
+    asset = stored_asset(1)
+    avatar_set = engine.create_set(name="Family", asset_ids=[asset.pk])
+    engine.publish(avatar_set=avatar_set)
+
+    for name, args in [
+        ("studio:home", []),
+        ("studio:subjects", []),
+        ("studio:subject", [subject.pk]),
+        ("studio:batch-new", []),
+        ("studio:batch", [batch.pk]),
+        ("studio:batch-progress", [batch.pk]),
+        ("studio:gallery", []),
+        ("studio:sets", []),
+        ("studio:set", [avatar_set.pk]),
+        ("studio:set-published", [avatar_set.pk]),
+    ]:
+        response = signed_in.get(reverse(name, args=args))
+        assert response.status_code == 200, name
+    home = text(signed_in.get("/"))
+    assert "Spring avatars" in home and "2 in progress" in home
+
+
+def test_it_answers_404_for_what_does_not_exist(signed_in: Client):
+    assert signed_in.get(f"/batches/{uuid.uuid4()}/").status_code == 404
+    assert signed_in.get("/subjects/999999999999999999/").status_code == 404
+    assert signed_in.get("/subjects/99999999999999999999999/").status_code == 404
+    assert signed_in.get("/assets/1/thumb/256/").status_code == 404
