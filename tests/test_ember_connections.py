@@ -18,7 +18,7 @@ from asgiref.sync import async_to_sync
 
 from studio.ember.client import EmberClient, EmberError, Job, Submitted
 from studio.ember.simulator import Simulator
-from tests.test_ember_client import PAYLOAD
+from tests.ember_client.calls import PAYLOAD
 
 JOBS = "/api/v1/api-generators/jobs"
 CLOSE_AFTER = 0.3  # seconds the test server keeps a connection open after its one answer

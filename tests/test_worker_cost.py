@@ -4,8 +4,8 @@ The worker's throughput is bound by its one database thread: every statement,
 commit and hop to that thread is paid per task. The bounds hold the counts
 reached; a change that adds a statement, a commit or a hop to the hot path fails
 here, with the figures in the message. Durability is not traded for them: each
-state is still committed before the act it names (tests/test_worker.py and the
-kill points check that), which is why the commits cannot go below six a task.
+state is still committed before the act it names (tests/test_worker_*.py and
+the kill points check that), which is why the commits cannot go below six a task.
 """
 
 import pytest

@@ -1,15 +1,8 @@
-"""The Ember simulator over real loopback HTTP: docs/ember.md plus the /_sim controls."""
+"""The Ember simulator over real loopback HTTP: the routes docs/ember.md describes."""
 
 import hashlib
 import io
-import json
-import os
-import pickle
-import subprocess
-import sys
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -17,81 +10,16 @@ import pytest
 from PIL import Image
 
 from studio.ember.simulator import Simulator
-
-JOBS = "/api/v1/api-generators/jobs"
-APP = "cwkAvatars"
-
-
-@pytest.fixture
-def sim() -> Iterator[Simulator]:
-    simulator = Simulator(port=0, job_seconds=0).start()
-    yield simulator
-    simulator.stop()
-
-
-@pytest.fixture
-def client(sim: Simulator) -> Iterator[httpx.Client]:
-    """An authorised client; /_sim calls go through it too (they ignore the header)."""
-    headers = {"Authorization": "Bearer dev-token"}
-    with httpx.Client(base_url=sim.url, headers=headers, timeout=10) as http:
-        yield http
-
-
-def job_body(
-    kind: str = "image", task_id: str = "task-1", candidate: int = 1, **meta: Any
-) -> dict[str, Any]:
-    metadata = {
-        "source_app": APP,
-        "purpose": "exploration",
-        "batch_id": "batch-1",
-        "task_id": task_id,
-        "attempt": 1,
-        "subjects": ["Ada"],
-        "frame": "image",
-        "candidate": candidate,
-        **meta,
-    }
-    return {
-        "kind": kind,
-        "provider": "openai",
-        "model": None,
-        "prompt": "a friendly portrait, watercolour",
-        "frame": "image",
-        "references": [],
-        "source_metadata": metadata,
-    }
-
-
-def submit(client: httpx.Client, body: dict[str, Any], key: str | None = None) -> httpx.Response:
-    headers = {"Idempotency-Key": key} if key else {}
-    return client.post(JOBS, json=body, headers=headers)
-
-
-def finished(client: httpx.Client, body: dict[str, Any], key: str | None = None) -> dict[str, Any]:
-    """Submit a job and return its first poll (job_seconds=0: already settled)."""
-    answer = submit(client, body, key)
-    assert answer.status_code == 202, answer.text
-    poll = client.get(f"{JOBS}/{answer.json()['id']}")
-    assert poll.status_code == 200
-    return poll.json()
-
-
-def configure(client: httpx.Client, **config: Any) -> dict[str, Any]:
-    answer = client.post("/_sim/config", json=config)
-    assert answer.status_code == 200, answer.text
-    return answer.json()
-
-
-def charges(client: httpx.Client) -> dict[str, Any]:
-    return client.get("/_sim/charges").json()
-
-
-def assert_error(answer: httpx.Response, status: int) -> dict[str, Any]:
-    assert answer.status_code == status, answer.text
-    error = answer.json()["error"]
-    assert isinstance(error["code"], str) and error["code"]
-    assert isinstance(error["message"], str) and error["message"]
-    return error
+from tests.simulator.calls import (
+    APP,
+    JOBS,
+    assert_error,
+    charges,
+    configure,
+    finished,
+    job_body,
+    submit,
+)
 
 
 def test_requests_without_the_bearer_token_get_401(sim: Simulator) -> None:
@@ -328,184 +256,3 @@ def test_non_exploration_results_are_not_protected(client: httpx.Client) -> None
     assert client.post("/_sim/cleanup", json={"source_app": APP}).json() == {
         "removed": [image["id"]]
     }
-
-
-def test_non_image_bytes(client: httpx.Client) -> None:
-    image = finished(client, job_body())["result"]["image"]
-    configure(client, non_image_bytes=True)
-    file = client.get(f"/api/v1/images/{image['id']}/file")
-    assert file.status_code == 200
-    assert file.headers["content-type"] == "image/png"
-    assert file.content == b"<html>not an image</html>"
-    assert hashlib.sha256(file.content).hexdigest() != image["sha256"]
-
-
-def test_fail_jobs(client: httpx.Client) -> None:
-    configure(client, fail_jobs=1)
-    failed = finished(client, job_body(task_id="refused"))
-    assert failed["status"] == "failed"
-    assert failed["error"] == {
-        "code": "content_policy",
-        "message": "The prompt was refused by the provider (simulated).",
-    }
-    assert "result" not in failed
-    assert charges(client)["charges"] == {"refused": 1}
-    assert finished(client, job_body())["status"] == "succeeded"
-
-
-def test_latency_and_slow_download(client: httpx.Client) -> None:
-    image = finished(client, job_body())["result"]["image"]
-    configure(client, latency={"poll": 0.3}, slow_download_seconds=0.3)
-    started = time.monotonic()
-    client.get(f"{JOBS}/nope")
-    client.get(f"/api/v1/images/{image['id']}/file")
-    assert time.monotonic() - started >= 0.6
-
-
-def test_config_round_trip_and_validation(client: httpx.Client) -> None:
-    config = configure(client, latency={"submit": 0.5}, busy={"count": 1})
-    assert config["latency"]["submit"] == 0.5
-    assert config["latency"]["poll"] == 0.0
-    assert config["busy"] == {"count": 1, "status": 429, "retry_after": 1.0}
-    assert client.get("/_sim/config").json() == config
-    assert_error(client.post("/_sim/config", json={"nonsense": 1}), 400)
-    assert_error(client.post("/_sim/config", json={"fail_jobs": -1}), 400)
-    assert_error(client.post("/_sim/config", json={"busy": {"status": 500}}), 400)
-    assert_error(client.post("/_sim/config", content=b"{"), 400)
-    assert client.get("/_sim/config").json() == config
-
-
-def test_synchronous_door_answers_201_and_charges(client: httpx.Client) -> None:
-    answer = client.post("/api/v1/api-generators/generate", json=job_body(task_id="sync"))
-    assert answer.status_code == 201
-    body = answer.json()
-    assert body["id"].startswith("job_")
-    assert body["status"] == "succeeded"
-    assert body["result"]["image"]["mime"] == "image/png"
-    assert charges(client) == {"charges": {"sync": 1}, "total": 1}
-
-
-def test_request_log_records_every_ember_request(client: httpx.Client) -> None:
-    job = finished(client, job_body())
-    image = job["result"]["image"]
-    client.get(f"/api/v1/images/{image['id']}/file")
-    client.patch(
-        f"/api/v1/explorations/{image['id']}/protection",
-        json={"protected": False, "durable_copy": True},
-    )
-    client.get("/api/v1/history", params={"source_app": APP, "task_id": "task-1"})
-    client.get("/_sim/jobs")
-    log = client.get("/_sim/requests").json()["items"]
-    assert [(item["method"], item["path"], item["status"]) for item in log] == [
-        ("POST", JOBS, 202),
-        ("GET", f"{JOBS}/{job['id']}", 200),
-        ("GET", f"/api/v1/images/{image['id']}/file", 200),
-        ("PATCH", f"/api/v1/explorations/{image['id']}/protection", 200),
-        ("GET", "/api/v1/history", 200),
-    ]
-    assert log[-1]["query"] == f"source_app={APP}&task_id=task-1"
-    assert all(item["time"] for item in log)
-    assert not any(item["path"].endswith("/generate") for item in log)
-
-
-def test_reset_forgets_everything(client: httpx.Client) -> None:
-    finished(client, job_body())
-    configure(client, fail_jobs=3)
-    assert client.post("/_sim/reset").json() == {"reset": True}
-    assert charges(client) == {"charges": {}, "total": 0}
-    assert client.get("/_sim/jobs").json() == {"items": []}
-    assert client.get("/_sim/images").json() == {"items": []}
-    assert client.get("/_sim/requests").json() == {"items": []}
-    assert client.get("/_sim/config").json()["fail_jobs"] == 0
-    assert client.get("/_sim/config").json()["job_seconds"] == 0.0
-
-
-def test_keep_alive_connection_survives_errors(client: httpx.Client) -> None:
-    assert_error(client.post(JOBS, content=b"{bad"), 400)
-    assert_error(client.get("/nowhere"), 404)
-    assert submit(client, job_body()).status_code == 202
-
-
-def test_it_remembers_jobs_images_and_charges_across_a_restart_with_a_state_file(tmp_path):
-    state_file = tmp_path / "sim.state"
-    first = Simulator(port=0, job_seconds=0, state_file=state_file).start()
-    headers = {"Authorization": "Bearer dev-token"}
-    body = {
-        "kind": "image",
-        "provider": "openai",
-        "model": None,
-        "prompt": "p",
-        "frame": "image",
-        "references": [],
-        "source_metadata": {
-            "source_app": "cwkAvatars",
-            "purpose": "exploration",
-            "task_id": "t-1",
-            "candidate": 1,
-        },
-    }
-    job_id = httpx.post(
-        f"{first.url}/api/v1/api-generators/jobs", json=body, headers=headers
-    ).json()["id"]
-    clip = {**body, "kind": "clip", "frame": "clip"}
-    clip_headers = {**headers, "Idempotency-Key": "clip-key-1"}
-    clip_id = httpx.post(
-        f"{first.url}/api/v1/api-generators/jobs", json=clip, headers=clip_headers
-    ).json()["id"]
-    job = httpx.get(f"{first.url}/api/v1/api-generators/jobs/{job_id}", headers=headers).json()
-    image_url = f"{first.url}/api/v1/images/{job['result']['image']['id']}/file"
-    original = httpx.get(image_url, headers=headers).content
-    first.stop()
-    # The state is plain JSON (never pickle: loading it runs nothing).
-    assert set(json.loads(state_file.read_text())) >= {"jobs", "images", "charges"}
-
-    second = Simulator(port=0, job_seconds=0, state_file=state_file).start()
-    try:
-        job = httpx.get(f"{second.url}/api/v1/api-generators/jobs/{job_id}", headers=headers).json()
-        assert job["status"] == "succeeded"
-        assert httpx.get(image_url.replace(first.url, second.url), headers=headers).content == (
-            original
-        )
-        replay = httpx.post(
-            f"{second.url}/api/v1/api-generators/jobs", json=clip, headers=clip_headers
-        )
-        assert replay.json()["id"] == clip_id
-        assert replay.headers["Idempotent-Replayed"] == "true"
-        assert httpx.get(f"{second.url}/_sim/charges").json()["charges"] == {"t-1": 2}
-    finally:
-        second.stop()
-
-
-def test_a_state_file_that_is_not_json_is_refused_not_run(tmp_path):
-    state_file = tmp_path / "sim.state"
-    marker = tmp_path / "ran"
-    state_file.write_bytes(pickle.dumps(_Touch(str(marker))))
-
-    with pytest.raises(ValueError):
-        Simulator(port=0, job_seconds=0, state_file=state_file)
-
-    assert not marker.exists()
-
-
-class _Touch:
-    """A pickle that would create a file if it were ever unpickled."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-
-    def __reduce__(self):
-        return (Path.touch, (Path(self.path),))
-
-
-def test_it_runs_without_django():
-    """bench runs the simulator in a process with no settings and no data dir at all."""
-    probe = (
-        "import sys, studio.ember.simulator\nprint(sorted({m.split('.')[0] for m in sys.modules}))"
-    )
-    env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
-    root = Path(__file__).resolve().parent.parent
-    done = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, env=env, cwd=root, check=True
-    )
-
-    assert "django" not in done.stdout and "PIL" in done.stdout, done.stdout

@@ -1,0 +1,171 @@
+"""The JSON API's assets, their originals, and sets and publishing them (docs/api.md)."""
+
+import hashlib
+
+import pytest
+
+from studio import originals
+from studio.models import (
+    AvatarSet,
+    SetItem,
+)
+from tests.api.calls import API, error, generated_asset, jpeg_bytes, post_json
+from tests.factories import (
+    a_set,
+    png_bytes,
+)
+
+pytestmark = pytest.mark.django_db
+
+
+PUBLISH_REFUSED = "Ember history must be recovered before publishing generated images."
+
+
+# --- assets ---------------------------------------------------------------------
+
+
+def test_it_shows_an_asset(api, subject):
+    asset = subject.assets.get()
+
+    response = api.get(f"{API}/assets/{asset.pk}")
+
+    assert response.status_code == 200
+    assert response.json() == {
+        "id": str(asset.pk),
+        "sha256": asset.sha256,
+        "mime": "image/png",
+        "width": 64,
+        "height": 48,
+        "size": asset.size,
+        "label": "",
+        "origin": "uploaded",
+        "subjects": [str(subject.pk)],
+        "task": None,
+        "batch": None,
+        "provider": "",
+        "model": "",
+        "ember_image_id": "",
+        "ember_history_id": "",
+        "created_at": asset.created_at.isoformat(),
+        "url": f"{API}/assets/{asset.pk}/original",
+    }
+
+
+def test_it_serves_an_original_with_its_type_hash_and_caching(api, make_subject, make_reference):
+    data = jpeg_bytes()
+    asset = make_reference(make_subject("Ada"), data)
+
+    response = api.get(f"{API}/assets/{asset.pk}/original")
+
+    assert response.status_code == 200
+    assert response.content == data
+    assert response["Content-Type"] == "image/jpeg"
+    assert response["X-Content-Type-Options"] == "nosniff"
+    assert response["Cache-Control"] == "private, max-age=31536000, immutable"
+    assert response["ETag"] == f'"{hashlib.sha256(data).hexdigest()}"'
+
+
+def test_it_answers_503_rather_than_serve_an_original_that_fails_its_checksum(api, subject):
+    asset = subject.assets.get()
+    originals.path_for(asset.sha256, ".png").write_bytes(png_bytes(99))
+
+    response = api.get(f"{API}/assets/{asset.pk}/original")
+
+    assert response.status_code == 503
+    assert error(response) == {
+        "code": "checksum_failed",
+        "message": "Stored original failed its checksum.",
+    }
+
+
+def test_it_answers_503_when_an_original_is_missing_from_the_store(api, subject):
+    asset = subject.assets.get()
+    originals.path_for(asset.sha256, ".png").unlink()
+
+    response = api.get(f"{API}/assets/{asset.pk}/original")
+
+    assert response.status_code == 503
+    assert error(response)["code"] == "original_missing"
+
+
+# --- sets -----------------------------------------------------------------------
+
+
+def test_it_creates_a_set_in_the_order_given(api, make_subject, make_reference):
+    ada = make_subject("Ada")
+    first, second, third = make_reference(ada), make_reference(ada), generated_asset()
+
+    response = post_json(
+        api, f"{API}/sets", {"name": "Family 2026", "assets": [third.pk, first.pk, second.pk]}
+    )
+
+    assert response.status_code == 201
+    chosen = AvatarSet.objects.get()
+    assert response.json() == {
+        "id": str(chosen.pk),
+        "name": "Family 2026",
+        "published_at": None,
+        "assets": [
+            {
+                "id": str(a.pk),
+                "sha256": a.sha256,
+                "mime": "image/png",
+                "url": f"{API}/assets/{a.pk}/original",
+            }
+            for a in (third, first, second)
+        ],
+    }
+
+
+@pytest.mark.parametrize(
+    ("make_body", "message"),
+    [
+        (lambda a: {"name": "Family", "assets": [a.pk, 999_999]}, "Unknown asset: 999999."),
+        (lambda a: {"name": "  ", "assets": [a.pk]}, "A set needs a name."),
+        (lambda a: {"name": "Family"}, "Assets must be a list of ids."),
+    ],
+    ids=["unknown-asset", "no-name", "no-assets"],
+)
+def test_it_refuses_a_bad_set_and_creates_none(api, subject, make_body, message):
+    response = post_json(api, f"{API}/sets", make_body(subject.assets.get()))
+
+    assert response.status_code == 400
+    assert error(response) == {"code": "invalid_request", "message": message}
+    assert not AvatarSet.objects.exists()
+    assert not SetItem.objects.exists()
+
+
+def test_it_shows_a_set_with_its_assets_in_order(api, subject):
+    reference = subject.assets.get()
+    candidate = generated_asset(history_id="hist_1")
+    chosen = a_set(candidate, reference)
+
+    response = api.get(f"{API}/sets/{chosen.pk}")
+
+    assert response.status_code == 200
+    body = response.json()
+    assert (body["id"], body["name"], body["published_at"]) == (str(chosen.pk), "Family 2026", None)
+    assert [(a["id"], a["sha256"], a["url"]) for a in body["assets"]] == [
+        (str(a.pk), a.sha256, f"{API}/assets/{a.pk}/original") for a in (candidate, reference)
+    ]
+
+
+def test_it_publishes_a_set_whose_generated_images_have_their_history(api, subject):
+    chosen = a_set(subject.assets.get(), generated_asset(history_id="hist_1"))
+
+    response = api.post(f"{API}/sets/{chosen.pk}/publish")
+
+    assert response.status_code == 200
+    published_at = AvatarSet.objects.get(pk=chosen.pk).published_at
+    assert published_at is not None
+    assert response.json()["published_at"] == published_at.isoformat()
+
+
+def test_it_refuses_to_publish_a_set_with_missing_ember_history(api, subject):
+    chosen = a_set(generated_asset(history_id="hist_1"), generated_asset(history_id=""))
+
+    response = api.post(f"{API}/sets/{chosen.pk}/publish")
+
+    assert response.status_code == 409
+    assert error(response) == {"code": "publish_refused", "message": PUBLISH_REFUSED}
+    assert AvatarSet.objects.get(pk=chosen.pk).published_at is None

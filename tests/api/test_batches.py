@@ -1,0 +1,323 @@
+"""The JSON API's batches: asking for one, reading it, cancelling it, its caps (docs/api.md)."""
+
+import json
+
+import pytest
+from django.contrib.auth.models import User
+from django.utils import timezone
+
+from studio import engine
+from studio.models import (
+    Attempt,
+    Batch,
+    Subject,
+    Task,
+    TaskState,
+)
+from studio.store import move
+from tests.api.calls import API, error, post_json
+from tests.factories import (
+    a_batch,
+    batch_request,
+)
+
+pytestmark = pytest.mark.django_db
+
+
+TASK_KEYS = {
+    "id",
+    "batch",
+    "kind",
+    "state",
+    "phase",
+    "error",
+    "provider",
+    "provider_label",
+    "model",
+    "frame",
+    "ordinal",
+    "ember_job_id",
+    "attempts",
+    "protection_released",
+    "asset",
+}
+
+
+# --- batches --------------------------------------------------------------------
+
+
+def test_it_accepts_a_batch_with_202_and_sends_nothing_to_ember(api, subject, ember):
+    request = batch_request(
+        subject,
+        providers=[
+            {"provider": "openai", "candidates": 2},
+            {"provider": "flux", "model": "flux-pro"},
+        ],
+        frames=["image", "clip"],
+    )
+
+    response = post_json(api, f"{API}/batches", request)
+
+    assert response.status_code == 202
+    batch = Batch.objects.get()
+    assert response["Location"] == f"{API}/batches/{batch.pk}"
+    body = response.json()
+    assert set(body) == {"id", "title", "created_at", "request", "tasks", "progress"}
+    assert body["id"] == str(batch.pk)
+    assert body["title"] == "Spring avatars"
+    assert body["request"]["subjects"] == [subject.pk]
+    assert len(body["tasks"]) == 6  # (2 openai + 1 flux) x (image + clip)
+    assert all(set(t) == TASK_KEYS for t in body["tasks"])
+    assert {t["state"] for t in body["tasks"]} == {"queued"}
+    assert {(t["provider"], t["provider_label"], t["model"]) for t in body["tasks"]} == {
+        ("openai", "GPT Image", "gpt-image-1"),
+        ("flux", "FLUX", "flux-pro"),
+    }
+    assert sorted(t["kind"] for t in body["tasks"]) == ["clip"] * 3 + ["image"] * 3
+    assert body["progress"]["queued"] == body["progress"]["total"] == 6
+    assert body["progress"]["finished"] == 0
+    assert len(ember.calls) == 0  # the worker sends it, later
+    assert not any(route.called for route in ember.routes)
+
+
+def test_it_records_who_asked_for_a_batch(api, subject):
+    post_json(api, f"{API}/batches", batch_request(subject))
+
+    assert Batch.objects.get().created_by == User.objects.get(username="family-script")
+
+
+def test_it_shows_a_batch_with_its_tasks_and_progress(api, subject):
+    batch = a_batch(subject, candidates=3)
+    first, second, _third = batch.tasks.order_by("ordinal")
+    move(first, TaskState.RUNNING, ember_job_id="job_1", submitted_at=timezone.now())
+    Attempt.objects.create(
+        task=first,
+        number=1,
+        ember_job_id="job_1",
+        submitted_at=timezone.now(),
+        outcome=Attempt.Outcome.ACCEPTED,
+    )
+    engine.cancel_task(task=second)
+
+    response = api.get(f"{API}/batches/{batch.pk}")
+
+    assert response.status_code == 200
+    body = response.json()
+    tasks = {t["id"]: t for t in body["tasks"]}
+    assert tasks[str(first.pk)]["state"] == "running"
+    assert tasks[str(first.pk)]["ember_job_id"] == "job_1"
+    assert tasks[str(first.pk)]["attempts"] == 1
+    assert tasks[str(second.pk)]["state"] == "cancelled"
+    assert tasks[str(second.pk)]["attempts"] == 0
+    progress = body["progress"]
+    assert (progress["running"], progress["cancelled"], progress["queued"]) == (1, 1, 1)
+    assert (progress["total"], progress["finished"]) == (3, 1)
+
+
+def test_it_reads_a_large_batch_in_as_many_queries_as_a_small_one(
+    api, subject, django_assert_max_num_queries
+):
+    small, large = a_batch(subject, candidates=1), a_batch(subject, candidates=8)
+    for task in large.tasks.all():
+        Attempt.objects.create(
+            task=task, number=1, submitted_at=timezone.now(), outcome=Attempt.Outcome.UNKNOWN
+        )
+    api.get(f"{API}/batches/{small.pk}")  # the token's last use is recorded once
+
+    with django_assert_max_num_queries(6) as small_queries:
+        api.get(f"{API}/batches/{small.pk}")
+    with django_assert_max_num_queries(len(small_queries)):
+        response = api.get(f"{API}/batches/{large.pk}")
+
+    assert [t["attempts"] for t in response.json()["tasks"]] == [1] * 8
+
+
+def test_it_cancels_a_batch_and_reports_the_cancelled_and_the_kept(api, subject):
+    batch = a_batch(subject, candidates=3)
+    queued, preparing, running = batch.tasks.order_by("ordinal")
+    move(preparing, TaskState.PREPARING, phase="Checking reference photos")
+    move(running, TaskState.RUNNING, ember_job_id="job_1", submitted_at=timezone.now())
+
+    response = api.post(f"{API}/batches/{batch.pk}/cancel")
+
+    assert response.status_code == 200
+    body = response.json()
+    assert sorted(body["cancelled"]) == sorted([str(queued.pk), str(preparing.pk)])
+    assert body["kept"] == [str(running.pk)]
+    assert dict(batch.tasks.values_list("pk", "state")) == {
+        queued.pk: TaskState.CANCELLED,
+        preparing.pk: TaskState.CANCELLED,
+        running.pk: TaskState.RUNNING,
+    }
+
+
+@pytest.mark.parametrize(
+    ("make_body", "message"),
+    [
+        (lambda s: batch_request(s, prompt="   "), "The prompt must not be empty."),
+        (lambda s: batch_request(s, subjects=[s.pk + 1000]), "Unknown subject: {unknown}."),
+        (lambda s: batch_request(s, subjects=[]), "Choose at least one subject."),
+        (lambda s: batch_request(s, providers=[]), "Choose at least one provider."),
+        (
+            lambda s: batch_request(s, providers=[{"provider": "midjourney"}]),
+            "Unknown provider: 'midjourney'.",
+        ),
+        (
+            lambda s: batch_request(s, providers=[{"provider": "openai", "candidates": 0}]),
+            "Candidates must be between 1 and 8.",
+        ),
+        (
+            lambda s: batch_request(s, providers=[{"provider": "openai", "candidates": 9}]),
+            "Candidates must be between 1 and 8.",
+        ),
+        (
+            lambda s: batch_request(
+                s,
+                providers=[
+                    {"provider": "openai", "model": f"model-{i}", "candidates": 8} for i in range(7)
+                ],
+                frames=["image", "headshot", "full-body", "clip"],
+            ),
+            # Made-up models no longer multiply one provider's candidates past the caps.
+            "Unknown model for provider 'openai': 'model-0'. Its models are gpt-image-1.",
+        ),
+        (lambda s: batch_request(s, references=[999_999]), "Unknown reference photo: 999999."),
+        (
+            lambda s: batch_request(s, frames=["portrait"]),
+            "Unknown frame: 'portrait'. Frames are image, headshot, full-body, clip.",
+        ),
+        (lambda s: ["a list, not a batch"], "The request body must be a JSON object."),
+        (lambda s: '{"prompt": "a portrait", ', "The request body is not valid JSON."),
+    ],
+    ids=[
+        "empty-prompt",
+        "unknown-subject",
+        "no-subject",
+        "no-provider",
+        "unknown-provider",
+        "candidates-0",
+        "candidates-9",
+        "made-up-models",
+        "unknown-reference",
+        "unknown-frame",
+        "not-an-object",
+        "malformed-json",
+    ],
+)
+def test_it_refuses_a_bad_batch_and_creates_nothing(api, subject, ember, make_body, message):
+    body = make_body(subject)
+    raw = body if isinstance(body, str) else json.dumps(body)
+
+    response = api.post(f"{API}/batches", raw, content_type="application/json")
+
+    assert response.status_code == 400
+    assert error(response)["message"] == message.format(unknown=subject.pk + 1000)
+    assert not Batch.objects.exists()
+    assert not Task.objects.exists()
+    assert len(ember.calls) == 0
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"providers": [{"provider": ["openai"]}]}, "Unknown provider: ['openai']."),
+        ({"subjects": [10**30]}, f"Unknown subject: {10**30}."),
+        ({"subjects": [1.5]}, "Subjects must be a list of ids; 1.5 is not one."),
+    ],
+    ids=["provider-not-text", "subject-id-out-of-range", "subject-id-not-whole"],
+)
+def test_it_refuses_a_batch_with_odd_values_with_a_400_not_a_crash(
+    api, subject, overrides, message
+):
+    response = post_json(api, f"{API}/batches", batch_request(subject, **overrides))
+
+    assert response.status_code == 400
+    assert error(response) == {"code": "invalid_request", "message": message}
+    assert not Batch.objects.exists()
+
+
+EIGHT = [{"provider": "openai", "candidates": 8}]
+
+
+@pytest.mark.parametrize(
+    ("setting", "value", "make_body", "message"),
+    [
+        (
+            "AVATARS_MAX_TASKS_PER_BATCH",
+            50,
+            lambda s: batch_request(
+                s,
+                providers=[{"provider": p, "candidates": 8} for p in ("openai", "flux", "google")],
+                frames=["image", "headshot", "full-body"],
+            ),
+            "This batch would make 72 tasks; the limit is 50.",
+        ),
+        (
+            "AVATARS_MAX_REFERENCES",
+            1,
+            lambda s: batch_request(s),
+            "This batch would send 2 reference photos (every photo of its subjects); "
+            "the limit is 1.",
+        ),
+        (
+            "AVATARS_MAX_REFERENCE_BYTES",
+            100,
+            lambda s: batch_request(s),
+            "The reference photos come to {size:,} bytes; the limit is 100 bytes.",
+        ),
+    ],
+    ids=["tasks-per-batch", "references", "reference-bytes"],
+)
+def test_it_refuses_a_batch_past_a_configured_cap_with_400_and_the_numbers(
+    api, subject, make_reference, settings, setting, value, make_body, message
+):
+    make_reference(subject)  # two photos
+    setattr(settings, setting, value)
+
+    response = post_json(api, f"{API}/batches", make_body(subject))
+
+    assert response.status_code == 400
+    expected = message.format(size=sum(a.size for a in subject.assets.all()))
+    assert error(response) == {"code": "invalid_request", "message": expected}, f"{setting}={value}"
+    assert not Batch.objects.exists()
+
+
+def test_it_refuses_one_provider_split_past_eight_candidates_with_400(api, subject):
+    providers = [
+        {"provider": "flux", "model": "flux-dev", "candidates": 4},
+        {"provider": "flux", "model": "flux-pro", "candidates": 5},
+    ]
+
+    response = post_json(api, f"{API}/batches", batch_request(subject, providers=providers))
+
+    assert response.status_code == 400
+    assert error(response)["message"] == (
+        "Provider 'flux' has 9 candidates across its rows; the limit is 8 per provider."
+    ), "4 + 5 > 8"
+    assert not Batch.objects.exists()
+
+
+def test_it_answers_429_with_the_numbers_once_the_daily_cap_is_reached(api, subject, settings):
+    settings.AVATARS_DAILY_TASK_CAP = 20
+    first = post_json(api, f"{API}/batches", batch_request(subject, providers=EIGHT))
+    second = post_json(api, f"{API}/batches", batch_request(subject, providers=EIGHT))
+
+    third = post_json(api, f"{API}/batches", batch_request(subject, providers=EIGHT))
+
+    assert (first.status_code, second.status_code, third.status_code) == (202, 202, 429)
+    assert error(third) == {
+        "code": "daily_cap_reached",
+        "message": "You have planned 16 paid tasks in the last 24 hours; "
+        "this batch would make 8 more and the daily limit is 20.",
+    }, "16 + 8 > 20"
+    assert Task.objects.count() == 16
+
+
+def test_it_refuses_a_body_too_large_to_read_with_413(api, settings):
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1000
+
+    response = post_json(api, f"{API}/subjects", {"name": "Ada", "notes": "x" * 2000})
+
+    assert response.status_code == 413
+    assert error(response)["code"] == "too_large"
+    assert not Subject.objects.exists()

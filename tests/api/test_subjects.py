@@ -1,0 +1,327 @@
+"""The JSON API's subjects and their reference photos (docs/api.md)."""
+
+import base64
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.test import Client
+
+from studio.models import (
+    Asset,
+    Origin,
+    Subject,
+)
+from tests.api.calls import (
+    API,
+    error,
+    jpeg_bytes,
+    post_json,
+)
+from tests.factories import (
+    png_bytes,
+    stored_asset,
+)
+
+pytestmark = pytest.mark.django_db
+
+
+ASSET_KEYS = {
+    "id",
+    "sha256",
+    "mime",
+    "width",
+    "height",
+    "size",
+    "label",
+    "origin",
+    "subjects",
+    "task",
+    "batch",
+    "provider",
+    "model",
+    "ember_image_id",
+    "ember_history_id",
+    "created_at",
+    "url",
+}
+
+
+def upload(client: Client, subject: Subject, data: bytes, name: str = "ada.png") -> Any:
+    file = SimpleUploadedFile(name, data, content_type="image/png")
+    return client.post(f"{API}/subjects/{subject.pk}/references", {"file": file})
+
+
+def stored_originals(data_dir: Path) -> list[str]:
+    directory = data_dir / "originals"
+    return sorted(p.name for p in directory.iterdir()) if directory.exists() else []
+
+
+# --- subjects -------------------------------------------------------------------
+
+
+def test_it_creates_a_subject(api):
+    response = post_json(api, f"{API}/subjects", {"name": "Ada Lovelace"})
+
+    assert response.status_code == 201
+    subject = Subject.objects.get()
+    assert response.json() == {
+        "id": str(subject.pk),
+        "name": "Ada Lovelace",
+        "slug": "ada-lovelace",
+    }
+
+
+def test_it_lists_subjects_by_name(api, make_subject):
+    grace, ada = make_subject("Grace"), make_subject("Ada")
+
+    response = api.get(f"{API}/subjects")
+
+    assert response.status_code == 200
+    assert response.json() == {
+        "items": [
+            {"id": str(ada.pk), "name": "Ada", "slug": "ada"},
+            {"id": str(grace.pk), "name": "Grace", "slug": "grace"},
+        ],
+        "next": None,
+    }
+
+
+def many_subjects(count: int) -> set[int]:
+    """Create `count` subjects, a third of them sharing one name; return their ids."""
+    names = ["Ada" if n % 3 == 0 else f"Subject {n:04}" for n in range(count)]
+    Subject.objects.bulk_create(Subject(name=name, slug=f"s-{n}") for n, name in enumerate(names))
+    return set(Subject.objects.values_list("pk", flat=True))
+
+
+def test_it_pages_the_subjects_so_that_each_appears_exactly_once(
+    api, django_assert_max_num_queries
+):
+    everyone = many_subjects(120)
+    seen: list[int] = []
+    url: str | None = f"{API}/subjects"
+    sizes = []
+    while url is not None:
+        # The token, its last use (once a minute), one page: never a count of every row.
+        with django_assert_max_num_queries(3):
+            response = api.get(url)
+        assert response.status_code == 200
+        body = response.json()
+        assert set(body) == {"items", "next"}
+        sizes.append(len(body["items"]))
+        seen += [int(item["id"]) for item in body["items"]]
+        url = body["next"]
+
+    assert sizes == [50, 50, 20]
+    assert len(seen) == len(set(seen)) and set(seen) == everyone
+    names = [(s.name, s.pk) for s in Subject.objects.in_bulk(seen).values()]
+    assert [pk for _, pk in sorted(names)] == seen  # by name, then by id among equal names
+
+
+def test_it_pages_on_from_where_it_was_when_subjects_are_added_meanwhile(api):
+    many_subjects(60)
+    first = api.get(f"{API}/subjects").json()
+    last_seen = first["items"][-1]["name"]
+    Subject.objects.create(name="Aaron", slug="aaron")  # before the cursor: not repeated
+    Subject.objects.create(name="Zoe", slug="zoe")  # after it: still to come
+
+    second = api.get(first["next"]).json()
+
+    names = [item["name"] for item in second["items"]]
+    assert "Zoe" in names and "Aaron" not in names
+    assert all(name >= last_seen for name in names)
+    assert second["next"] is None
+
+
+def encoded(value: object) -> str:
+    """Write `value` the way a cursor is written, to forge one."""
+    return base64.urlsafe_b64encode(json.dumps(value).encode()).decode().rstrip("=")
+
+
+@pytest.mark.parametrize(
+    "cursor",
+    [
+        "",
+        "not-a-cursor",
+        "%%%",
+        "eyJh",  # the base64 of a broken JSON text
+        encoded([]),
+        encoded(["Ada"]),
+        encoded([1, 2]),
+        encoded(["Ada", "1"]),
+        encoded(["Ada", -1]),
+        encoded(["Ada", True]),
+        encoded(["Ada", 1.5]),
+        encoded(["Ada", 1e30]),
+        encoded(["Ada", 10**30]),
+        encoded(["Ada", 1, 2]),
+        encoded({"a": 1}),
+        "x" * 5000,
+    ],
+)
+def test_it_refuses_a_bad_cursor_with_a_400(api, make_subject, cursor):
+    make_subject("Ada")
+
+    response = api.get(f"{API}/subjects", {"cursor": cursor})
+
+    assert response.status_code == 400
+    assert error(response)["code"] == "invalid_cursor"
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ({"name": "   "}, "A subject needs a name."),
+        ({}, "A subject needs a name."),
+        ({"name": "x" * 121}, "A subject's name must be at most 120 characters."),
+    ],
+)
+def test_it_refuses_a_subject_without_a_usable_name_and_creates_none(api, body, message):
+    response = post_json(api, f"{API}/subjects", body)
+
+    assert response.status_code == 400
+    assert error(response) == {"code": "invalid_request", "message": message}
+    assert not Subject.objects.exists()
+
+
+# --- reference uploads ----------------------------------------------------------
+
+
+def test_it_stores_an_uploaded_reference_photo(api, make_subject, data_dir):
+    ada = make_subject("Ada")
+    data = png_bytes(7)
+
+    response = upload(api, ada, data)
+
+    assert response.status_code == 201
+    body = response.json()
+    asset = Asset.objects.get()
+    assert set(body) == ASSET_KEYS
+    assert body["id"] == str(asset.pk)
+    assert body["sha256"] == hashlib.sha256(data).hexdigest()
+    assert (body["mime"], body["width"], body["height"], body["size"]) == (
+        "image/png",
+        64,
+        48,
+        len(data),
+    )
+    assert body["origin"] == "uploaded"
+    assert body["subjects"] == [str(ada.pk)]
+    assert body["url"] == f"{API}/assets/{asset.pk}/original"
+    assert stored_originals(data_dir) == [f"{body['sha256']}.png"]
+
+
+def test_it_stores_a_generated_images_bytes_as_a_new_reference_photo(api, make_subject):
+    data = png_bytes(9)
+    generated = stored_asset(data=data)
+    ada = make_subject("Ada")
+
+    response = upload(api, ada, data)
+
+    assert response.status_code == 201
+    body = response.json()
+    assert body["id"] != str(generated.pk)
+    assert (body["origin"], body["subjects"]) == ("uploaded", [str(ada.pk)])
+    assert list(ada.assets.filter(origin=Origin.UPLOADED).values_list("pk", flat=True)) == [
+        int(body["id"])
+    ]
+
+
+def test_it_serves_an_uploaded_photo_back_byte_for_byte(api, make_subject):
+    data = png_bytes(8)
+    url = upload(api, make_subject("Ada"), data).json()["url"]
+
+    response = api.get(url)
+
+    assert response.status_code == 200
+    assert response.content == data
+
+
+@pytest.mark.parametrize(
+    ("name", "data", "message"),
+    [
+        (
+            "notes.png",
+            b"just some text, not a photo",
+            "The file is not a PNG, JPEG, WebP or GIF image.",
+        ),
+        ("empty.png", b"", "The file is empty."),
+        (
+            "page.png",
+            b"<!doctype html><html><body>hi</body></html>",
+            "The file is not a PNG, JPEG, WebP or GIF image.",
+        ),
+        ("cut.png", png_bytes(9)[:120], "The image could not be decoded"),
+        ("cut.jpg", jpeg_bytes()[: len(jpeg_bytes()) // 2], "The image could not be decoded"),
+    ],
+    ids=["text", "empty", "html-named-png", "truncated-png", "truncated-jpeg"],
+)
+def test_it_refuses_an_upload_that_is_not_an_image_and_stores_nothing(
+    api, subject, data_dir, name, data, message
+):
+    assets, files = Asset.objects.count(), stored_originals(data_dir)
+
+    response = upload(api, subject, data, name=name)
+
+    assert response.status_code == 400
+    assert error(response)["code"] == "not_an_image"
+    assert error(response)["message"].startswith(message)
+    assert Asset.objects.count() == assets
+    assert stored_originals(data_dir) == files
+
+
+def test_it_refuses_an_upload_over_the_size_limit_and_stores_nothing(
+    api, subject, data_dir, settings
+):
+    settings.AVATARS_MAX_IMAGE_BYTES = 1024 * 1024
+    files = stored_originals(data_dir)
+
+    response = upload(api, subject, b"\x89PNG" + b"\0" * (1024 * 1024))
+
+    assert response.status_code == 400
+    assert error(response) == {
+        "code": "too_large",
+        "message": "The file is too large (the limit is 1 MB).",
+    }
+    assert Asset.objects.count() == 1  # the subject's own reference only
+    assert stored_originals(data_dir) == files
+
+
+def test_it_refuses_an_upload_with_too_many_pixels_and_stores_nothing(
+    api, subject, data_dir, settings
+):
+    settings.AVATARS_MAX_IMAGE_PIXELS = 1000
+    files = stored_originals(data_dir)
+
+    response = upload(api, subject, png_bytes(11))
+
+    assert response.status_code == 400
+    assert error(response) == {
+        "code": "not_an_image",
+        "message": "The image has too many pixels (64 x 48).",
+    }
+    assert Asset.objects.count() == 1
+    assert stored_originals(data_dir) == files
+
+
+def test_it_refuses_an_upload_without_a_file_field(api, subject):
+    file = SimpleUploadedFile("ada.png", png_bytes(12), content_type="image/png")
+
+    response = api.post(f"{API}/subjects/{subject.pk}/references", {"photo": file})
+
+    assert response.status_code == 400
+    assert error(response) == {
+        "code": "invalid_upload",
+        "message": "Send the photo as the multipart field `file`.",
+    }
+    assert Asset.objects.count() == 1
+
+
+def test_it_refuses_a_json_body_where_an_upload_is_expected(api, subject):
+    response = post_json(api, f"{API}/subjects/{subject.pk}/references", {"file": "ada.png"})
+
+    assert response.status_code == 400
+    assert error(response)["code"] == "invalid_upload"

@@ -1,0 +1,138 @@
+"""The worker following a running job, and a changed reference (docs/design.md §6.6)."""
+
+from datetime import timedelta
+
+import httpx
+import pytest
+from asgiref.sync import async_to_sync
+from django.utils import timezone
+
+from studio import originals
+from studio.models import TaskState
+from studio.store import move
+from studio.worker import (
+    REFERENCE_CHANGED,
+)
+from tests.factories import drain, plan
+from tests.fake_ember import FakeEmber
+from tests.worker_drive import fake_submit
+
+pytestmark = pytest.mark.django_db
+
+
+# --- running --------------------------------------------------------------------------
+
+
+def test_it_fails_a_job_ember_failed_with_embers_message(subject, ember, worker):
+    fake = FakeEmber(ember)
+    fake.poll_route.mock(
+        return_value=httpx.Response(
+            200,
+            json={
+                "id": "job_1",
+                "status": "failed",
+                "error": {"code": "content_policy", "message": "Refused by the provider."},
+            },
+        )
+    )
+    [task] = plan(subject)
+
+    drain(worker)
+
+    task.refresh_from_db()
+    assert task.state == TaskState.FAILED
+    assert task.error == "Refused by the provider."
+
+
+def test_it_polls_a_job_sent_long_before_a_worker_outage_and_finishes_it(subject, ember, worker):
+    fake = FakeEmber(ember)
+    [task] = plan(subject)
+    async_to_sync(fake_submit)(worker, task)
+    two_hours_ago = timezone.now() - timedelta(hours=2)
+    move(task, TaskState.RUNNING, ember_job_id="job_1", submitted_at=two_hours_ago)
+
+    drain(worker)
+
+    task.refresh_from_db()
+    assert task.state == TaskState.DONE
+    assert fake.poll_route.call_count == 1
+    assert len(fake.submits) == 1
+
+
+def test_it_polls_once_before_giving_up_on_a_job_past_the_bound(subject, ember, worker):
+    fake = FakeEmber(ember)
+    fake.poll_route.mock(
+        return_value=httpx.Response(200, json={"id": "job_1", "status": "running"})
+    )
+    [task] = plan(subject)
+    async_to_sync(fake_submit)(worker, task)
+    two_hours_ago = timezone.now() - timedelta(hours=2)
+    move(task, TaskState.RUNNING, ember_job_id="job_1", submitted_at=two_hours_ago)
+
+    drain(worker)
+
+    task.refresh_from_db()
+    assert task.state == TaskState.UNCERTAIN
+    assert "did not finish in time" in task.phase
+    assert fake.poll_route.call_count == 1
+    assert len(fake.submits) == 1
+
+
+def test_it_keeps_polling_through_transient_errors(subject, ember, worker):
+    fake = FakeEmber(ember)
+    answers = iter(
+        [
+            httpx.Response(502),
+            httpx.ConnectError("down"),
+            httpx.Response(200, json={"id": "job_1", "status": "running"}),
+        ]
+    )
+
+    def poll(request, job_id):
+        answer = next(answers, None)
+        if answer is None:
+            return fake._poll(request, job_id)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    fake.poll_route.mock(side_effect=poll)
+    [task] = plan(subject)
+
+    drain(worker)
+
+    task.refresh_from_db()
+    assert task.state == TaskState.DONE
+    assert fake.poll_route.call_count == 4
+
+
+def test_it_marks_a_job_ember_does_not_know_as_uncertain(subject, ember, worker):
+    fake = FakeEmber(ember)
+    fake.poll_route.mock(
+        return_value=httpx.Response(404, json={"error": {"code": "not_found", "message": "?"}})
+    )
+    [task] = plan(subject)
+
+    drain(worker)
+
+    task.refresh_from_db()
+    assert task.state == TaskState.UNCERTAIN
+    assert len(fake.submits) == 1
+
+
+# --- references -----------------------------------------------------------------------
+
+
+def test_it_fails_a_task_whose_frozen_reference_changed_and_sends_nothing(subject, ember, worker):
+    fake = FakeEmber(ember)
+    [task] = plan(subject)
+    ref = task.references[0]
+    originals.path_for(ref["sha256"], ".png").write_bytes(b"someone edited this photo")
+
+    drain(worker)
+
+    task.refresh_from_db()
+    assert task.state == TaskState.FAILED
+    assert task.error == "A frozen reference failed its checksum."
+    assert task.error == REFERENCE_CHANGED
+    assert fake.submits == []
