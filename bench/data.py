@@ -8,7 +8,7 @@ assets' originals do not exist on disk; nothing measured here reads them.
 import hashlib
 import io
 import uuid
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
@@ -106,68 +106,16 @@ def add_history(count: int, subject: Subject, *, assets: bool, attempts: bool = 
                 batches.append(
                     Batch(title=f"history {n // BATCH_TASKS}", request={"prompt": PROMPT})
                 )
-            batch = batches[-1]
             when = now - timedelta(minutes=(count - n) * 3)
-            state = _state(n)
-            digest = hashlib.sha256(f"bench-{uuid.uuid4()}".encode()).hexdigest()
-            result = _result(digest) if state == TaskState.DONE else None
-            task = Task(
-                batch=batch,
-                state=state,
-                phase="Complete" if state == TaskState.DONE else "Ended",
-                provider="openai",
-                provider_label="GPT Image",
-                model="gpt-image-1",
-                frame="image",
-                ordinal=n % BATCH_TASKS + 1,
-                prompt=PROMPT,
-                subjects=[subject.pk],
-                references=frozen,
-                ember_job_id=f"job_{digest[:32]}" if state != TaskState.CANCELLED else "",
-                result=result,
-                protection_released=True if result else None,
-                submitted_at=when if state != TaskState.CANCELLED else None,
-                next_attempt_at=None,
-            )
-            if assets and result is not None:
+            task = _finished_task(n, batches[-1], subject, frozen, when)
+            if assets and task.result is not None:
                 # Explicit ids let task and asset point at each other in one insert each;
                 # SQLite checks the foreign keys at commit.
                 task.asset_id = next_asset
-                rows.append(
-                    Asset(
-                        pk=next_asset,
-                        sha256=digest,
-                        file_name=f"openai-image-{task.ordinal}.png",
-                        mime="image/png",
-                        width=512,
-                        height=512,
-                        size=15_000,
-                        label=f"GPT Image · image #{task.ordinal}",
-                        origin=Origin.GENERATED,
-                        references=[frozen[0].get("asset")],
-                        task=task,
-                        batch=batch,
-                        workflow="exploration",
-                        ember_image_id=result["image"]["id"],
-                        ember_history_id=result["history"]["id"],
-                        provider="openai",
-                        model="gpt-image-1",
-                        prompt=PROMPT,
-                        upstream=result,
-                    )
-                )
+                rows.append(_generated_asset(next_asset, task, frozen))
                 next_asset += 1
             if attempts and task.submitted_at is not None:
-                paid.append(
-                    Attempt(
-                        task=task,
-                        number=1,
-                        ember_job_id=task.ember_job_id,
-                        submitted_at=when,
-                        answered_at=when,
-                        outcome=Attempt.Outcome.ACCEPTED,
-                    )
-                )
+                paid.append(_paid_attempt(task, when))
             tasks.append(task)
         with transaction.atomic():
             Batch.objects.bulk_create(batches)
@@ -175,6 +123,71 @@ def add_history(count: int, subject: Subject, *, assets: bool, attempts: bool = 
             Asset.objects.bulk_create(rows)
             Attempt.objects.bulk_create(paid)
         written += size
+
+
+def _finished_task(
+    n: int, batch: Batch, subject: Subject, frozen: list[dict[str, Any]], when: datetime
+) -> Task:
+    """Return the `n`th task of the history, ended as `_state(n)` says, unsaved."""
+    state = _state(n)
+    digest = hashlib.sha256(f"bench-{uuid.uuid4()}".encode()).hexdigest()
+    result = _result(digest) if state == TaskState.DONE else None
+    sent = state != TaskState.CANCELLED
+    return Task(
+        batch=batch,
+        state=state,
+        phase="Complete" if state == TaskState.DONE else "Ended",
+        provider="openai",
+        provider_label="GPT Image",
+        model="gpt-image-1",
+        frame="image",
+        ordinal=n % BATCH_TASKS + 1,
+        prompt=PROMPT,
+        subjects=[subject.pk],
+        references=frozen,
+        ember_job_id=f"job_{digest[:32]}" if sent else "",
+        result=result,
+        protection_released=True if result else None,
+        submitted_at=when if sent else None,
+        next_attempt_at=None,
+    )
+
+
+def _generated_asset(pk: int, task: Task, frozen: list[dict[str, Any]]) -> Asset:
+    """Return the asset row a done task's copy would have written (its file is not made)."""
+    result = task.result or {}
+    return Asset(
+        pk=pk,
+        sha256=result["image"]["sha256"],
+        file_name=f"openai-image-{task.ordinal}.png",
+        mime="image/png",
+        width=512,
+        height=512,
+        size=15_000,
+        label=f"GPT Image · image #{task.ordinal}",
+        origin=Origin.GENERATED,
+        references=[frozen[0].get("asset")],
+        task=task,
+        batch=task.batch,
+        workflow="exploration",
+        ember_image_id=result["image"]["id"],
+        ember_history_id=result["history"]["id"],
+        provider="openai",
+        model="gpt-image-1",
+        prompt=PROMPT,
+        upstream=result,
+    )
+
+
+def _paid_attempt(task: Task, when: datetime) -> Attempt:
+    return Attempt(
+        task=task,
+        number=1,
+        ember_job_id=task.ember_job_id,
+        submitted_at=when,
+        answered_at=when,
+        outcome=Attempt.Outcome.ACCEPTED,
+    )
 
 
 def _state(n: int) -> TaskState:

@@ -14,6 +14,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -105,37 +106,12 @@ def test_concurrent_clients_and_the_worker_lose_and_double_nothing(stack: Stack)
     web, worker = serve(stack, port)
     try:
         wait_for_http(base)
-        auth = {"Authorization": f"Bearer {token}"}
-        subject = httpx.post(f"{base}/api/v1/subjects", json={"name": "Ada"}, headers=auth).json()
-        photo = httpx.post(
-            f"{base}/api/v1/subjects/{subject['id']}/references",
-            files={"file": ("ada.png", png_bytes(7), "image/png")},
-            headers=auth,
-        )
-        assert photo.status_code == 201, photo.text
-
-        clients = [Client(base, token, subject["id"], seed) for seed in range(CLIENTS)]
-        for client in clients:
-            client.start()
-        for client in clients:
-            client.join(timeout=DEADLINE)
+        clients = run_clients(base, token)
         assert all(not c.is_alive() for c in clients)
         assert [bad for c in clients for bad in c.bad] == []
-
         batch_ids = [b for c in clients for b in c.batches]
         assert len(batch_ids) == CLIENTS * BATCHES_PER_CLIENT
-        deadline = time.monotonic() + DEADLINE
-        while True:
-            tasks = [
-                t
-                for b in batch_ids
-                for t in httpx.get(f"{base}/api/v1/batches/{b}", headers=auth).json()["tasks"]
-            ]
-            if all(t["state"] in ("done", "cancelled") for t in tasks):
-                break
-            if time.monotonic() > deadline:
-                break
-            time.sleep(1)
+        tasks = tasks_at_rest(base, token, batch_ids)
     finally:
         worker.terminate()
         web.terminate()
@@ -167,3 +143,36 @@ def test_concurrent_clients_and_the_worker_lose_and_double_nothing(stack: Stack)
     for log in (worker_out, web_out):
         assert "database is locked" not in log
         assert "Traceback" not in log
+
+
+def run_clients(base: str, token: str) -> list[Client]:
+    """Give the API a subject with a photo, then run every client to its end."""
+    auth = {"Authorization": f"Bearer {token}"}
+    subject = httpx.post(f"{base}/api/v1/subjects", json={"name": "Ada"}, headers=auth).json()
+    photo = httpx.post(
+        f"{base}/api/v1/subjects/{subject['id']}/references",
+        files={"file": ("ada.png", png_bytes(7), "image/png")},
+        headers=auth,
+    )
+    assert photo.status_code == 201, photo.text
+    clients = [Client(base, token, subject["id"], seed) for seed in range(CLIENTS)]
+    for client in clients:
+        client.start()
+    for client in clients:
+        client.join(timeout=DEADLINE)
+    return clients
+
+
+def tasks_at_rest(base: str, token: str, batch_ids: list[str]) -> list[dict[str, Any]]:
+    """Return the batches' tasks once each is done or cancelled (or when the deadline passes)."""
+    auth = {"Authorization": f"Bearer {token}"}
+    deadline = time.monotonic() + DEADLINE
+    while True:
+        tasks = [
+            t
+            for b in batch_ids
+            for t in httpx.get(f"{base}/api/v1/batches/{b}", headers=auth).json()["tasks"]
+        ]
+        if all(t["state"] in ("done", "cancelled") for t in tasks) or time.monotonic() > deadline:
+            return tasks
+        time.sleep(1)
