@@ -29,6 +29,7 @@ from studio import originals
 from studio.ember.client import EmberClient
 from studio.models import POLL_BOUND, Task
 from studio.ownership import LOCK_LOST, NotOwner, Ownership, OwnershipLost
+from studio.worker.pacing import Pacing
 from studio.worker.steps import FETCH_RETRY_DELAY, Steps
 from studio.worker.transitions import Answer, _beat, _wake_stranded, db
 
@@ -68,6 +69,7 @@ class Worker(Steps):
         self.poll_interval = (
             settings.AVATARS_POLL_INTERVAL if poll_interval is None else poll_interval
         )
+        self.pacing = Pacing(self.poll_interval)  # when to poll a job first (§6.6)
         self.poll_bound = poll_bound
         self.tick = tick
         self.fetch_retry_delay = fetch_retry_delay
