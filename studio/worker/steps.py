@@ -27,7 +27,7 @@ from studio.ember.client import (
 )
 from studio.models import ACTIVE, Asset, Task, TaskState
 from studio.store import Conflict, move, update
-from studio.worker.pacing import Kind, Pacing
+from studio.worker.pacing import Pacing
 from studio.worker.transitions import (
     RECONCILE_PHASE,
     REFERENCE_CHANGED,
@@ -209,7 +209,9 @@ class Steps:
         submitted_at = task.submitted_at
         deadline = submitted_at + timedelta(seconds=self.poll_bound)
         kind = (task.provider, task.kind)
-        await self._until_first_poll(kind, submitted_at, deadline)
+        planned = self.pacing.first_poll(kind)
+        # No request while the job cannot be done yet (a resumed one's is due at once).
+        await self._sleep_until(min(submitted_at + timedelta(seconds=planned), deadline))
         last_running = None  # when a poll last saw the job running
         while not self.stopping:
             asked = timezone.now()
@@ -236,7 +238,7 @@ class Steps:
             else:
                 if job.status in ("succeeded", "failed"):
                     if job.status == "succeeded":  # a failure may come at any time
-                        self.pacing.learn(kind, submitted_at, last_running)
+                        self.pacing.learn(kind, submitted_at, planned, last_running)
                     return await db(_record_ended)(task, job)
                 last_running = asked
             if timezone.now() > deadline:
@@ -245,13 +247,9 @@ class Steps:
             await self._sleep(self.poll_interval)
         return False
 
-    async def _until_first_poll(self, kind: Kind, submitted: datetime, deadline: datetime) -> None:
-        """Wait until a job's first poll is due: no request while it cannot be done yet.
-
-        A job resumed after a restart, its first poll long due, is asked about at once.
-        """
-        first = min(self.pacing.first_poll_at(kind, submitted), deadline)
-        await self._sleep(max(0.0, (first - timezone.now()).total_seconds()))
+    async def _sleep_until(self, when: datetime) -> None:
+        """Sleep until `when` (return at once if it has passed)."""
+        await self._sleep(max(0.0, (when - timezone.now()).total_seconds()))
 
     def _give_up(self, task: Task) -> None:
         """Rest a job unfinished past the bound `uncertain`, resubmitting nothing (§6.6)."""
