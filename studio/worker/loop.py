@@ -64,8 +64,8 @@ class Worker(Steps):
         Without `client` it opens (and at the end closes) its own Ember client.
         """
         self._own_client = client is None
-        self.client = client or EmberClient()
         self.workers = workers or settings.AVATARS_WORKERS
+        self.client = client or EmberClient(slots=self.workers)
         self.poll_interval = (
             settings.AVATARS_POLL_INTERVAL if poll_interval is None else poll_interval
         )
