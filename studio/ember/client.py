@@ -47,6 +47,8 @@ DEFAULT_RETRY_AFTER = 30.0  # seconds, when a 429/503 names no usable Retry-Afte
 MIN_RETRY_AFTER = 1.0  # seconds: one pump tick, whatever Ember says
 MAX_RETRY_AFTER = 3600.0  # seconds: a busy Ember is asked again within the hour
 MAX_ANSWER_BYTES = 1024 * 1024  # bytes; Ember's JSON answers are a few kilobytes
+MIN_CONNECTIONS = 100  # connections per pool at least (httpx's default), more with more slots
+KEPT = 20  # kept-alive connections (httpx's default)
 # Ember's ids go into URL paths (/jobs/{id}, /images/{id}/file): one of another shape
 # ("../history", "img/../../x", "img?x=1") would point a request at another route.
 SAFE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}")
@@ -91,8 +93,17 @@ class EmberClient:
         base_url: str | None = None,
         token: str | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
+        slots: int = 0,
     ) -> None:
+        """Open the client; `slots` is how many requests may be in flight at once.
+
+        A pool with fewer connections than the worker has slots would queue their
+        requests (and fail them after the pool timeout). Kept-alive connections stay
+        at httpx's 20: keeping one per slot costs more, as httpx looks at every kept
+        connection on each request.
+        """
         self.base_url = (base_url or settings.EMBER_URL).rstrip("/")
+        connections = max(MIN_CONNECTIONS, slots)
         headers = {
             "Authorization": f"Bearer {token or settings.EMBER_TOKEN}",
             # Answers are bounded by the bytes they decode to, counted a chunk at a time;
@@ -100,7 +111,11 @@ class EmberClient:
             "Accept-Encoding": "identity",
         }
         self._http = httpx.AsyncClient(
-            base_url=self.base_url, headers=headers, timeout=TIMEOUT, transport=transport
+            base_url=self.base_url,
+            headers=headers,
+            timeout=TIMEOUT,
+            transport=transport,
+            limits=httpx.Limits(max_connections=connections, max_keepalive_connections=KEPT),
         )
         # Paid submits never ride a kept-alive connection: the server may close an idle
         # one just as we send, and that failure cannot tell "never read" from "lost
@@ -111,7 +126,7 @@ class EmberClient:
             headers=headers,
             timeout=TIMEOUT,
             transport=transport,
-            limits=httpx.Limits(max_keepalive_connections=0),
+            limits=httpx.Limits(max_connections=connections, max_keepalive_connections=0),
         )
 
     async def aclose(self) -> None:

@@ -29,6 +29,7 @@ from studio.ember.client import EmberClient
 from studio.engine.adoption import adopt_due
 from studio.models import ACTIVE, POLL_BOUND, Task
 from studio.ownership import LOCK_LOST, NotOwner, Ownership, OwnershipLost
+from studio.worker.pacing import Pacing
 from studio.worker.steps import FETCH_RETRY_DELAY, Steps
 from studio.worker.transitions import Answer, _beat, _wake_stranded, db
 
@@ -65,11 +66,12 @@ class Worker(Steps):
         Without `client` it opens (and at the end closes) its own Ember client.
         """
         self._own_client = client is None
-        self.client = client or EmberClient()
         self.workers = workers or settings.AVATARS_WORKERS
+        self.client = client or EmberClient(slots=self.workers)
         self.poll_interval = (
             settings.AVATARS_POLL_INTERVAL if poll_interval is None else poll_interval
         )
+        self.pacing = Pacing(self.poll_interval)  # when to poll a job first (§6.6)
         self.poll_bound = poll_bound
         self.tick = tick
         self.fetch_retry_delay = fetch_retry_delay
@@ -80,6 +82,9 @@ class Worker(Steps):
         self._slot_freed: asyncio.Event | None = None
         self._recycled_at = float("-inf")  # time.monotonic() of the last connection check
         self._swept_at = float("-inf")  # time.monotonic() of the last sweep
+        # Due tasks the last pump query found beyond the room it had, and when (monotonic).
+        self._ahead: list[str] = []
+        self._ahead_at = float("-inf")
         # Ember's answers whose recording failed, by task id, until the task is settled.
         self.unrecorded: dict[str, Answer] = {}
         self._last_beat = float("-inf")  # loop time of the last heartbeat written
@@ -175,13 +180,35 @@ class Worker(Steps):
         room = self.workers - len(self.in_hand)
         if room <= 0 or self.stopping:
             return 0
-        rows = await db(self._due)(room)
-        for row in rows:
-            task_id = str(row.pk)
+        chosen = await self._next_due(room)
+        for task_id, row in chosen:
             job = asyncio.create_task(self.drive(task_id, row=row), name=task_id)
             job.add_done_callback(self._freed)
             self.in_hand[task_id] = job
-        return len(rows)
+        return len(chosen)
+
+    async def _next_due(self, room: int) -> list[tuple[str, Task | None]]:
+        """Return up to `room` due tasks not in hand, from the last query's surplus first.
+
+        A freed slot is refilled from the surplus at once: a query would wait on the
+        database thread behind every write in flight (a good part of a second with 64
+        slots). The surplus is at most one tick old, so it is as fresh as the pump's
+        own pace; its tasks are read fresh by their coroutines (no row: one may have been
+        cancelled meanwhile), while those of a new query start from the row it read.
+        """
+        fresh = time.monotonic() - self._ahead_at < self.tick
+        ahead = [i for i in self._ahead if i not in self.in_hand] if fresh else []
+        chosen: list[tuple[str, Task | None]] = [(i, None) for i in ahead[:room]]
+        self._ahead = ahead[room:]
+        if len(chosen) < room:
+            wanted = room - len(chosen)
+            taken = {i for i, _row in chosen}
+            found = [
+                r for r in await db(self._due)(wanted + self.workers) if str(r.pk) not in taken
+            ]
+            chosen += [(str(r.pk), r) for r in found[:wanted]]
+            self._ahead, self._ahead_at = [str(r.pk) for r in found[wanted:]], time.monotonic()
+        return chosen
 
     async def sweep(self) -> None:
         """Settle tasks left `preparing`/`submitting` that no coroutine holds (once a tick).

@@ -10,7 +10,7 @@ transitions.py, run on the database thread through `db`.
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from datetime import UTC, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.utils import timezone
@@ -27,6 +27,7 @@ from studio.ember.client import (
 )
 from studio.models import ACTIVE, Asset, Attempt, Task, TaskState
 from studio.store import Conflict, move, update
+from studio.worker.pacing import Pacing
 from studio.worker.transitions import (
     RECONCILE_PHASE,
     REFERENCE_CHANGED,
@@ -59,6 +60,7 @@ class Steps:
     stopping: bool
     poll_bound: float
     poll_interval: float
+    pacing: Pacing
     fetch_retry_delay: float
     unrecorded: dict[str, Answer]
     # The loop's sleep, which wakes early when a stop is asked.
@@ -219,8 +221,15 @@ class Steps:
         back from a long outage asks Ember first, since the job may well have finished.
         """
         assert task.submitted_at is not None
-        deadline = task.submitted_at + timedelta(seconds=self.poll_bound)
+        submitted_at = task.submitted_at
+        deadline = submitted_at + timedelta(seconds=self.poll_bound)
+        kind = (task.provider, task.kind)
+        planned = self.pacing.first_poll(kind)
+        # No request while the job cannot be done yet (a resumed one's is due at once).
+        await self._sleep_until(min(submitted_at + timedelta(seconds=planned), deadline))
+        last_running = None  # when a poll last saw the job running
         while not self.stopping:
+            asked = timezone.now()
             try:
                 job = await self.client.poll(task.ember_job_id)
             except EmberUnsafeId as exc:
@@ -243,12 +252,19 @@ class Steps:
                     )
             else:
                 if job.status in ("succeeded", "failed"):
+                    if job.status == "succeeded":  # a failure may come at any time
+                        self.pacing.learn(kind, submitted_at, planned, last_running)
                     return await db(_record_ended)(task, job)
+                last_running = asked
             if timezone.now() > deadline:
                 await db(self._give_up)(task)
                 return False
             await self._sleep(self.poll_interval)
         return False
+
+    async def _sleep_until(self, when: datetime) -> None:
+        """Sleep until `when` (return at once if it has passed)."""
+        await self._sleep(max(0.0, (when - timezone.now()).total_seconds()))
 
     def _give_up(self, task: Task) -> None:
         """Rest a job unfinished past the bound `uncertain`, resubmitting nothing (§6.6)."""
