@@ -15,12 +15,11 @@ import respx
 from asgiref.sync import async_to_sync
 from django.utils import timezone
 
-from studio import engine
 from studio.ember.client import EmberClient
 from studio.models import Task, TaskState
 from studio.store import move
 from studio.worker import Worker
-from tests.conftest import batch_request, drain
+from tests.factories import drain, plan
 from tests.fake_ember import FakeEmber
 
 pytestmark = pytest.mark.django_db
@@ -65,11 +64,6 @@ def timed_worker(slots: int) -> Worker:
     )
 
 
-def plan(subject, candidates: int, provider: str = "openai") -> list[Task]:
-    request = batch_request(subject, providers=[{"provider": provider, "candidates": candidates}])
-    return list(engine.generate(request=request).tasks.all())
-
-
 def test_it_spends_at_most_three_polls_on_a_job_once_it_knows_how_long_such_jobs_take(
     subject, ember
 ):
@@ -94,7 +88,7 @@ def test_it_starts_a_provider_it_has_not_seen_from_what_jobs_of_that_kind_take(s
     worker = timed_worker(slots=2)
     drain(worker)  # the worker learns how long openai's images take
 
-    plan(subject, candidates=2, provider="flux")
+    plan(subject, candidates=2, providers=("flux",))
     drain(worker)
 
     per_job = [len(fake.polls[job_id]) for job_id in fake.ends]

@@ -7,9 +7,8 @@ import pytest
 
 from studio.ember.client import EmberClient
 from studio.worker import Worker
-from tests.conftest import drain
+from tests.factories import drain, plan
 from tests.fake_ember import FakeEmber
-from tests.test_worker_polls import plan
 
 pytestmark = pytest.mark.django_db
 
