@@ -67,3 +67,25 @@ def test_it_builds_every_stack_through_the_shared_fixtures():
     ]
 
     assert by_hand == []
+
+
+def test_no_test_module_imports_another():
+    # Shared helpers live in modules of their own (factories, studio_pages, admin_pages, ...):
+    # a test module imported by another runs its tests' module code twice and ties the two.
+    importers = []
+    for path in python_files():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                last = node.module.rsplit(".", 1)[-1]
+                if node.module.startswith("tests") and last.startswith("test_"):
+                    importers.append(f"{path.relative_to(TESTS)} imports {node.module}")
+    assert importers == []
+
+
+def test_no_test_module_is_over_five_hundred_lines():
+    long = [
+        f"{path.relative_to(TESTS)}: {len(path.read_text().splitlines())} lines"
+        for path in python_files()
+        if len(path.read_text().splitlines()) > 500
+    ]
+    assert long == []
