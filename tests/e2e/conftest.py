@@ -60,7 +60,9 @@ def studio(tmp_path_factory: pytest.TempPathFactory, template: Template) -> Iter
         running.stop()
 
 
-@pytest.fixture(scope="session")
+# Module scope, not session: Playwright's sync API keeps an event loop running in the main
+# thread while it is open, and every later test that calls async code (async_to_sync) fails.
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
     found = browsers.find()
     if found.path is None:
