@@ -81,9 +81,19 @@ def stop(proc: subprocess.Popen[str]) -> str:
     return out
 
 
+STATES = (
+    "from studio.models import Batch, Subject, Task\n"
+    "result = [Batch.objects.count(), Subject.objects.count(),"
+    " sorted(set(Task.objects.values_list('state', flat=True)))]"
+)
+
+
 def test_the_demo_runs_everything_prints_a_login_and_stops_on_ctrl_c(tmp_path):
     data_dir = tmp_path / "demo"
     web, ember = free_port(), free_port()
+    stack = Stack.__new__(Stack)
+    stack.env = {**os.environ, "AVATARS_DATA_DIR": str(data_dir)}
+    stack.env.pop("DATABASE_URL", None)  # the demo runs on SQLite, as docs/operations.md says
     proc, printed = start_demo(data_dir, web, ember)
     try:
         base = printed["studio"]
@@ -97,6 +107,9 @@ def test_the_demo_runs_everything_prints_a_login_and_stops_on_ctrl_c(tmp_path):
             )
         )
         assert set(charges["charges"].values()) == {1}
+        # ... and on to `done`: each image copied into the archive (a stop in between would
+        # leave a task `copying`, for the next worker to finish).
+        assert wait_until(lambda: stack.django(STATES) == [1, 2, ["done"]])
     finally:
         out = stop(proc)
     assert proc.returncode == 0, out
@@ -110,15 +123,7 @@ def test_the_demo_runs_everything_prints_a_login_and_stops_on_ctrl_c(tmp_path):
     finally:
         out = stop(proc)
     assert proc.returncode == 0, out
-    stack = Stack.__new__(Stack)
-    stack.env = {**os.environ, "AVATARS_DATA_DIR": str(data_dir)}
-    stack.env.pop("DATABASE_URL", None)  # the demo runs on SQLite, as docs/operations.md says
-    counts = stack.django(
-        "from studio.models import Batch, Subject, Task\n"
-        "result = [Batch.objects.count(), Subject.objects.count(),"
-        " sorted(set(Task.objects.values_list('state', flat=True)))]"
-    )
-    assert counts == [1, 2, ["done"]]
+    assert stack.django(STATES) == [1, 2, ["done"]]
 
 
 def test_it_stops_everything_and_says_which_process_died_when_one_exits(tmp_path):
