@@ -209,11 +209,7 @@ class SimProcess:
     def close(self) -> None:
         assert self.proc.stdin is not None
         self.proc.stdin.close()  # the simulator stops when its stdin ends
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        _reap(self.proc)
         self._log.close()
 
     def __enter__(self) -> "SimProcess":
@@ -253,11 +249,7 @@ class WebProcess:
 
     def close(self) -> None:
         self.proc.terminate()
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        _reap(self.proc)
         self._log.close()
 
     def __enter__(self) -> "WebProcess":
@@ -265,6 +257,15 @@ class WebProcess:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _reap(proc: "subprocess.Popen[Any]") -> None:
+    """Wait for a process told to stop; kill it when it has not within 30 s."""
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 # --- figures ----------------------------------------------------------------

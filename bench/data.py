@@ -5,6 +5,7 @@ batches of 200 tasks, each done task with its generated asset when asked. The
 assets' originals do not exist on disk; nothing measured here reads them.
 """
 
+import asyncio
 import hashlib
 import io
 import uuid
@@ -73,6 +74,26 @@ def request_for(size: int, subject: Subject, *, title: str = "bench") -> dict[st
         "providers": providers,
         "frames": ["image"],
     }
+
+
+def plan(tasks: int, subject: Subject) -> list[Batch]:
+    """Plan `tasks` image tasks through the real `generate()`, in batches of at most 200."""
+    batches = []
+    left = tasks
+    while left:
+        size = min(settings.AVATARS_MAX_TASKS_PER_BATCH, left)
+        batches.append(engine.generate(request=request_for(size, subject)))
+        left -= size
+    return batches
+
+
+def run_once(worker: Any) -> None:
+    """Drive what is due to a resting point holding the worker's locks, as `run_worker` does."""
+    worker.lock()
+    try:
+        asyncio.run(worker.run(once=True))
+    finally:
+        worker.unlock()
 
 
 def add_history(count: int, subject: Subject, *, assets: bool, attempts: bool = False) -> None:

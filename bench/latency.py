@@ -14,11 +14,9 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import httpx
-from django.conf import settings
 
 from bench import data
 from bench.common import Context, Result, SimProcess, children, median
-from studio import engine
 from studio.ember.client import EmberClient
 from studio.models import Task, TaskState
 from studio.worker import Worker
@@ -65,13 +63,11 @@ def op_plan(tasks: int, seed: int) -> dict[str, float]:
     """Plan `tasks` tasks; return the job duration chosen for each (seconds, by task id)."""
     data.migrate()
     subject = data.subject_with_reference()
-    ids: list[str] = []
-    left = tasks
-    while left:
-        size = min(settings.AVATARS_MAX_TASKS_PER_BATCH, left)
-        batch = engine.generate(request=data.request_for(size, subject))
-        ids += [str(pk) for pk in batch.tasks.values_list("pk", flat=True)]
-        left -= size
+    ids = [
+        str(pk)
+        for batch in data.plan(tasks, subject)
+        for pk in batch.tasks.values_list("pk", flat=True)
+    ]
     rng = random.Random(seed)
     places = list(range(len(ids)))
     rng.shuffle(places)

@@ -10,11 +10,9 @@ import asyncio
 import os
 
 from asgiref.sync import sync_to_async
-from django.conf import settings
 
 from bench import data
 from bench.common import Child, Context, Result, SimProcess, status_kib
-from studio import engine
 from studio.models import Task, TaskState
 from studio.worker import Worker
 
@@ -67,11 +65,7 @@ def op_plan(tasks: int) -> int:
     """Migrate and plan `tasks` image tasks in batches of 200."""
     data.migrate()
     subject = data.subject_with_reference()
-    left = tasks
-    while left:
-        size = min(settings.AVATARS_MAX_TASKS_PER_BATCH, left)
-        engine.generate(request=data.request_for(size, subject))
-        left -= size
+    data.plan(tasks, subject)
     return Task.objects.count()
 
 

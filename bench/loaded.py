@@ -10,7 +10,6 @@ Runs on SQLite; `make bench-postgres` (DATABASE_URL set) adds the same row on
 PostgreSQL (`bench.loaded_postgres`).
 """
 
-import asyncio
 import threading
 import time
 from typing import Any
@@ -22,7 +21,6 @@ from django.test import Client
 
 from bench import data
 from bench.common import Child, Context, Result, SimProcess, WebProcess, percentile
-from studio import engine
 from studio.api.auth import issue_token
 from studio.models import Task, TaskState
 from studio.worker import Worker
@@ -130,12 +128,7 @@ def op_setup(tasks: int) -> dict[str, Any]:
     """Migrate, plan `tasks` image tasks; return batch ids, a session and an API token."""
     data.migrate()
     subject = data.subject_with_reference()
-    batches = []
-    left = tasks
-    while left:
-        size = min(settings.AVATARS_MAX_TASKS_PER_BATCH, left)
-        batches.append(str(engine.generate(request=data.request_for(size, subject)).pk))
-        left -= size
+    batches = [str(batch.pk) for batch in data.plan(tasks, subject)]
     user = User.objects.create_user(username="watcher", password=None)
     browser = Client()
     browser.force_login(user)
@@ -148,12 +141,7 @@ def op_setup(tasks: int) -> dict[str, Any]:
 
 def op_drive() -> dict[str, Any]:
     """Run the worker until every task is done; return how long it took."""
-    worker = Worker(poll_interval=POLL_INTERVAL)
-    worker.lock()
     started = time.perf_counter()
-    try:
-        asyncio.run(worker.run(once=True))
-    finally:
-        worker.unlock()
+    data.run_once(Worker(poll_interval=POLL_INTERVAL))
     done = Task.objects.filter(state=TaskState.DONE).count()
     return {"done": done, "seconds": time.perf_counter() - started}

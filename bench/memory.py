@@ -7,7 +7,6 @@ with 4 slots against the real simulator. The allowance is 3 request bodies per
 slot: the photos' bytes, their base64 and the JSON body being sent.
 """
 
-import asyncio
 import base64
 import io
 import json
@@ -108,23 +107,13 @@ def _read(task: Task) -> list[dict[str, object]]:
 
 def op_idle() -> int:
     """Recover with nothing due, as a worker at rest; return VmRSS in KiB."""
-    worker = _worker()
-    worker.lock()
-    try:
-        asyncio.run(worker.run(once=True))
-    finally:
-        worker.unlock()
+    data.run_once(_worker())
     return status_kib(os.getpid())
 
 
 def op_drive(tasks: int) -> int:
     """Drive the batch to `done`; return the process's peak VmHWM in KiB."""
-    worker = _worker()
-    worker.lock()
-    try:
-        asyncio.run(worker.run(once=True))
-    finally:
-        worker.unlock()
+    data.run_once(_worker())
     done = Task.objects.filter(state=TaskState.DONE).count()
     if done != tasks:
         raise RuntimeError(f"only {done} of {tasks} tasks reached done")

@@ -9,14 +9,10 @@ of its length; what is left is the worker's own cost per task (submit, the
 durable states, fetch, hash and fsync, release), done by one database thread.
 """
 
-import asyncio
 import time
-
-from django.conf import settings
 
 from bench import data
 from bench.common import Child, Context, Result, SimProcess
-from studio import engine
 from studio.models import Task, TaskState
 from studio.worker import Worker
 
@@ -64,19 +60,10 @@ def op_drive(slots: int, tasks: int) -> dict[str, float]:
     """Plan `tasks` image tasks, then time one worker with `slots` slots driving them all."""
     data.migrate()
     subject = data.subject_with_reference()
-    left = tasks
-    while left:
-        size = min(settings.AVATARS_MAX_TASKS_PER_BATCH, left)
-        engine.generate(request=data.request_for(size, subject))
-        left -= size
-    worker = Worker(workers=slots, poll_interval=POLL_INTERVAL)
-    worker.lock()
-    try:
-        started = time.perf_counter()
-        asyncio.run(worker.run(once=True))
-        seconds = time.perf_counter() - started
-    finally:
-        worker.unlock()
+    data.plan(tasks, subject)
+    started = time.perf_counter()
+    data.run_once(Worker(workers=slots, poll_interval=POLL_INTERVAL))
+    seconds = time.perf_counter() - started
     done = Task.objects.filter(state=TaskState.DONE).count()
     if done != tasks:
         raise RuntimeError(f"only {done} of {tasks} tasks reached done")

@@ -25,7 +25,7 @@ from django.conf import settings
 from bench import data
 from bench.common import Context, Result, SimProcess, children, paired_ratio
 from bench.cost import WorkerCost
-from studio import engine, originals
+from studio import originals
 from studio.ember.client import EmberClient
 from studio.engine import validation
 from studio.models import Batch, Kind, Subject, Task, TaskState
@@ -116,21 +116,12 @@ def op_engine(tasks: int) -> float:
     """Plan `tasks` image tasks and let the real worker drive them to `done`; return seconds."""
     assert _subject is not None
     started = time.perf_counter()
-    batches = _plan(tasks, _subject)
+    batches = data.plan(tasks, _subject)
     worker = Worker(workers=WORKERS, poll_interval=POLL_INTERVAL, tick=TICK)
-    _run_as_owner(worker)
+    data.run_once(worker)
     elapsed = time.perf_counter() - started
     _check_done(batches, tasks)
     return elapsed
-
-
-def _run_as_owner(worker: Worker) -> None:
-    """Drive what is due to a resting point holding the worker's locks, as `run_worker` does."""
-    worker.lock()
-    try:
-        asyncio.run(worker.run(once=True))
-    finally:
-        worker.unlock()
 
 
 def op_bare(tasks: int) -> float:
@@ -149,9 +140,9 @@ def op_count_cost(tasks: int) -> dict[str, int]:
     """
     assert _subject is not None
     cost = WorkerCost()
-    _plan(tasks, _subject)
+    data.plan(tasks, _subject)
     with cost.counting():
-        _run_as_owner(Worker(workers=WORKERS, poll_interval=POLL_INTERVAL, tick=TICK))
+        data.run_once(Worker(workers=WORKERS, poll_interval=POLL_INTERVAL, tick=TICK))
     return {
         "tasks": tasks,
         "statements": cost.statements,
@@ -176,16 +167,6 @@ def op_raw_commits(commits: int) -> float:
         db.close()
         for suffix in ("", "-wal", "-shm"):
             Path(f"{path}{suffix}").unlink(missing_ok=True)
-
-
-def _plan(tasks: int, subject: Subject) -> list[Batch]:
-    batches = []
-    left = tasks
-    while left:
-        size = min(settings.AVATARS_MAX_TASKS_PER_BATCH, left)
-        batches.append(engine.generate(request=data.request_for(size, subject)))
-        left -= size
-    return batches
 
 
 def _check_done(batches: list[Batch], tasks: int) -> None:
