@@ -36,6 +36,8 @@ from studio.ember.errors import (
 
 SUBMIT_PATH = "/api/v1/api-generators/jobs"
 HISTORY_PATH = "/api/v1/history"
+# Stands in a submit body for a photo's base64 until the bytes are spliced in.
+PHOTO_MARK = "\u2063avatars-photo\u2063"
 SOURCE_APP = "cwkAvatars"  # how Ember's history names this app's rows
 JOB_STATUSES = ("queued", "running", "succeeded", "failed")
 
@@ -301,8 +303,30 @@ class EmberClient:
 
 
 def encode_payload(payload: Mapping[str, Any]) -> bytes:
-    """Return a submit body as the bytes sent (compact JSON, ASCII)."""
-    return json.dumps(payload, separators=(",", ":")).encode("ascii")
+    """Return a submit body as the bytes sent (compact JSON, ASCII).
+
+    A reference photo's base64 may come as bytes (the worker reads them so): it is spliced
+    into the body as it is, so building the body makes one copy of the photos, not three
+    (no text of them, no encoding of that text). Base64 needs no escaping inside a JSON
+    string.
+    """
+    photos: list[bytes] = []
+    references = []
+    for ref in payload.get("references") or []:
+        if isinstance(ref.get("data"), bytes):
+            photos.append(ref["data"])
+            ref = {**ref, "data": PHOTO_MARK}
+        references.append(ref)
+    text = json.dumps({**payload, "references": references}, separators=(",", ":"))
+    if not photos:
+        return text.encode("ascii")
+    pieces = text.encode("ascii").split(json.dumps(PHOTO_MARK).encode("ascii"))
+    if len(pieces) != len(photos) + 1:  # a prompt that holds the mark itself: as text, then
+        return encode_payload({**payload, "references": _as_text(payload["references"])})
+    body: list[bytes] = [pieces[0]]
+    for photo, piece in zip(photos, pieces[1:], strict=True):
+        body += [b'"', photo, b'"', piece]
+    return b"".join(body)
 
 
 def history_query(task_id: str) -> dict[str, str]:
@@ -318,6 +342,13 @@ def history_url(task_id: str) -> str:
 def job_url(job_id: str) -> str:
     """Return the URL a person asks for a job's status and answer (what `poll` sends)."""
     return f"{settings.EMBER_URL}{SUBMIT_PATH}/{quote(job_id, safe='')}"
+
+
+def _as_text(references: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [
+        {**ref, "data": ref["data"].decode("ascii")} if isinstance(ref.get("data"), bytes) else ref
+        for ref in references
+    ]
 
 
 def check_result(result: object) -> None:

@@ -99,7 +99,8 @@ def _read_references(frozen: list[dict[str, Any]]) -> list[dict[str, Any]] | Non
                 "name": ref["name"],
                 "sha256": ref["sha256"],
                 "mime": ref["mime"],
-                "data": base64.b64encode(data).decode("ascii"),
+                # Bytes, not text: spliced into the body as they are (encode_payload).
+                "data": base64.b64encode(data),
             }
         )
     return out
