@@ -310,16 +310,15 @@ def encode_payload(payload: Mapping[str, Any]) -> bytes:
     (no text of them, no encoding of that text). Base64 needs no escaping inside a JSON
     string.
     """
-    photos: list[bytes] = []
-    references = []
-    for ref in payload.get("references") or []:
-        if isinstance(ref.get("data"), bytes):
-            photos.append(ref["data"])
-            ref = {**ref, "data": PHOTO_MARK}
-        references.append(ref)
-    text = json.dumps({**payload, "references": references}, separators=(",", ":"))
+    references = payload.get("references") or []
+    photos = [ref["data"] for ref in references if isinstance(ref.get("data"), bytes)]
     if not photos:
-        return text.encode("ascii")
+        return json.dumps(payload, separators=(",", ":")).encode("ascii")
+    marked = [
+        {**ref, "data": PHOTO_MARK} if isinstance(ref.get("data"), bytes) else ref
+        for ref in references
+    ]
+    text = json.dumps({**payload, "references": marked}, separators=(",", ":"))
     pieces = text.encode("ascii").split(json.dumps(PHOTO_MARK).encode("ascii"))
     if len(pieces) != len(photos) + 1:  # a prompt that holds the mark itself: as text, then
         return encode_payload({**payload, "references": _as_text(payload["references"])})
