@@ -10,7 +10,9 @@ import logging
 from datetime import datetime
 from typing import Any, TypeVar
 
-from django.db.models import F
+from django.core.exceptions import FieldDoesNotExist
+from django.db import connections, router, transaction
+from django.db.models import F, Field, Model
 from django.utils import timezone
 
 from studio.models import ACTIVE, Task, TaskState, Versioned
@@ -34,22 +36,81 @@ def update(obj: V, *, expected: int | None = None, **fields: Any) -> V:
     model = type(obj)
     if any(f.name == "updated_at" for f in model._meta.concrete_fields):
         fields.setdefault("updated_at", timezone.now())
-    rows = model._default_manager.filter(pk=obj.pk)
     if expected is not None:
-        if rows.filter(version=expected).update(version=expected + 1, **fields) == 0:
+        if _swap(obj, expected, fields) == 0:
             raise Conflict(f"{model.__name__} {obj.pk} moved past version {expected}")
         obj.version = expected + 1
     # Usually nobody wrote since `obj` was read: one statement, and the new version is
     # known. If someone did, write anyway and read the version back.
-    elif rows.filter(version=obj.version).update(version=obj.version + 1, **fields):
+    elif _swap(obj, obj.version, fields):
         obj.version += 1
-    elif rows.update(version=F("version") + 1, **fields):
+    elif model._default_manager.filter(pk=obj.pk).update(version=F("version") + 1, **fields):
         obj.refresh_from_db(fields=["version"])
     else:
         raise model.DoesNotExist(f"{model.__name__} {obj.pk} no longer exists")
     for name, value in fields.items():
         setattr(obj, name, value)
     return obj
+
+
+def _swap(obj: Versioned, version: int, fields: dict[str, Any]) -> int:
+    """Write `fields` and `version + 1` where the row is still at `version`; return rows written.
+
+    One `UPDATE … WHERE pk = %s AND version = %s`, put together here from the fields'
+    own conversions (what Django's compiler would send, without compiling a query:
+    most of what a state change costs the worker's database thread). A value the
+    ORM must compile (an expression) goes through `QuerySet.update` instead.
+    """
+    model = type(obj)
+    using = router.db_for_write(model, instance=obj)
+    statement = _statement(model, version, fields, connections[using])
+    if statement is None:
+        rows = model._default_manager.filter(pk=obj.pk, version=version)
+        return rows.update(version=version + 1, **fields)
+    sql, params = statement
+    params += [model._meta.pk.get_db_prep_value(obj.pk, connections[using]), version]
+    with transaction.mark_for_rollback_on_error(using), connections[using].cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.rowcount
+
+
+def _statement(
+    model: type[Model], version: int, fields: dict[str, Any], connection: Any
+) -> tuple[str, list[Any]] | None:
+    """Return the versioned UPDATE for `fields` (pk and version still to bind), or None."""
+    quote = connection.ops.quote_name
+    assignments, params = [], []
+    for name, value in fields.items():
+        try:
+            field = model._meta.get_field(name)
+        except FieldDoesNotExist:
+            return None  # the ORM says what is wrong with the name
+        if not isinstance(field, Field) or not field.concrete or field.many_to_many:
+            return None  # not a column of this table
+        if hasattr(field, "get_placeholder"):
+            return None  # a column whose placeholder the compiler must write
+        if hasattr(value, "resolve_expression"):
+            return None
+        if hasattr(value, "prepare_database_save"):  # a model instance
+            if field.remote_field is None:
+                return None  # the ORM says why it does not belong there
+            value = value.prepare_database_save(field)
+        value = field.get_db_prep_save(value, connection=connection)
+        if hasattr(value, "as_sql"):
+            return None
+        if value is None:
+            assignments.append(f"{quote(field.column)} = NULL")
+        else:
+            assignments.append(f"{quote(field.column)} = %s")
+            params.append(value)
+    assignments.append(f"{quote('version')} = %s")
+    params.append(version + 1)
+    meta = model._meta
+    sql = (
+        f"UPDATE {quote(meta.db_table)} SET {', '.join(assignments)} "
+        f"WHERE {quote(meta.pk.column)} = %s AND {quote('version')} = %s"
+    )
+    return sql, params
 
 
 def move(

@@ -27,7 +27,7 @@ from django.utils import timezone
 from studio import originals
 from studio.ember.client import EmberClient
 from studio.engine.adoption import adopt_due
-from studio.models import ACTIVE, POLL_BOUND, Task
+from studio.models import ACTIVE, POLL_BOUND, Task, TaskState
 from studio.ownership import LOCK_LOST, NotOwner, Ownership, OwnershipLost
 from studio.worker.pacing import Pacing
 from studio.worker.steps import FETCH_RETRY_DELAY, Steps
@@ -83,7 +83,7 @@ class Worker(Steps):
         self._recycled_at = float("-inf")  # time.monotonic() of the last connection check
         self._swept_at = float("-inf")  # time.monotonic() of the last sweep
         # Due tasks the last pump query found beyond the room it had, and when (monotonic).
-        self._ahead: list[str] = []
+        self._ahead: list[Task] = []
         self._ahead_at = float("-inf")
         # Ember's answers whose recording failed, by task id, until the task is settled.
         self.unrecorded: dict[str, Answer] = {}
@@ -193,12 +193,15 @@ class Worker(Steps):
         A freed slot is refilled from the surplus at once: a query would wait on the
         database thread behind every write in flight (a good part of a second with 64
         slots). The surplus is at most one tick old, so it is as fresh as the pump's
-        own pace; its tasks are read fresh by their coroutines (no row: one may have been
-        cancelled meanwhile), while those of a new query start from the row it read.
+        own pace. A queued task starts from the row the query read (its first write,
+        `preparing`, is versioned: a cancel that landed meanwhile stands, and the
+        coroutine leaves it); any other is read afresh by its coroutine.
         """
         fresh = time.monotonic() - self._ahead_at < self.tick
-        ahead = [i for i in self._ahead if i not in self.in_hand] if fresh else []
-        chosen: list[tuple[str, Task | None]] = [(i, None) for i in ahead[:room]]
+        ahead = [r for r in self._ahead if str(r.pk) not in self.in_hand] if fresh else []
+        chosen: list[tuple[str, Task | None]] = [
+            (str(r.pk), r if r.state == TaskState.QUEUED else None) for r in ahead[:room]
+        ]
         self._ahead = ahead[room:]
         if len(chosen) < room:
             wanted = room - len(chosen)
@@ -207,7 +210,7 @@ class Worker(Steps):
                 r for r in await db(self._due)(wanted + self.workers) if str(r.pk) not in taken
             ]
             chosen += [(str(r.pk), r) for r in found[:wanted]]
-            self._ahead, self._ahead_at = [str(r.pk) for r in found[wanted:]], time.monotonic()
+            self._ahead, self._ahead_at = found[wanted:], time.monotonic()
         return chosen
 
     async def sweep(self) -> None:
