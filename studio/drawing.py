@@ -126,9 +126,9 @@ def _portrait(picture: Picture, size: int, bob: int = 0) -> Image.Image:
 
 
 def render_png(picture: Picture, size: int = IMAGE_SIZE) -> bytes:
-    """Render a still portrait as PNG bytes."""
+    """Render a still portrait as PNG bytes (fast compression: a few flat colours pack well)."""
     buffer = io.BytesIO()
-    _portrait(picture, size).save(buffer, format="PNG")
+    _portrait(picture, size).save(buffer, format="PNG", compress_level=1)
     return buffer.getvalue()
 
 

@@ -82,6 +82,23 @@ def test_it_spends_at_most_three_polls_on_a_job_once_it_knows_how_long_such_jobs
     )
 
 
+def test_once_it_knows_a_steady_job_it_asks_about_once_at_its_end(subject, ember):
+    """Steady jobs teach a time they are done by: one poll, soon after the end, not an interval."""
+    fake = TimedEmber(ember)
+    plan(subject, candidates=8)
+
+    drain(timed_worker(slots=2))  # four rounds of two jobs of the same length
+
+    later = list(fake.ends)[4:]  # two rounds to learn from
+    polls = [len(fake.polls[job_id]) for job_id in later]
+    late = [fake.seen_late(job_id) for job_id in later]
+    assert sum(polls) / len(polls) <= 1.5, f"polls per job after two rounds: {polls}"
+    # Polling from a "still running" time sees a job half an interval late on average.
+    assert sum(late) / len(late) <= INTERVAL / 2, (
+        f"seen {[round(s, 3) for s in late]} s after their ends (interval {INTERVAL} s)"
+    )
+
+
 def test_it_starts_a_provider_it_has_not_seen_from_what_jobs_of_that_kind_take(subject, ember):
     fake = TimedEmber(ember)
     plan(subject, candidates=2)

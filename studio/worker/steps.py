@@ -253,7 +253,7 @@ class Steps:
             else:
                 if job.status in ("succeeded", "failed"):
                     if job.status == "succeeded":  # a failure may come at any time
-                        self.pacing.learn(kind, submitted_at, planned, last_running)
+                        self.pacing.learn(kind, submitted_at, planned, last_running, asked)
                     return await db(_record_ended)(task, job)
                 last_running = asked
             if timezone.now() > deadline:

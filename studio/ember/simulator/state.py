@@ -182,11 +182,21 @@ class SimulatorState:
             return {"id": job.id, "status": job.status, "result": self._result(job)}
 
     def poll(self, job_id: str) -> JSON:
-        """Return a job's poll body, finishing it first if it is due."""
+        """Return a job's poll body, finishing it first if it is due.
+
+        A due job's image is drawn outside the lock (drawing is most of what a
+        request costs here): other requests are answered meanwhile, and a job
+        another request finished first keeps its own image.
+        """
         with self._lock:
             job = self.jobs.get(job_id)
             if job is None:
                 raise ApiError(404, "not_found", f"Ember does not know job {job_id}.")
+            due = not job.finished and not job.will_fail and self._elapsed(job) >= job.job_seconds
+        drawn = StoredImage.draw(job) if due else None
+        with self._lock:
+            if drawn is not None and not job.finished:
+                self._finish(job, drawn)
             return self._view(job)
 
     def _replayed(self, spec: JobSpec, key: str | None) -> Job | None:
@@ -218,32 +228,38 @@ class SimulatorState:
         """Return a job's status now; finish it (once) if its time has come."""
         if job.finished:
             return job.status
-        elapsed = time.monotonic() - job.created_mono
+        elapsed = self._elapsed(job)
         if elapsed >= job.job_seconds:
             self._finish(job)
             return job.status
         return "running" if elapsed >= job.job_seconds / 2 else "queued"
+
+    @staticmethod
+    def _elapsed(job: Job) -> float:
+        """Return the seconds since the job was created."""
+        return time.monotonic() - job.created_mono
 
     def _observe_all(self) -> None:
         """Observe every job, so every due one is finished."""
         for job in list(self.jobs.values()):
             self._observe(job)
 
-    def _finish(self, job: Job) -> None:
-        """Settle a due job: refuse it, or draw its image and write its history row."""
+    def _finish(self, job: Job, drawn: StoredImage | None = None) -> None:
+        """Settle a due job: refuse it, or keep its image (`drawn`, or drawn now) and history."""
         if job.will_fail:
             job.status, job.error, job.finished = "failed", dict(CONTENT_POLICY), True
             return
-        image = self._store_image(job)  # draw first: if drawing fails the job stays unfinished
+        # Draw first: if drawing fails the job stays unfinished.
+        image = self._store_image(job, drawn)
         job.image_id, job.status, job.finished = image.id, "succeeded", True
         if self.config.fail_history_writes:
             job.history_error = HISTORY_FAILURE
         else:
             self._write_history(job)
 
-    def _store_image(self, job: Job) -> StoredImage:
-        """Draw and keep the job's image."""
-        image = StoredImage.draw(job)
+    def _store_image(self, job: Job, drawn: StoredImage | None = None) -> StoredImage:
+        """Keep the job's image, drawing it unless it was drawn already."""
+        image = drawn or StoredImage.draw(job)
         self.images[image.id] = image
         return image
 
