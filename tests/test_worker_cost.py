@@ -22,12 +22,14 @@ from tests.fake_ember import FakeEmber
 pytestmark = pytest.mark.django_db(transaction=True)  # real commits, as the worker makes them
 
 TASKS = 24  # six times the slots, so the first sweep and the heartbeats weigh little
-# Per task. Hops: the pump's read, preparing, submitting, running, copying, the asset row,
-# done. Statements: that read and nine writes (five state changes, the attempt, the
-# asset, its subject link and the task's link to it). Commits: preparing, submitting,
-# running, copying, the asset row and done, each before the act it names; and heartbeats.
-MAX_HOPS = 7.5
-MAX_STATEMENTS = 10.5  # every SQL statement but BEGIN, COMMIT and savepoints
+# Per task. Hops: preparing, submitting, running, copying, the asset row, done, and a
+# share of the pump's reads (one a pass; the rows it read beyond the room it had start
+# the next freed slots without another). Statements: those reads and nine writes (five
+# state changes, the attempt, the asset, its subject link and the task's link to it).
+# Commits: preparing, submitting, running, copying, the asset row and done, each before
+# the act it names; and heartbeats. Measured: 6.5 hops, 9.6 statements, 6.0 commits.
+MAX_HOPS = 7.0
+MAX_STATEMENTS = 10.0  # every SQL statement but BEGIN, COMMIT and savepoints
 MAX_COMMITS = 6.2
 
 SQLITE = settings.DATABASES["default"]["ENGINE"].endswith("sqlite3")
