@@ -302,3 +302,36 @@ def test_it_forgets_the_files_of_dead_processes_only():
         alive.wait()
         for path in kept:
             path.unlink(missing_ok=True)
+
+
+@pytest.mark.django_db
+def test_a_figure_file_left_empty_or_cut_short_does_not_fail_the_scrape(
+    client: Client, ember: respx.Router, caplog: pytest.LogCaptureFixture
+):
+    """A process killed while creating its file leaves it empty; the others are still served."""
+    folder = Path(settings.AVATARS_METRICS_DIR)
+    ember.post(JOBS).mock(return_value=httpx.Response(202, json={"id": "job-1"}))
+    async_to_sync(EmberClient().submit)(PAYLOAD)
+    counted = figure(
+        scrape(client), "avatars_ember_paid_requests_total", provider="flux", outcome="accepted"
+    )
+    empty = folder / f"counter_{dead_pid()}.db"
+    cut = folder / f"histogram_{os.getpid() + 1_000_000}.db"  # a live-looking pid: not forgotten
+    try:
+        empty.touch()
+        cut.write_bytes((4096).to_bytes(4, "little") + b"\x00" * 20)  # says 4096 bytes, has 24
+
+        figures = scrape(client)
+
+        assert (
+            figure(
+                figures, "avatars_ember_paid_requests_total", provider="flux", outcome="accepted"
+            )
+            == counted
+            >= 1
+        )
+        unread = [r.getMessage() for r in caplog.records if "cannot be read" in r.getMessage()]
+        assert any(empty.name in m for m in unread) and any(cut.name in m for m in unread), unread
+    finally:
+        empty.unlink(missing_ok=True)
+        cut.unlink(missing_ok=True)

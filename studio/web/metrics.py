@@ -4,9 +4,11 @@ Who may scrape (docs/operations.md §Metrics): with `AVATARS_METRICS_TOKEN` set,
 request bearing that token; unset, a loopback client that no proxy forwarded.
 """
 
+import glob
 import hmac
 import ipaddress
 import logging
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,6 +21,7 @@ from django.views.decorators.http import require_safe
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import choose_encoder
+from prometheus_client.mmap_dict import MmapedDict
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
@@ -49,14 +52,39 @@ def exposition(accept: str = "") -> tuple[bytes, str]:
     The format is the one `accept` asks for (OpenMetrics, or Prometheus' text format).
     """
     registry = CollectorRegistry()
-    MultiProcessCollector(registry, path=str(settings.AVATARS_METRICS_DIR))
+    ProcessFiles(registry, path=str(settings.AVATARS_METRICS_DIR))
     registry.register(StudioCollector())
     encode, content_type = choose_encoder(accept)
+    return encode(registry), content_type
+
+
+class ProcessFiles(MultiProcessCollector):
+    """The processes' figure files, summed; one that cannot be read is left out, and logged.
+
+    A process killed while creating its file leaves it empty or cut short, and a
+    starting worker may delete a dead process's file between the listing and the
+    reading: either would otherwise fail every scrape until someone removed it.
+    """
+
+    def collect(self) -> Any:
+        files = sorted(glob.glob(os.path.join(self._path, "*.db")))
+        try:
+            return self.merge(files, accumulate=True)
+        except Exception:  # prometheus_client raises whatever its parsing hits
+            readable = [path for path in files if _readable(path)]
+            return self.merge(readable, accumulate=True)
+
+
+def _readable(path: str) -> bool:
+    """Say whether a figure file reads whole; log the one that does not."""
     try:
-        return encode(registry), content_type
+        list(MmapedDict.read_all_values_from_file(path))
     except FileNotFoundError:
-        # A starting worker deleted a dead process's file between listing and reading it.
-        return encode(registry), content_type
+        return False  # deleted meanwhile: a dead process's, nothing to say
+    except Exception as exc:  # an empty or cut file fails in many ways
+        log.warning("metrics file %s cannot be read (%s); left out of the scrape", path, exc)
+        return False
+    return True
 
 
 def _refusal(request: HttpRequest) -> HttpResponse | None:
