@@ -71,6 +71,17 @@ class Context:
         print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
+def run_kind(*, quick: bool, ran: set[str], stages: Sequence[str]) -> str:
+    """Name a run for its results file: `full` only when every stage ran at full size.
+
+    Only full runs are kept in the repository, to compare with the next one; a quick
+    run, or one of some stages (`--only`), is `quick` or `partial` and is ignored.
+    """
+    if quick:
+        return "quick"
+    return "full" if set(stages) <= ran else "partial"
+
+
 def child_env(data_dir: Path, **extra: str) -> dict[str, str]:
     """Return a child's environment: its own data dir, production-like Django settings.
 

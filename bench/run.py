@@ -38,7 +38,7 @@ import django  # noqa: E402
 
 django.setup()
 
-from bench.common import Context, Result, machine  # noqa: E402
+from bench.common import Context, Result, machine, run_kind  # noqa: E402
 
 # One module per goal, in the table's order; each has `run(ctx) -> Result`.
 STAGES = (
@@ -144,7 +144,7 @@ def save(results: list[Result], *, quick: bool, seconds: float) -> Path:
         ],
     }
     RESULTS.mkdir(exist_ok=True)
-    kind = "quick" if quick else "full"
+    kind = run_kind(quick=quick, ran={r.stage for r in results}, stages=STAGES)
     path = RESULTS / f"{now:%Y%m%dT%H%M%SZ}-{kind}.json"
     path.write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n")
     return path

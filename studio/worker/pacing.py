@@ -56,8 +56,9 @@ class Pacing:
 
         `last_running` is when a poll last saw it running (None: done at its first
         poll), `seen_done` when a poll first saw it done. Jobs that ran side by side
-        were scheduled alike, so their lessons do not compound: each moves an
-        estimate from the job's own first poll, not from where the last one left it.
+        were scheduled alike, so their lessons do not compound: the "running" time
+        and a step back of the "done by" time are taken from the job's own first
+        poll, and a step forward never goes past when the job was seen done.
         """
         if submitted_at < self.since:
             return
