@@ -4,7 +4,9 @@ With many slots the worker polls and fetches side by side; a drawing held under 
 lock made every other request wait for it.
 """
 
+import hashlib
 import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
@@ -12,7 +14,7 @@ import httpx
 import pytest
 
 from studio.ember.simulator import Simulator, jobs
-from tests.simulator.calls import JOBS, charges, job_body, submit
+from tests.simulator.calls import JOBS, charges, configure, job_body, submit
 
 WAIT = 5.0  # seconds any step here may take before the test gives up
 
@@ -65,3 +67,27 @@ def test_two_polls_that_finish_a_job_together_agree_on_one_image(
     assert len(images) == 1, f"one job, several images: {images}"
     fetched = client.get(f"/api/v1/images/{images.pop()}/file")
     assert fetched.status_code == 200
+
+
+def test_a_jobs_image_is_drawn_while_it_runs_not_by_the_poll_that_finds_it_done(
+    client: httpx.Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Jobs submitted together end together: drawing them all then delayed every answer."""
+    drawn_by: list[str] = []
+    draw = jobs.StoredImage.draw.__func__  # type: ignore[attr-defined]
+
+    def watched(cls: type[jobs.StoredImage], job: jobs.Job) -> jobs.StoredImage:
+        drawn_by.append(threading.current_thread().name)
+        return draw(cls, job)
+
+    monkeypatch.setattr(jobs.StoredImage, "draw", classmethod(watched))
+    configure(client, job_seconds=0.3)
+    job_id = submit(client, job_body()).json()["id"]
+    time.sleep(0.5)  # the job's time passes: its image was drawn meanwhile
+
+    answer = client.get(f"{JOBS}/{job_id}").json()
+
+    assert answer["status"] == "succeeded", answer
+    assert len(drawn_by) == 1 and drawn_by[0].startswith("sim-draw"), drawn_by
+    fetched = client.get(f"/api/v1/images/{answer['result']['image']['id']}/file")
+    assert hashlib.sha256(fetched.content).hexdigest() == answer["result"]["image"]["sha256"]

@@ -221,5 +221,6 @@ class Simulator:
         if self._thread is not None:
             self._thread.join(timeout=5)
             self._thread = None
+        self.state.close()
         if self.state_file is not None:
             self.state.save(self.state_file)

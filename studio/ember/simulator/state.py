@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import dataclasses
 import hmac
 import json
 import os
 import threading
 import time
+from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from pathlib import Path
 
 from studio.ember.simulator.jobs import CONTENT_POLICY, Job, JobSpec, StoredImage, new_id, now_iso
@@ -38,6 +40,15 @@ class SimulatorState:
         self.idempotency: dict[tuple[str, str], str] = {}
         self.charges: dict[str, int] = {}
         self.requests: list[JSON] = []
+        # A job's image is drawn while the job runs, as Ember renders during the job: the
+        # poll that finds it done only keeps it (jobs submitted together end together,
+        # and drawing them all then made the last answer wait for every other drawing).
+        self._painter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sim-draw")
+        self._drawings: dict[str, Future[StoredImage]] = {}
+
+    def close(self) -> None:
+        """Stop drawing: drawings not started are dropped (their jobs draw when finished)."""
+        self._painter.shutdown(wait=False, cancel_futures=True)
 
     # ---- persistence (optional: a demo restarted must not forget its jobs, as Ember would not)
 
@@ -184,16 +195,17 @@ class SimulatorState:
     def poll(self, job_id: str) -> JSON:
         """Return a job's poll body, finishing it first if it is due.
 
-        A due job's image is drawn outside the lock (drawing is most of what a
-        request costs here): other requests are answered meanwhile, and a job
-        another request finished first keeps its own image.
+        A due job's image, drawn while it ran, is waited for (or drawn) outside the
+        lock: other requests are answered meanwhile, and a job another request
+        finished first keeps its own image.
         """
         with self._lock:
             job = self.jobs.get(job_id)
             if job is None:
                 raise ApiError(404, "not_found", f"Ember does not know job {job_id}.")
             due = not job.finished and not job.will_fail and self._elapsed(job) >= job.job_seconds
-        drawn = StoredImage.draw(job) if due else None
+            drawing = self._drawings.get(job.id) if due else None
+        drawn = _wait_for(drawing, job) if due else None
         with self._lock:
             if drawn is not None and not job.finished:
                 self._finish(job, drawn)
@@ -219,6 +231,10 @@ class SimulatorState:
             will_fail=will_fail,
         )
         self.jobs[job.id] = job
+        if not will_fail:
+            # Once closing, the painter refuses: the job draws its image when it is finished.
+            with contextlib.suppress(RuntimeError):
+                self._drawings[job.id] = self._painter.submit(StoredImage.draw, job)
         if spec.kind == "clip" and key is not None:
             self.idempotency[(spec.source_app, key)] = job.id
         self.charges[job.task_id] = self.charges.get(job.task_id, 0) + 1
@@ -258,7 +274,12 @@ class SimulatorState:
             self._write_history(job)
 
     def _store_image(self, job: Job, drawn: StoredImage | None = None) -> StoredImage:
-        """Keep the job's image, drawing it unless it was drawn already."""
+        """Keep the job's image: `drawn`, or the one drawn while it ran, or one drawn now."""
+        drawing = self._drawings.pop(job.id, None)
+        if drawn is None and drawing is not None:
+            # Under the lock: wait only for a drawing already made, else draw now.
+            drawn = drawing.result() if drawing.done() and not drawing.cancelled() else None
+            drawing.cancel()  # no use any more if it has not started
         image = drawn or StoredImage.draw(job)
         self.images[image.id] = image
         return image
@@ -412,3 +433,13 @@ class SimulatorState:
         """Return the log of every non-/_sim request, in arrival order."""
         with self._lock:
             return {"items": [dict(entry) for entry in self.requests]}
+
+
+def _wait_for(drawing: Future[StoredImage] | None, job: Job) -> StoredImage:
+    """Return the image drawn for `job` while it ran, or draw it now (none was, or dropped)."""
+    if drawing is not None:
+        try:
+            return drawing.result()
+        except CancelledError:
+            pass
+    return StoredImage.draw(job)
