@@ -31,6 +31,17 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def dead_pid() -> int:
+    """Return the id of a process that has just ended (a dead process's figure file names it)."""
+    done = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return int(done.stdout)
+
+
 class Simulator:
     """The Ember simulator as a subprocess (`manage.py ember_simulator`).
 

@@ -22,6 +22,7 @@ from studio.ember.client import EmberBusy, EmberClient, EmberUnavailable
 from studio.metrics import forget_dead_processes
 from studio.models import Subject, Task, WorkerHeartbeat
 from tests.factories import batch_request
+from tests.processes import dead_pid
 
 JOBS = "/api/v1/api-generators/jobs"
 PAYLOAD: dict[str, Any] = {"kind": "image", "provider": "flux", "prompt": "a portrait"}
@@ -270,16 +271,6 @@ def test_it_times_ember_requests_by_route_and_status(client: Client, ember: resp
 
 
 # --- the multiprocess files ---------------------------------------------------------------
-
-
-def dead_pid() -> int:
-    done = subprocess.run(
-        [sys.executable, "-c", "import os; print(os.getpid())"],
-        check=True,
-        capture_output=True,
-        text=True,
-    )
-    return int(done.stdout)
 
 
 def test_it_forgets_the_files_of_dead_processes_only():

@@ -16,23 +16,13 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.processes import Stack, Web, seed
+from tests.processes import Stack, Web, dead_pid, seed
 
 TOKEN = "e2e-scrape-token-0123456789"
 PROVIDERS = [{"provider": "openai", "candidates": 2}, {"provider": "flux", "candidates": 1}]
 FRAMES = ["image", "clip"]
 TASKS = 6  # 3 candidates, 2 frames
 Figures = dict[tuple[str, frozenset[tuple[str, str]]], float]
-
-
-def dead_pid() -> int:
-    done = subprocess.run(
-        [sys.executable, "-c", "import os; print(os.getpid())"],
-        check=True,
-        capture_output=True,
-        text=True,
-    )
-    return int(done.stdout)
 
 
 @pytest.fixture
