@@ -63,13 +63,14 @@ def _swap(obj: Versioned, version: int, fields: dict[str, Any]) -> int:
     """
     model = type(obj)
     using = router.db_for_write(model, instance=obj)
-    statement = _statement(model, version, fields, connections[using])
+    connection = connections[using]
+    statement = _statement(model, version, fields, connection)
     if statement is None:
         rows = model._default_manager.filter(pk=obj.pk, version=version)
         return rows.update(version=version + 1, **fields)
     sql, params = statement
-    params += [model._meta.pk.get_db_prep_value(obj.pk, connections[using]), version]
-    with transaction.mark_for_rollback_on_error(using), connections[using].cursor() as cursor:
+    params += [model._meta.pk.get_db_prep_value(obj.pk, connection), version]
+    with transaction.mark_for_rollback_on_error(using), connection.cursor() as cursor:
         cursor.execute(sql, params)
         return cursor.rowcount
 

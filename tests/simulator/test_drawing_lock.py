@@ -7,7 +7,7 @@ lock made every other request wait for it.
 import hashlib
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
@@ -19,20 +19,29 @@ from tests.simulator.calls import JOBS, charges, configure, job_body, submit
 WAIT = 5.0  # seconds any step here may take before the test gives up
 
 
+def before_each_drawing(monkeypatch: pytest.MonkeyPatch, hook: Callable[[], object]) -> None:
+    """Call `hook` in the drawing thread before the simulator draws each job's image."""
+    draw = jobs.StoredImage.draw.__func__  # type: ignore[attr-defined]
+
+    def hooked(cls: type[jobs.StoredImage], job: jobs.Job) -> jobs.StoredImage:
+        hook()
+        return draw(cls, job)
+
+    monkeypatch.setattr(jobs.StoredImage, "draw", classmethod(hooked))
+
+
 @pytest.fixture
 def held_drawing(
     monkeypatch: pytest.MonkeyPatch,
 ) -> Iterator[tuple[threading.Event, threading.Event]]:
     """Make every drawing wait until released; say when one has started."""
     started, release = threading.Event(), threading.Event()
-    draw = jobs.StoredImage.draw.__func__  # type: ignore[attr-defined]
 
-    def held(cls: type[jobs.StoredImage], job: jobs.Job) -> jobs.StoredImage:
+    def hold() -> None:
         started.set()
         assert release.wait(WAIT), "the test never released the drawing"
-        return draw(cls, job)
 
-    monkeypatch.setattr(jobs.StoredImage, "draw", classmethod(held))
+    before_each_drawing(monkeypatch, hold)
     yield started, release
     release.set()
 
@@ -74,13 +83,7 @@ def test_a_jobs_image_is_drawn_while_it_runs_not_by_the_poll_that_finds_it_done(
 ) -> None:
     """Jobs submitted together end together: drawing them all then delayed every answer."""
     drawn_by: list[str] = []
-    draw = jobs.StoredImage.draw.__func__  # type: ignore[attr-defined]
-
-    def watched(cls: type[jobs.StoredImage], job: jobs.Job) -> jobs.StoredImage:
-        drawn_by.append(threading.current_thread().name)
-        return draw(cls, job)
-
-    monkeypatch.setattr(jobs.StoredImage, "draw", classmethod(watched))
+    before_each_drawing(monkeypatch, lambda: drawn_by.append(threading.current_thread().name))
     configure(client, job_seconds=0.3)
     job_id = submit(client, job_body()).json()["id"]
     time.sleep(0.5)  # the job's time passes: its image was drawn meanwhile
