@@ -1,107 +1,114 @@
 """When to ask Ember about a running job (docs/design.md §6.6).
 
 A poll sent while the job cannot be done yet is a request spent for nothing, and
-one sent late keeps a finished job (and its slot) waiting. So the worker learns,
-in memory, two times for each provider's jobs of each kind: one they are still
-running at, and one they are done by. A job's first poll goes out at the second;
-from there on it is polled every interval.
+one sent late keeps a finished job (and its slot) waiting. So the worker keeps, in
+memory, a bracket for each provider's jobs of each kind: a time after Ember
+accepted them that such jobs were still running at, and one they were done by.
+While the bracket is wide, a job's first poll probes its middle and the second
+goes to its top, which narrows it either way; once it is narrow the first poll
+goes to its top, and from there on a job is polled every interval.
 """
 
-from datetime import datetime
+from dataclasses import dataclass
 
-from django.utils import timezone
-
-SLOWER_WEIGHT = 0.3  # share of a slower job's extra time an estimate takes on (an EWMA)
-STEP_BACK = 0.25  # share of the estimate taken off when a job was already done at its first poll
-GROWTH = 1.3  # a slower job moves the "running" estimate at most this far past its own first poll
-CLOSEST = 0.01  # seconds: the "done by" time comes no closer than this to the "running" one
+CLOSEST = 0.01  # seconds: the least a narrow bracket is widened by
+NARROW_SHARE = 0.3  # of the interval: a bracket this narrow (or 20 ms) is not probed
 
 Kind = tuple[str, str]  # (provider, task kind)
 ANY_PROVIDER = ""  # the provider part of a kind's estimate over all providers
 
 
+@dataclass(frozen=True)
+class Bracket:
+    """Seconds after Ember accepted them: such jobs still ran at `running`, were done by `done`."""
+
+    running: float
+    done: float
+    # How far below its top the bracket was last widened after a job done at that top
+    # (0 since a job ran past a first poll): each such widening doubles it.
+    drop: float = 0.0
+
+
+@dataclass(frozen=True)
+class Plan:
+    """When to poll one job, in seconds after Ember accepted it, and what that was based on."""
+
+    first: float
+    second: float | None  # a second poll before the interval takes over, if any
+    basis: Bracket | None  # the bracket the plan came from (None: nothing known yet)
+    probe: bool = False  # whether the first poll probes the middle of the bracket
+
+    def polls(self) -> list[float]:
+        """Return the planned polls, in order; after them, one every interval."""
+        return [self.first] if self.second is None else [self.first, self.second]
+
+
 class Pacing:
-    """Estimate how long jobs of each provider and kind run, from the jobs seen ending."""
+    """Learn when jobs of each provider and kind end, from the jobs seen ending."""
 
     def __init__(self, interval: float) -> None:
-        """Start with no estimates: a job is first asked about one interval in."""
+        """Start knowing nothing: a job is first asked about one interval in."""
         self.interval = interval
-        # Only jobs submitted from now on teach: one a dead worker left behind spent
-        # an unknown part of its time unwatched.
-        self.since = timezone.now()
-        self._running: dict[Kind, float] = {}  # seconds after the submit such jobs still run
-        self._done: dict[Kind, float] = {}  # seconds after the submit such jobs are done by
+        self.narrow = max(2 * CLOSEST, NARROW_SHARE * interval)
+        self._brackets: dict[Kind, Bracket] = {}
 
-    def first_poll(self, kind: Kind) -> float:
-        """Return how many seconds after its submit to ask about a job of `kind` first.
+    def plan(self, kind: Kind) -> Plan:
+        """Return when to poll a job of `kind` first (and second).
 
-        The time such jobs are done by, or else one they still run at; a provider
-        not seen yet starts from what its kind's jobs take at any provider.
+        A provider not seen yet starts from its kind's bracket at any provider.
         """
-        for key in (kind, (ANY_PROVIDER, kind[1])):
-            for estimates in (self._done, self._running):
-                if (seconds := estimates.get(key)) is not None:
-                    return seconds
-        return self.interval
+        basis = self._brackets.get(kind) or self._brackets.get((ANY_PROVIDER, kind[1]))
+        if basis is None:
+            return Plan(self.interval, None, None)
+        width = basis.done - basis.running
+        if width <= self.narrow:
+            # A job not done by the top yet is likely just past it.
+            return Plan(basis.done, basis.done + self.narrow, basis)
+        # A job just past the "running" time is still asked about within an interval.
+        middle = basis.running + min(width / 2, self.interval)
+        return Plan(middle, min(basis.done, middle + self.interval), basis, probe=True)
 
-    def learn(
-        self,
-        kind: Kind,
-        submitted_at: datetime,
-        planned: float,
-        last_running: datetime | None,
-        seen_done: datetime,
-    ) -> None:
-        """Take in a job of `kind` that ended, first polled `planned` seconds after its submit.
+    def learn(self, kind: Kind, plan: Plan, last_running: float | None, seen_done: float) -> None:
+        """Take in a job of `kind`, followed by `plan`, that ended.
 
         `last_running` is when a poll last saw it running (None: done at its first
-        poll), `seen_done` when a poll first saw it done. Jobs that ran side by side
-        were scheduled alike, so their lessons do not compound: the "running" time
-        and a step back of the "done by" time are taken from the job's own first
-        poll, and a step forward never goes past when the job was seen done.
+        poll) and `seen_done` when a poll first saw it done, in seconds after Ember
+        accepted it. The first lesson drawn from a bracket replaces it; a lesson of
+        a job that ran beside it, on the same plan (or an older one), only widens the
+        new bracket, so jobs that ran side by side do not compound.
         """
-        if submitted_at < self.since:
-            return
-        running = None if last_running is None else (last_running - submitted_at).total_seconds()
-        done = (seen_done - submitted_at).total_seconds()
+        lesson = self._lesson(plan, last_running, seen_done)
         for key in (kind, (ANY_PROVIDER, kind[1])):
-            if running is not None or key not in self._done:
-                # A job done at a first poll sent at the "done by" time says nothing of
-                # how long such jobs run at least.
-                self._running[key] = self._next_running(key, planned, running)
-            self._done[key] = self._next_done(key, planned, running, done)
+            current = self._brackets.get(key)
+            if current is None or current == plan.basis:
+                self._brackets[key] = lesson
+            else:
+                self._brackets[key] = Bracket(
+                    max(current.running, lesson.running),
+                    max(current.done, lesson.done),
+                    max(current.drop, lesson.drop),
+                )
 
-    def _next_running(self, key: Kind, planned: float, seconds: float | None) -> float:
-        """Return the "still running at" time for `key` after a job that ran at least `seconds`.
+    def _lesson(self, plan: Plan, last_running: float | None, seen_done: float) -> Bracket:
+        """Return the bracket one job teaches on its own.
 
-        The first of its kind and a faster one are believed at once; a slower one
-        moves the estimate part of the way (an EWMA), by at most 30% over the job's
-        own first poll. A job already done at its first poll (None) ended at some
-        unknown earlier time: the estimate moves a quarter (at least an interval)
-        before that job's first poll.
+        Seen running first: it ran past that poll and was done by the next. Done at its
+        first poll: a probe moves the top down to it; a job done at the top of a
+        narrow bracket widens the bracket below, twice as far as the last time, so a
+        kind of job that got faster is found out within a few jobs.
         """
-        current = self._running.get(key)
-        if seconds is None:
-            earlier = max(0.0, planned - max(self.interval, STEP_BACK * planned))
-            return earlier if current is None else min(current, earlier)
-        if current is None or seconds < current:
-            return seconds
-        return min(current + SLOWER_WEIGHT * (seconds - current), max(current, GROWTH * planned))
-
-    def _next_done(self, key: Kind, planned: float, running: float | None, done: float) -> float:
-        """Return the "done by" time for `key` after a job last seen running at `running`.
-
-        Done at its first poll: such jobs may end earlier still, so the next first
-        poll goes halfway back towards the "running" time (never closer than
-        CLOSEST to it). Seen running first: the job took longer than planned, so the
-        estimate moves 30% of the way towards when it was seen done (all of it for
-        the first of its kind or a job done sooner).
-        """
-        current = self._done.get(key)
-        low = self._running[key]
-        if running is None:
-            earlier = max(low + CLOSEST, planned - (planned - low) / 2)
-            return earlier if current is None else min(current, earlier)
-        if current is None or done < current:
-            return done
-        return max(low + CLOSEST, current + SLOWER_WEIGHT * (done - current))
+        basis = plan.basis
+        if last_running is not None:
+            if basis is not None and last_running >= basis.done:
+                # Slower than the jobs before: it may be the one slow job, so the
+                # "running" time stays, and the next jobs probe up from it.
+                return Bracket(basis.running, seen_done)
+            return Bracket(last_running, seen_done)
+        if basis is None:
+            return Bracket(max(0.0, seen_done - self.interval), seen_done)
+        if plan.probe and not basis.drop:  # done: the middle is the new top
+            return Bracket(basis.running, seen_done)
+        # Done at the top of a narrow bracket, or at a probe below a widening: look twice
+        # as far below.
+        drop = 2 * max(basis.done - basis.running, basis.drop, CLOSEST / 2)
+        return Bracket(max(0.0, seen_done - drop), seen_done, drop)

@@ -73,13 +73,14 @@ class Steps:
         step's first write to it is versioned or records what Ember said.
         """
         task = row if row is not None else await db(Task.objects.get)(pk=task_id)
+        accepted = None  # when Ember accepted the job this coroutine sent, if it did
         try:
             while not self.stopping and task.state in ACTIVE:
                 if task.state == TaskState.QUEUED:
-                    if not await self.submit(task):
+                    if (accepted := await self.submit(task)) is None:
                         return
                 elif task.state == TaskState.RUNNING:
-                    if not await self.follow(task):
+                    if not await self.follow(task, accepted):
                         return
                 else:
                     await self.finish(task)
@@ -90,15 +91,15 @@ class Steps:
             log.exception("task=%s step failed", task_id)
             await db(_postpone)(task_id, f"The worker hit an error: {exc}")
 
-    async def submit(self, task: Task) -> bool:
+    async def submit(self, task: Task) -> datetime | None:
         """Take a queued task through `preparing` and `submitting` to the POST (§6.5).
 
         The answer leaves the task on the row docs/ember.md's table names. Return
-        True when the task went on to `running`.
+        when Ember's acceptance arrived if the task went on to `running`, else None.
         """
         number = await db(self._prepare)(task)
         if number is None:
-            return False
+            return None
         references = await self.load_references(task)
         if references is None:
             # Versioned: a cancel that won while the references were read stands.
@@ -109,13 +110,13 @@ class Steps:
                 phase="Failed",
                 error=REFERENCE_CHANGED,
             )
-            return False
+            return None
         if self.stopping:
             # Nothing has been sent: a stopping worker does not start a paid request.
             await db(move)(
                 task, TaskState.QUEUED, expected=task.version, phase="Waiting for the worker"
             )
-            return False
+            return None
         body = encode_payload(build_payload(task, references, attempt=number))
         # The photos' base64 is in the body now: let it go before the (long) send.
         del references
@@ -162,8 +163,8 @@ class Steps:
         )
         return True
 
-    async def _send(self, task: Task, body: bytes, number: int) -> bool:
-        """POST the job and record what the answer proves; return True when it went on to `running`.
+    async def _send(self, task: Task, body: bytes, number: int) -> datetime | None:
+        """POST the job and record what the answer proves; return when it was accepted, if it was.
 
         Nothing that goes wrong here leaves the task `submitting`, where nothing would
         move it while this worker lives: an answer that cannot be read, or one whose
@@ -183,14 +184,15 @@ class Steps:
         else:
             answer = submitted
             detail = f"Ember accepted job {submitted.job_id}, but recording it failed."
+        answered = timezone.now()
         try:
             # Shielded: Ember's answer is recorded even if we are being cancelled.
             if isinstance(answer, Submitted):
-                await asyncio.shield(db(_record_accepted)(task, answer, number))
-                return True
+                await asyncio.shield(db(_record_accepted)(task, answer, number, answered))
+                return answered
             if isinstance(answer, EmberError):
                 await asyncio.shield(db(_record_refusal)(task, answer, number))
-                return False
+                return None
         except Exception:
             if isinstance(answer, Submitted):
                 # A person may need this job id to find the paid job: say it loudly.
@@ -206,30 +208,32 @@ class Steps:
         self.unrecorded[task_id] = answer
         await asyncio.shield(db(_settle_unrecorded)(task_id, answer, detail))
         del self.unrecorded[task_id]
-        return False
+        return None
 
     async def load_references(self, task: Task) -> list[dict[str, Any]] | None:
         """Read and re-hash each frozen reference; None when one is missing or changed."""
         return await asyncio.to_thread(_read_references, task.references)
 
-    async def follow(self, task: Task) -> bool:
+    async def follow(self, task: Task, accepted: datetime | None = None) -> bool:
         """Poll a running job until it ends (§6.6); return True when it went on to `copying`.
 
-        Errors while polling are transient (docs/ember.md): polling goes on within the
-        bound, and the latest problem is shown on the task so people see why it waits.
-        The bound is applied only after an answer that does not end the job: a worker
-        back from a long outage asks Ember first, since the job may well have finished.
+        `accepted`: when Ember accepted a job this coroutine sent; only those teach the
+        pacing. Poll errors are transient (docs/ember.md) and shown on the task. The
+        bound applies only after an answer that does not end the job: a worker back
+        from a long outage asks Ember first, since the job may well have finished.
         """
         assert task.submitted_at is not None
-        submitted_at = task.submitted_at
-        deadline = submitted_at + timedelta(seconds=self.poll_bound)
+        start = accepted or task.submitted_at
+        deadline = task.submitted_at + timedelta(seconds=self.poll_bound)
         kind = (task.provider, task.kind)
-        planned = self.pacing.first_poll(kind)
-        # No request while the job cannot be done yet (a resumed one's is due at once).
-        await self._sleep_until(min(submitted_at + timedelta(seconds=planned), deadline))
-        last_running = None  # when a poll last saw the job running
+        plan = self.pacing.plan(kind)
+        planned = plan.polls()
+        last_running = None  # seconds after `start` a poll last saw the job running
         while not self.stopping:
-            asked = timezone.now()
+            if planned:
+                # No request while the job cannot be done yet (a resumed one's is due at once).
+                await self._sleep_until(min(start + timedelta(seconds=planned.pop(0)), deadline))
+            asked = (timezone.now() - start).total_seconds()
             try:
                 job = await self.client.poll(task.ember_job_id)
             except EmberUnsafeId as exc:
@@ -237,12 +241,7 @@ class Steps:
                 await db(_rest_unsafe)(task, exc)
                 return False
             except EmberNotFound:
-                await db(move)(
-                    task,
-                    TaskState.UNCERTAIN,
-                    phase=RECONCILE_PHASE,
-                    error=f"Ember does not know job {task.ember_job_id}. Nothing was resubmitted.",
-                )
+                await db(_rest_unknown)(task)
                 return False
             except EmberError as exc:
                 log.warning("task=%s poll failed: %s", task.pk, exc.message)
@@ -252,14 +251,16 @@ class Steps:
                     )
             else:
                 if job.status in ("succeeded", "failed"):
-                    if job.status == "succeeded":  # a failure may come at any time
-                        self.pacing.learn(kind, submitted_at, planned, last_running, asked)
+                    # A failure may come at any time; a job resumed was not watched.
+                    if job.status == "succeeded" and accepted is not None:
+                        self.pacing.learn(kind, plan, last_running, asked)
                     return await db(_record_ended)(task, job)
                 last_running = asked
             if timezone.now() > deadline:
                 await db(self._give_up)(task)
                 return False
-            await self._sleep(self.poll_interval)
+            if not planned:
+                await self._sleep(self.poll_interval)
         return False
 
     async def _sleep_until(self, when: datetime) -> None:
@@ -341,3 +342,13 @@ class Steps:
             await asyncio.sleep(delay)
             delay *= 2
         raise AssertionError("unreachable")
+
+
+def _rest_unknown(task: Task) -> None:
+    """Rest a task whose job Ember answers 404 for `uncertain`; nothing is resubmitted."""
+    move(
+        task,
+        TaskState.UNCERTAIN,
+        phase=RECONCILE_PHASE,
+        error=f"Ember does not know job {task.ember_job_id}. Nothing was resubmitted.",
+    )

@@ -123,9 +123,8 @@ def _attempt_number(task: Task, sent: Attempt | None) -> int:
 # --- what a submit proved (docs/ember.md §Submit outcomes) ----------------------------
 
 
-def _record_accepted(task: Task, submitted: Submitted, number: int) -> Task:
-    """Record a 202: the very next write is `running` with the job id, and its Attempt."""
-    now = timezone.now()
+def _record_accepted(task: Task, submitted: Submitted, number: int, now: datetime) -> Task:
+    """Record a 202 that arrived at `now`: the very next write is `running` with the job id."""
     with transaction.atomic():
         # A clip sent before under its key is that attempt, now with its job (Ember
         # answers every send under one key with the same job). An image's accepted
