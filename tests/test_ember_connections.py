@@ -8,6 +8,7 @@ real ones do.
 
 import asyncio
 import json
+import socket
 import socketserver
 import threading
 import time
@@ -16,6 +17,7 @@ from contextlib import contextmanager
 
 from asgiref.sync import async_to_sync
 
+from studio.ember import streams
 from studio.ember.client import EmberClient, EmberError, Job, Submitted
 from studio.ember.simulator import Simulator
 from tests.ember_client.calls import PAYLOAD
@@ -146,3 +148,47 @@ def test_it_gets_every_submit_of_a_burst_accepted_by_the_simulator():
     refused = [repr(a) for a in answers if not isinstance(a, Submitted)]
     assert refused == []
     assert simulator.state.charges == {PAYLOAD["source_metadata"]["task_id"]: 100}
+
+
+def test_it_never_reuses_a_kept_alive_connection_the_server_closed_while_idle(monkeypatch):
+    # The server closes each connection at once after its answer, keep-alive advertised.
+    monkeypatch.setattr(f"{__name__}.CLOSE_AFTER", 0)
+    checked: list[bool] = []
+    readable = streams.readable
+
+    def seen_readable(sock: socket.socket | None) -> bool:
+        checked.append(readable(sock))
+        return checked[-1]
+
+    monkeypatch.setattr(streams, "readable", seen_readable)
+    with one_answer_server() as server:
+
+        async def go() -> list[Job]:
+            client = EmberClient(base_url=server.url, token="test-token")
+            try:
+                polled = []
+                for _ in range(3):
+                    polled.append(await client.poll("job_1"))  # one try: no retry hides it
+                    await asyncio.sleep(0.05)  # the server's close arrives meanwhile
+                return polled
+            finally:
+                await client.aclose()
+
+        polled = async_to_sync(go)()
+
+    assert [j.status for j in polled] == ["running"] * 3
+    # The pool's idle check went through the client's own streams and saw each close.
+    assert True in checked, f"idle checks through studio.ember.streams: {checked}"
+
+
+def test_a_socket_is_readable_once_its_peer_wrote_or_closed():
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        assert not streams.readable(ours), "an open, quiet connection can be reused"
+        theirs.sendall(b"x")
+        assert streams.readable(ours), "bytes nobody asked for: the connection is spoiled"
+        ours.recv(1)
+        theirs.close()
+        assert streams.readable(ours), "the peer closed it"
+    assert streams.readable(ours), "a closed socket is never reused"
+    assert streams.readable(None)
