@@ -17,6 +17,7 @@ import sqlite3
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
@@ -332,3 +333,24 @@ def _mount_of(path: Path) -> tuple[str, str]:
             if inside and len(point) > len(best[2]):
                 best = (device, fstype, point)
     return best[0], best[1]
+
+
+def report(results: list[Result], *, kind: str, seconds: float) -> str:
+    """Return the table (Markdown, so it can go into the README as printed) and the notes.
+
+    `kind` is the run's kind (`bench.common.run_kind`): full, quick or partial.
+    """
+    lines = [
+        f"Avatars benchmarks ({kind} run, {seconds:.0f} s)",
+        f"Machine: {machine(Path(tempfile.gettempdir()))}",
+        "",
+        "| goal | measured | target | result | raw figures |",
+        "|---|---|---|---|---|",
+    ]
+    for r in results:
+        verdict = "PASS" if r.passed else "**FAIL**"
+        lines.append(f"| {r.goal} | {r.measured_text} | {r.target} | {verdict} | {r.raw} |")
+    for r in results:
+        if r.notes:
+            lines += ["", f"{r.goal}:", *(f"  {note}" for note in r.notes)]
+    return "\n".join(lines)

@@ -38,7 +38,7 @@ import django  # noqa: E402
 
 django.setup()
 
-from bench.common import Context, Result, machine, run_kind  # noqa: E402
+from bench.common import Context, Result, machine, report, run_kind  # noqa: E402
 
 # One module per goal, in the table's order; each has `run(ctx) -> Result`.
 STAGES = (
@@ -84,8 +84,9 @@ def main(argv: list[str] | None = None) -> int:
         else:
             shutil.rmtree(ctx.tmp, ignore_errors=True)
     seconds = time.monotonic() - began
-    print(report(results, quick=args.quick, seconds=seconds))
-    saved = save(results, quick=args.quick, seconds=seconds)
+    kind = run_kind(quick=args.quick, ran={r.stage for r in results}, stages=STAGES)
+    print(report(results, kind=kind, seconds=seconds))
+    saved = save(results, kind=kind, seconds=seconds)
     ctx.log(f"figures written to {saved}")
     return 0 if all(r.passed for r in results) else 1
 
@@ -102,31 +103,13 @@ def run_stage(name: str, ctx: Context) -> Result:
     return result
 
 
-def report(results: list[Result], *, quick: bool, seconds: float) -> str:
-    """Return the table (Markdown, so it can go into the README as printed) and the notes."""
-    lines = [
-        f"Avatars benchmarks ({'quick' if quick else 'full'} run, {seconds:.0f} s)",
-        f"Machine: {machine(Path(tempfile.gettempdir()))}",
-        "",
-        "| goal | measured | target | result | raw figures |",
-        "|---|---|---|---|---|",
-    ]
-    for r in results:
-        verdict = "PASS" if r.passed else "**FAIL**"
-        lines.append(f"| {r.goal} | {r.measured_text} | {r.target} | {verdict} | {r.raw} |")
-    for r in results:
-        if r.notes:
-            lines += ["", f"{r.goal}:", *(f"  {note}" for note in r.notes)]
-    return "\n".join(lines)
-
-
-def save(results: list[Result], *, quick: bool, seconds: float) -> Path:
+def save(results: list[Result], *, kind: str, seconds: float) -> Path:
     """Write the run as JSON under bench/results/, so the next change has figures to compare."""
     now = datetime.datetime.now(datetime.UTC)
     record = {
         "date": now.isoformat(timespec="seconds"),
         "commit": _commit(),
-        "quick": quick,
+        "quick": kind == "quick",
         "seconds": round(seconds, 1),
         "machine": machine(Path(tempfile.gettempdir())),
         "rows": [
@@ -144,7 +127,6 @@ def save(results: list[Result], *, quick: bool, seconds: float) -> Path:
         ],
     }
     RESULTS.mkdir(exist_ok=True)
-    kind = run_kind(quick=quick, ran={r.stage for r in results}, stages=STAGES)
     path = RESULTS / f"{now:%Y%m%dT%H%M%SZ}-{kind}.json"
     path.write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n")
     return path
