@@ -99,8 +99,8 @@ def install(client: httpx.AsyncClient) -> None:
     """Put the pool of `client`'s own transport (not one a test passed in) on `Backend`.
 
     httpx builds that pool and takes no backend for it; the pool keeps its backend in
-    the one attribute it connects through (httpx and httpcore are pinned;
-    tests/ember_client/test_streams.py fails if this stops taking effect).
+    the one attribute it connects through (httpx and httpcore are pinned; the
+    idle-check test in tests/test_ember_connections.py fails if this stops taking effect).
     """
     own = client._transport
     if isinstance(own, httpx.AsyncHTTPTransport):

@@ -39,6 +39,7 @@ from studio.worker.transitions import (
     _record_ended,
     _record_refusal,
     _rest,
+    _rest_unknown,
     _rest_unsafe,
     _settle_unrecorded,
     build_payload,
@@ -342,13 +343,3 @@ class Steps:
             await asyncio.sleep(delay)
             delay *= 2
         raise AssertionError("unreachable")
-
-
-def _rest_unknown(task: Task) -> None:
-    """Rest a task whose job Ember answers 404 for `uncertain`; nothing is resubmitted."""
-    move(
-        task,
-        TaskState.UNCERTAIN,
-        phase=RECONCILE_PHASE,
-        error=f"Ember does not know job {task.ember_job_id}. Nothing was resubmitted.",
-    )

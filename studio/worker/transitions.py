@@ -257,6 +257,16 @@ def _rest_unsafe(task: Task, exc: EmberUnsafeId) -> Task:
     )
 
 
+def _rest_unknown(task: Task) -> Task:
+    """Rest a task whose job Ember answers 404 for `uncertain`; nothing is resubmitted."""
+    return move(
+        task,
+        TaskState.UNCERTAIN,
+        phase=RECONCILE_PHASE,
+        error=f"Ember does not know job {task.ember_job_id}. Nothing was resubmitted.",
+    )
+
+
 def record_asset(task: Task, original: originals.Original) -> Asset:
     """Write the generated original's row (with its history id when Ember sent one)."""
     result = task.result or {}
