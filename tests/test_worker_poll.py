@@ -117,6 +117,8 @@ def test_it_marks_a_job_ember_does_not_know_as_uncertain(subject, ember, worker)
 
     task.refresh_from_db()
     assert task.state == TaskState.UNCERTAIN
+    assert task.phase == "Reconcile before retry"
+    assert task.error == f"Ember does not know job {task.ember_job_id}. Nothing was resubmitted."
     assert len(fake.submits) == 1
 
 
