@@ -145,3 +145,33 @@ def test_it_rests_a_clip_accepted_under_an_unsafe_id_uncertain_even_when_recordi
     assert [a.outcome for a in task.attempts.all()] == [Attempt.Outcome.UNKNOWN]
     assert "'../x'" in task.attempts.get().error
     assert seen(ember) == [f"POST {JOBS}"]
+
+
+@pytest.mark.parametrize(
+    "result",
+    [
+        {"image": {"mime": "image/png", "sha256": "ab" * 32}, "history": {"id": "hist_1"}},
+        {"image": "img_1", "history": "hist_1"},
+        {"history": {"id": "hist_1"}},
+        ["img_1"],
+    ],
+    ids=["no image id", "not objects", "no image", "not an answer"],
+)
+def test_a_saved_answer_naming_no_image_rests_uncertain_once_and_sends_nothing(
+    subject, ember, worker, result
+):
+    FakeEmber(ember)
+    catch_strays(ember)
+    [task] = plan(subject)
+    move(task, TaskState.COPYING, ember_job_id="job_1", result=result)
+
+    drain(worker)
+
+    task.refresh_from_db()
+    assert task.state == TaskState.UNCERTAIN, task.error
+    assert task.error.startswith(
+        "Ember's saved answer names no image to copy. Nothing more was sent"
+    )
+    assert task.next_attempt_at is None, "rested, not parked to be tried again"
+    assert not Asset.objects.filter(task=task).exists()
+    assert seen(ember) == []

@@ -281,9 +281,10 @@ class Steps:
 
     async def finish(self, task: Task) -> None:
         """Copy first, release last (§6.7): the original, its row, then the PATCH."""
-        result = task.result or {}
-        image = result.get("image") or {}
-        history = result.get("history") or {}
+        result = task.result if isinstance(task.result, dict) else {}
+        # An answer saved without an image (an old row, an edit) rests the task as an
+        # unsafe image id does (`_copy`): nothing can be fetched, asking again won't help.
+        image, history = (_part(result, key) for key in ("image", "history"))
         # The asset row and `task.asset` are written in one transaction (record_asset),
         # so the task, read as this coroutine started, says whether the bytes are safe.
         asset = None if task.asset_id is None else await db(Asset.objects.get)(pk=task.asset_id)
@@ -324,6 +325,8 @@ class Steps:
 
     async def _copy(self, image: dict[str, Any]) -> originals.Original:
         """Fetch the image and save it as an original, retrying a few times."""
+        if "id" not in image:
+            raise EmberUnsafeId("Ember's saved answer names no image to copy.")
         delay = self.fetch_retry_delay
         for attempt in range(1, FETCH_TRIES + 1):
             try:
@@ -343,3 +346,9 @@ class Steps:
             await asyncio.sleep(delay)
             delay *= 2
         raise AssertionError("unreachable")
+
+
+def _part(result: dict[str, Any], key: str) -> dict[str, Any]:
+    """Return the `key` part of a saved answer, or {} when it is missing or not an object."""
+    part = result.get(key)
+    return part if isinstance(part, dict) else {}
