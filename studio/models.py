@@ -184,6 +184,16 @@ class Task(Versioned):
     def __str__(self) -> str:
         return f"{self.provider} {self.frame} #{self.ordinal} ({self.state})"
 
+    def saved(self, part: str) -> dict[str, Any]:
+        """Return one object of Ember's saved answer (`image`, `history`), or {}.
+
+        {} as well when the answer, or that part of it, is not an object: only an old
+        row or an edit can hold one (the client refuses such answers), and a reader
+        must not fail on it.
+        """
+        value = self.result.get(part) if isinstance(self.result, dict) else None
+        return value if isinstance(value, dict) else {}
+
     def attempt_under_key(self) -> "Attempt | None":
         """Return the attempt a clip was sent as under its current key, if it was sent.
 

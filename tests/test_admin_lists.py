@@ -165,6 +165,17 @@ def test_it_lists_each_tasks_attempts_and_shows_embers_saved_answer_readably(adm
     assert '"history_error": "history write failed"' in page  # indented JSON, not one line
 
 
+@pytest.mark.parametrize("result", [["img_31"], {"image": "img_31", "history": 7}])
+def test_it_shows_a_saved_answer_that_is_not_the_shape_ember_sends(admin_client, subject, result):
+    [task] = plan(subject)
+    move(task, TaskState.HISTORY_MISSING, ember_job_id="job_31", result=result)
+
+    page = text(admin_client.get(change_page(task)))
+
+    assert "image id:</strong> -" in page
+    assert "img_31" in page  # the answer itself, as saved
+
+
 # --- worker-owned fields are read-only ------------------------------------------------
 
 

@@ -225,3 +225,18 @@ def test_it_cannot_cancel_a_task_once_it_is_submitting(subject, ember, worker):
         engine.cancel_task(task=task)
     task.refresh_from_db()
     assert task.state == TaskState.SUBMITTING
+
+
+def test_it_finishes_from_a_saved_answer_whose_history_is_not_an_object(subject, ember, worker):
+    fake = FakeEmber(ember)
+    [task] = plan(subject)
+    async_to_sync(fake_submit)(worker, task)
+    result = {**fake.jobs["job_1"]["result"], "history": "hist_1"}
+    move(task, TaskState.COPYING, ember_job_id="job_1", result=result)
+
+    drain(worker)
+
+    task.refresh_from_db()
+    assert task.state == TaskState.HISTORY_MISSING, task.error
+    assert task.asset is not None and task.asset.ember_history_id == ""
+    assert fake.file_route.call_count == 1

@@ -183,16 +183,14 @@ class TaskAdmin(TaskRepairs):
     def saved_answer(self, task: Task) -> str:
         if not task.result:
             return "-"
-        result = task.result
-        image = result.get("image") or {}
-        history = result.get("history") or {}
+        result = task.result if isinstance(task.result, dict) else {}
         summary = [
-            ("image id", image.get("id") or "-"),
-            ("history id", history.get("id") or "-"),
+            ("image id", task.saved("image").get("id") or "-"),
+            ("history id", task.saved("history").get("id") or "-"),
             ("history error", result.get("history_error") or "-"),
         ]
         lines = format_html_join("", "<div><strong>{}:</strong> {}</div>", summary)
-        return format_html("{}{}", lines, pretty_json(result))
+        return format_html("{}{}", lines, pretty_json(task.result))
 
     @admin.display(description="protection released")
     def protection(self, task: Task) -> str:

@@ -281,10 +281,9 @@ class Steps:
 
     async def finish(self, task: Task) -> None:
         """Copy first, release last (§6.7): the original, its row, then the PATCH."""
-        result = task.result if isinstance(task.result, dict) else {}
         # An answer saved without an image (an old row, an edit) rests the task as an
         # unsafe image id does (`_copy`): nothing can be fetched, asking again won't help.
-        image, history = (_part(result, key) for key in ("image", "history"))
+        image, history = task.saved("image"), task.saved("history")
         # The asset row and `task.asset` are written in one transaction (record_asset),
         # so the task, read as this coroutine started, says whether the bytes are safe.
         asset = None if task.asset_id is None else await db(Asset.objects.get)(pk=task.asset_id)
@@ -305,7 +304,7 @@ class Steps:
         if released is not True and asset.ember_image_id:
             # Always the image whose bytes Avatars holds, never one it did not copy.
             released = await self.client.release(asset.ember_image_id)
-        await db(_rest)(task, asset, result, released)
+        await db(_rest)(task, asset, released)
 
     async def _copy_or_rest(self, task: Task, image: dict[str, Any]) -> originals.Original | None:
         """Copy the image, or rest the task where the failure says and return None."""
@@ -346,9 +345,3 @@ class Steps:
             await asyncio.sleep(delay)
             delay *= 2
         raise AssertionError("unreachable")
-
-
-def _part(result: dict[str, Any], key: str) -> dict[str, Any]:
-    """Return the `key` part of a saved answer, or {} when it is missing or not an object."""
-    part = result.get(key)
-    return part if isinstance(part, dict) else {}

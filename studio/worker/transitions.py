@@ -269,9 +269,7 @@ def _rest_unknown(task: Task) -> Task:
 
 def record_asset(task: Task, original: originals.Original) -> Asset:
     """Write the generated original's row (with its history id when Ember sent one)."""
-    result = task.result or {}
-    image = result.get("image") or {}
-    history = result.get("history") or {}
+    image, history = task.saved("image"), task.saved("history")
     metadata = image.get("metadata") or {}
     with transaction.atomic():
         asset = Asset.objects.create_stored(
@@ -288,7 +286,7 @@ def record_asset(task: Task, original: originals.Original) -> Asset:
             provider=metadata.get("provider") or task.provider,
             model=metadata.get("model") or task.model,
             prompt=task.prompt,
-            upstream=result,
+            upstream=task.result,
         )
         # A new row has no subjects yet: insert the links without reading them first.
         Asset.subjects.through.objects.bulk_create(
@@ -299,18 +297,19 @@ def record_asset(task: Task, original: originals.Original) -> Asset:
     return asset
 
 
-def _rest(task: Task, asset: Asset, result: dict[str, Any], released: bool | None) -> Task:
+def _rest(task: Task, asset: Asset, released: bool | None) -> Task:
     """Write `done` when the asset has its history id, else `history_missing` saying why."""
     if asset.ember_history_id:
         return move(task, TaskState.DONE, phase="Complete", error="", protection_released=released)
-    image_id = (result.get("image") or {}).get("id")
+    image_id = task.saved("image").get("id")
     if image_id != asset.ember_image_id:
         error = (
             f"The saved answer is about image {image_id}, not this task's image "
             f"{asset.ember_image_id}; its history was not used."
         )
     else:
-        error = result.get("history_error") or "Ember did not write its history row."
+        said = task.result.get("history_error") if isinstance(task.result, dict) else None
+        error = said or "Ember did not write its history row."
     return move(
         task,
         TaskState.HISTORY_MISSING,
