@@ -218,6 +218,10 @@ class SimProcess:
         if not self.url.startswith("http://"):
             raise ChildFailed(f"the simulator did not start: {self.url!r}")
 
+    def cpu_seconds(self) -> float:
+        """Return the CPU time the simulator has used so far (NaN where /proc is not)."""
+        return process_cpu_seconds(self.proc.pid)
+
     def close(self) -> None:
         assert self.proc.stdin is not None
         self.proc.stdin.close()  # the simulator stops when its stdin ends
@@ -304,6 +308,16 @@ def status_kib(pid: int, field: str = "VmRSS") -> int:
         if line.startswith(f"{field}:"):
             return int(line.split()[1])
     raise RuntimeError(f"no {field} for process {pid}")
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """Return the user + system CPU seconds a process used, all its threads (NaN without /proc)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return math.nan
+    fields = stat.rsplit(")", 1)[1].split()  # after the command, which may hold spaces
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def machine(path: Path) -> str:

@@ -1,6 +1,10 @@
 """Which benchmark runs are kept to compare with: full runs of every stage only."""
 
-from bench.common import Result, report, run_kind
+import os
+import time
+
+from bench.common import Result, process_cpu_seconds, report, run_kind
+from bench.slots import describe
 
 STAGES = ("pump", "throughput", "slots")
 
@@ -23,3 +27,25 @@ def test_the_printed_table_says_what_kind_of_run_it_was() -> None:
 
     assert printed[0] == "Avatars benchmarks (partial run, 28 s)"
     assert "| throughput with 4, 16, 64 slots | 0.90x | each ≥ 90% | PASS | figures |" in printed
+
+
+def test_a_slot_count_is_printed_with_where_its_time_went() -> None:
+    figures = {"tasks": 80, "seconds": 5.0, "rate": 16.0, "db_busy": 0.16, "hop": 0.008}
+
+    printed = describe(16, {**figures, "cpu": 0.024, "sim_cpu": 0.017})
+
+    assert printed == (
+        "16 slots: 16.0 tasks/s of 16 (100%, 80 tasks in 5.0 s; database thread busy 16%, "
+        "a hop 8 ms; CPU a task: worker 24 ms, simulator 17 ms)"
+    )
+
+
+def test_a_process_cpu_time_grows_with_the_work_it_does() -> None:
+    before = process_cpu_seconds(os.getpid())
+    deadline = time.process_time() + 0.2
+    while time.process_time() < deadline:
+        pass
+
+    spent = process_cpu_seconds(os.getpid()) - before
+
+    assert 0.15 <= spent <= 5, f"{spent:.2f} s of CPU counted for 0.2 s spent"

@@ -8,10 +8,12 @@ state is still committed before the act it names (tests/test_worker_*.py and
 the kill points check that), which is why the commits cannot go below six a task.
 """
 
+from contextlib import AbstractContextManager
+
 import pytest
 from django.conf import settings
 
-from bench.cost import WorkerCost
+from bench.cost import ThreadTime, WorkerCost
 from studio import engine
 from studio.ember.client import EmberClient
 from studio.models import Asset, Task, TaskState
@@ -35,8 +37,8 @@ MAX_COMMITS = 6.2
 SQLITE = settings.DATABASES["default"]["ENGINE"].endswith("sqlite3")
 
 
-def drive_images(subject, ember) -> WorkerCost:
-    """Plan TASKS image tasks and drive them to `done`; return what that cost."""
+def drive_images(subject, ember, watch: AbstractContextManager | None = None) -> WorkerCost:
+    """Plan TASKS image tasks and drive them to `done` under `watch`; return what that cost."""
     fake = FakeEmber(ember)
     providers = [{"provider": p, "candidates": TASKS // 3} for p in ("openai", "google", "flux")]
     batch = engine.generate(request=batch_request(subject, providers=providers))
@@ -45,7 +47,7 @@ def drive_images(subject, ember) -> WorkerCost:
     worker = Worker(client=EmberClient(), workers=4, poll_interval=0, tick=60, fetch_retry_delay=0)
     cost = WorkerCost()
 
-    with cost.counting():
+    with watch or cost.counting():
         drain(worker)
 
     states = list(Task.objects.filter(batch=batch).values_list("state", flat=True))
@@ -72,3 +74,18 @@ def test_it_drives_image_tasks_within_its_budget_of_statements_and_commits(subje
 
     assert cost.statements / TASKS <= MAX_STATEMENTS, figures(cost)
     assert cost.commits / TASKS <= MAX_COMMITS, figures(cost)
+
+
+def test_the_thread_time_takes_in_every_hop_and_the_time_the_thread_ran_them(subject, ember):
+    timed = ThreadTime()
+
+    drive_images(subject, ember, timed.timing())
+
+    per_task = len(timed.hops) / TASKS
+    assert 6 <= per_task <= MAX_HOPS, f"{per_task:.2f} hops timed a task"
+    # Each hop's time, seen from the coroutine, includes the thread's run of it.
+    assert 0 < timed.busy <= sum(timed.hops), (timed.busy, sum(timed.hops))
+    assert timed.median_hop() > 0
+    # Afterwards the worker hands its calls to the real `db` again: nothing is timed.
+    drive_images(subject, ember)
+    assert len(timed.hops) == per_task * TASKS
