@@ -4,7 +4,9 @@ import re
 from typing import Any
 
 import pytest
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 
 from studio import engine, originals
 from studio.models import Asset, AvatarSet, Batch, Origin, Subject, Task, TaskState
@@ -346,3 +348,31 @@ def test_it_orders_rows_of_one_provider_by_model_as_the_request_listed_them(
 
     expected = [("flux-pro", 1), ("gpt-image-1", 1), ("flux-dev", 1), ("flux-dev", 2)]
     assert result_links(body) == [by_row[key].pk for key in expected]
+
+
+def test_the_batch_pages_cost_the_same_queries_for_one_result_as_for_eight(
+    signed_in: Client, subject
+):
+    batch = engine.generate(
+        request=batch_request(subject, providers=[{"provider": "openai", "candidates": 8}])
+    )
+    tasks = list(batch.tasks.order_by("ordinal"))
+    first = deliver(tasks[0], 1)
+    page = f"/batches/{batch.pk}/"
+    urls = (page, f"{page}progress/", f"{page}results/", f"/assets/{first.pk}/")
+
+    def queries() -> dict[str, int]:
+        counted = {}
+        for url in urls:
+            with CaptureQueriesContext(connection) as seen:
+                assert signed_in.get(url).status_code == 200
+            counted[url] = len(seen)
+        return counted
+
+    one = queries()
+    for seed, task in enumerate(tasks[1:], start=2):
+        deliver(task, seed)
+    eight = queries()
+
+    # A field the results' query leaves out, read for each row, costs a query a result.
+    assert eight == one, f"queries with 1 result: {one}; with 8: {eight}"

@@ -20,7 +20,19 @@ def delivered(batch: Batch) -> list[Task]:
         batch.tasks.filter(asset__isnull=False)  # counted alike by the live progress
         .select_related("asset")
         .prefetch_related("asset__subjects")
-        .only("pk", "provider", "provider_label", "model", "frame", "ordinal", "state", "asset")
+        # `batch` too: the related manager hands each row its batch by that column, and
+        # a column left out is read back one query a row.
+        .only(
+            "pk",
+            "batch",
+            "provider",
+            "provider_label",
+            "model",
+            "frame",
+            "ordinal",
+            "state",
+            "asset",
+        )
     )
     return batch.in_form_order(list(tasks))
 
