@@ -1,5 +1,6 @@
 """The admin's lists and pages: each renders, finds tasks, keeps worker-owned fields read-only."""
 
+import re
 from datetime import timedelta
 from typing import Any
 
@@ -7,7 +8,7 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from studio.models import ApiToken, Attempt, Task, TaskState, WorkerHeartbeat
+from studio.models import ApiToken, Attempt, HistorySearch, Task, TaskState, WorkerHeartbeat
 from studio.store import move
 from tests.admin_pages import change_page, changelist, form_of, row_of, text
 from tests.factories import a_set, ember_result, plan, stored_asset, uncertain
@@ -174,6 +175,26 @@ def test_it_shows_a_saved_answer_that_is_not_the_shape_ember_sends(admin_client,
 
     assert "image id:</strong> -" in page
     assert "img_31" in page  # the answer itself, as saved
+
+
+def test_it_says_how_often_the_worker_searched_embers_history_for_a_task(admin_client, subject):
+    searched, never = plan(subject, candidates=2)
+    for task in (searched, never):
+        uncertain(task)
+    at = timezone.now().replace(year=2026, month=11, day=30, hour=21, minute=5, second=9)
+    HistorySearch.objects.create(task=searched, searched_at=at, searches=3)
+
+    shown = [
+        re.search(
+            r"History searched by the worker:</label>\s*<div class=\"readonly\">([^<]*)<", page
+        )
+        for page in (text(admin_client.get(change_page(task))) for task in (searched, never))
+    ]
+
+    assert [found and found.group(1) for found in shown] == [
+        "3 times, last at 2026-11-30 21:05:09 UTC",
+        "never",
+    ]
 
 
 # --- worker-owned fields are read-only ------------------------------------------------

@@ -13,7 +13,16 @@ from studio.admin.base import ReadOnlyInline
 from studio.admin.display import ProviderFilter, admin_link, pretty_json, protection_text
 from studio.admin.repairs import TaskRepairs
 from studio.ember.client import history_url, job_url
-from studio.models import ACTIVE, RECONCILABLE, Attempt, Kind, Subject, Task, TaskState
+from studio.models import (
+    ACTIVE,
+    RECONCILABLE,
+    Attempt,
+    HistorySearch,
+    Kind,
+    Subject,
+    Task,
+    TaskState,
+)
 
 # What a person runs to look a task up in Ember themselves (the token stays in their shell).
 LOOKUP = """curl -H "Authorization: Bearer $EMBER_TOKEN" '{}'"""
@@ -118,6 +127,7 @@ class TaskAdmin(TaskRepairs):
                 "fields": (
                     "ember_job_id",
                     "clip_key",
+                    "history_searches",
                     "ember_lookup",
                     "saved_answer",
                     "protection",
@@ -161,6 +171,15 @@ class TaskAdmin(TaskRepairs):
         if task.kind != Kind.CLIP:
             return "none: an image has no key, every submit is a new paid job"
         return task.idempotency_key or "-"
+
+    @admin.display(description="history searched by the worker")
+    def history_searches(self, task: Task) -> str:
+        """Say how often the worker looked for this task's lost submit in Ember's history."""
+        noted = HistorySearch.objects.filter(task_id=task.pk).first()
+        if noted is None:
+            return "never"
+        times = "once" if noted.searches == 1 else f"{noted.searches} times"
+        return f"{times}, last at {noted.searched_at:%Y-%m-%d %H:%M:%S} UTC"
 
     @admin.display(description="look it up in Ember")
     def ember_lookup(self, task: Task) -> str:
