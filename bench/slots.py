@@ -13,12 +13,12 @@ the database thread was busy and how long a hop to it took (median), and the CPU
 the worker spent a task and the simulator a job (both on this machine's cores).
 """
 
-import resource
+import os
 import time
 from typing import Any
 
 from bench import data
-from bench.common import Child, Context, Result, SimProcess
+from bench.common import Child, Context, Result, SimProcess, process_cpu_seconds
 from bench.cost import ThreadTime
 from studio.models import Task, TaskState
 from studio.worker import Worker
@@ -80,12 +80,12 @@ def op_drive(slots: int, tasks: int) -> dict[str, float]:
     subject = data.subject_with_reference()
     data.plan(tasks, subject)
     thread = ThreadTime()
-    cpu = _cpu_seconds()
+    cpu = process_cpu_seconds(os.getpid())
     started = time.perf_counter()
     with thread.timing():
         data.run_once(Worker(workers=slots, poll_interval=POLL_INTERVAL))
     seconds = time.perf_counter() - started
-    cpu = _cpu_seconds() - cpu
+    cpu = process_cpu_seconds(os.getpid()) - cpu
     done = Task.objects.filter(state=TaskState.DONE).count()
     if done != tasks:
         raise RuntimeError(f"only {done} of {tasks} tasks reached done")
@@ -97,8 +97,3 @@ def op_drive(slots: int, tasks: int) -> dict[str, float]:
         "hop": thread.median_hop(),
         "cpu": cpu / tasks,
     }
-
-
-def _cpu_seconds() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
