@@ -39,7 +39,7 @@ COUNTED = ("statements", "commits", "hops")  # what the worker costs its databas
 
 
 def run(ctx: Context) -> Result:
-    total = ctx.size(1_000, 100)
+    total = ctx.size(2_000, 100)
     per_round = ctx.size(200, 50)
     rounds = total // per_round
     ctx.log(f"throughput: {total} tasks each for the engine and the bare client, {rounds} rounds")
