@@ -20,6 +20,7 @@ from PIL import Image, ImageDraw
 
 from studio import engine
 from studio.models import Asset, Attempt, Batch, Origin, Subject, Task, TaskState
+from studio.worker.loop import tune_interpreter
 
 BATCH_TASKS = 200  # tasks per history batch, the most one request may plan
 CHUNK = 10_000  # rows held in memory at once while writing history
@@ -90,6 +91,7 @@ def plan(tasks: int, subject: Subject) -> list[Batch]:
 def run_once(worker: Any) -> None:
     """Drive what is due to a resting point holding the worker's locks, as `run_worker` does."""
     worker.lock()
+    tune_interpreter()
     try:
         asyncio.run(worker.run(once=True))
     finally:

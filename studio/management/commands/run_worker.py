@@ -10,6 +10,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from studio import metrics
 from studio.ownership import AlreadyRunning, NotDurable, OwnershipLost, stand_by
 from studio.worker import Worker
+from studio.worker.loop import tune_interpreter
 
 STOPPED_STANDING_BY = "Stopped while standing by: this worker never owned the database."
 
@@ -42,6 +43,7 @@ class Command(BaseCommand):
         try:
             # The owner alone tidies the figure files: no other worker is starting now.
             metrics.forget_dead_processes()
+            tune_interpreter()
             asyncio.run(self._run(worker, once=options["once"]))
         except OwnershipLost as exc:
             raise CommandError(str(exc)) from None  # a non-zero exit: the lock is gone
