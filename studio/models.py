@@ -194,6 +194,11 @@ class Task(Versioned):
         value = self.result.get(part) if isinstance(self.result, dict) else None
         return value if isinstance(value, dict) else {}
 
+    def saved_history_error(self) -> str:
+        """Return what Ember's saved answer says went wrong writing its history row, or ""."""
+        said = self.result.get("history_error") if isinstance(self.result, dict) else None
+        return str(said) if said else ""
+
     def attempt_under_key(self) -> "Attempt | None":
         """Return the attempt a clip was sent as under its current key, if it was sent.
 

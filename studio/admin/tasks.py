@@ -202,11 +202,10 @@ class TaskAdmin(TaskRepairs):
     def saved_answer(self, task: Task) -> str:
         if not task.result:
             return "-"
-        result = task.result if isinstance(task.result, dict) else {}
         summary = [
             ("image id", task.saved("image").get("id") or "-"),
             ("history id", task.saved("history").get("id") or "-"),
-            ("history error", result.get("history_error") or "-"),
+            ("history error", task.saved_history_error() or "-"),
         ]
         lines = format_html_join("", "<div><strong>{}:</strong> {}</div>", summary)
         return format_html("{}{}", lines, pretty_json(task.result))

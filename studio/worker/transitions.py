@@ -308,8 +308,7 @@ def _rest(task: Task, asset: Asset, released: bool | None) -> Task:
             f"{asset.ember_image_id}; its history was not used."
         )
     else:
-        said = task.result.get("history_error") if isinstance(task.result, dict) else None
-        error = said or "Ember did not write its history row."
+        error = task.saved_history_error() or "Ember did not write its history row."
     return move(
         task,
         TaskState.HISTORY_MISSING,
