@@ -1,25 +1,53 @@
 // Avatars studio: small helpers for pages of pictures. Every page works without them.
-// - a selection bar counts the ticked images and keeps the order they were ticked in;
+// - a selection bar counts the ticked images and keeps the order they were ticked in,
+//   and, where the pictures come a page at a time, the ticks of the other pages;
 // - a set's chosen images can be dragged into a new order (the move buttons stay);
 // - the viewer steps through a batch's results with the arrow keys;
 // - the "Task details" section stays open across the progress section's live updates.
 (function () {
   "use strict";
 
-  // --- ticking, in order -------------------------------------------------------------
+  // --- ticking, in order, and across pages -------------------------------------------
+  // A bar marked data-keep="name" keeps its ticks in this tab (sessionStorage) while the
+  // person moves between the pages of the same pictures; those ticked on other pages go
+  // with the form as hidden fields. Once the form is sent they are set aside: the next
+  // page brings them back only if it shows an error (the server did not take them).
   function ticks(form) {
     return Array.from(form.querySelectorAll('input[type=checkbox][name=assets]'));
+  }
+
+  function keptUnder(form) {
+    var bar = form.querySelector("[data-selection][data-keep]");
+    return bar ? "avatars:ticks:" + bar.getAttribute("data-keep") : "";
+  }
+
+  function kept(key) {
+    var value = key ? sessionStorage.getItem(key) : null;
+    return value ? value.split(",") : [];
+  }
+
+  function keep(key, ids) {
+    if (!key) return;
+    if (ids.length) sessionStorage.setItem(key, ids.join(","));
+    else sessionStorage.removeItem(key);
   }
 
   function orderOf(form) {
     var field = form.querySelector("[data-order]");
     var ids = field && field.value ? field.value.split(",") : [];
+    var here = ticks(form).map(function (box) { return box.value; });
     var checked = ticks(form).filter(function (box) { return box.checked; })
       .map(function (box) { return box.value; });
-    // Keep the ticks still standing, then any the browser restored that the order missed.
-    ids = ids.filter(function (id) { return checked.indexOf(id) !== -1; });
+    // Keep the ticks of other pages and those still standing here, then any the browser
+    // restored that the order missed.
+    ids = ids.filter(function (id) { return here.indexOf(id) === -1 || checked.indexOf(id) !== -1; });
     checked.forEach(function (id) { if (ids.indexOf(id) === -1) ids.push(id); });
     return ids;
+  }
+
+  function elsewhere(form, ids) {
+    var here = ticks(form).map(function (box) { return box.value; });
+    return ids.filter(function (id) { return here.indexOf(id) === -1; });
   }
 
   function showSelection(form) {
@@ -27,9 +55,14 @@
     if (!bar) return;
     var ids = orderOf(form);
     bar.querySelector("[data-order]").value = ids.join(",");
+    keep(keptUnder(form), ids);
+    var away = elsewhere(form, ids).length;
     var count = bar.querySelector("[data-testid=ticked-count]");
-    count.textContent = ids.length === 0 ? "Nothing ticked yet"
-      : ids.length === 1 ? "1 image ticked" : ids.length + " images ticked";
+    count.textContent = (ids.length === 0 ? "Nothing ticked yet"
+      : ids.length === 1 ? "1 image ticked" : ids.length + " images ticked") +
+      (away ? " (" + away + " on other pages)" : "");
+    var untick = bar.querySelector("[data-untick]");
+    if (untick) untick.hidden = ids.length === 0;
     ticks(form).forEach(function (box) {
       var at = ids.indexOf(box.value);
       var label = box.closest("label");
@@ -37,10 +70,30 @@
     });
   }
 
+  function setUpSelection(form) {
+    var key = keptUnder(form);
+    if (key) {
+      var sent = sessionStorage.getItem(key + ":sent");
+      if (sent !== null) {
+        sessionStorage.removeItem(key + ":sent");
+        if (document.querySelector(".messages .error") && !kept(key).length) {
+          sessionStorage.setItem(key, sent);
+        }
+      }
+      // What this tab kept is the truth: a page the browser kept in its history may
+      // show ticks from before others were ticked, or before the form was sent.
+      form.querySelectorAll("input[data-elsewhere]").forEach(function (field) { field.remove(); });
+      var ids = kept(key);
+      form.querySelector("[data-order]").value = ids.join(",");
+      ticks(form).forEach(function (box) { box.checked = ids.indexOf(box.value) !== -1; });
+    }
+    showSelection(form);
+  }
+
   function setUpSelections(root) {
     root.querySelectorAll("[data-selection]").forEach(function (bar) {
       var form = bar.closest("form");
-      if (form) showSelection(form);
+      if (form) setUpSelection(form);
     });
   }
 
@@ -54,6 +107,31 @@
     if (box.checked) ids.push(box.value);
     field.value = ids.join(",");
     showSelection(box.form);
+  });
+
+  document.addEventListener("click", function (event) {
+    var untick = event.target instanceof Element && event.target.closest("[data-untick]");
+    if (!untick || !untick.form) return;
+    ticks(untick.form).forEach(function (box) { box.checked = false; });
+    untick.form.querySelector("[data-order]").value = "";
+    showSelection(untick.form);
+  });
+
+  document.addEventListener("submit", function (event) {
+    var form = event.target;
+    var key = form instanceof HTMLFormElement ? keptUnder(form) : "";
+    if (!key) return;
+    var ids = orderOf(form);
+    elsewhere(form, ids).forEach(function (id) {
+      var field = document.createElement("input");
+      field.type = "hidden";
+      field.name = "assets";
+      field.value = id;
+      field.setAttribute("data-elsewhere", "");
+      form.appendChild(field);
+    });
+    sessionStorage.setItem(key + ":sent", ids.join(","));
+    sessionStorage.removeItem(key);
   });
 
   // --- dragging a set's images into order ---------------------------------------------

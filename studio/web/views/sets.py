@@ -145,6 +145,8 @@ def set_detail(request: HttpRequest, set_id: int) -> HttpResponse:
             "items": items,
             "blocked": blocked,
             "page": page_of(request, candidates, PICKER_PAGE),
+            # The picker's ticks are kept across its pages, apart from other sets' (pictures.js).
+            "picker_keep": f"set-{found.pk}",
         },
     )
 
