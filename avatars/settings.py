@@ -87,6 +87,11 @@ AVATARS_MAX_BODY_BYTES = env_int(
 # pixels decoded across all of them, so a tiny file cannot cost minutes of CPU.
 AVATARS_MAX_FRAMES = env_int("AVATARS_MAX_FRAMES", 300, minimum=1)
 AVATARS_MAX_TOTAL_PIXELS = env_int("AVATARS_MAX_TOTAL_PIXELS", 200_000_000, minimum=1)
+# Pillow composes each frame onto canvases of the whole size (several at once): an
+# animation's canvas is capped well below a still's, so one costs no more memory.
+AVATARS_MAX_ANIMATION_PIXELS = env_int("AVATARS_MAX_ANIMATION_PIXELS", 10_000_000, minimum=1)
+# Full decodes (uploads, Ember's results, thumbnails) a process runs at once; more wait.
+AVATARS_DECODES_AT_ONCE = env_int("AVATARS_DECODES_AT_ONCE", 2, minimum=1)
 
 # Request bodies other than files stay small (JSON, forms); files are capped at
 # AVATARS_MAX_IMAGE_BYTES while they stream in (studio.uploads).
@@ -227,6 +232,11 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "loggers": {
         "studio": {"handlers": ["console"], "level": env_str("AVATARS_LOG_LEVEL", "INFO")},
+        # Django's own console output is for DEBUG only, and it mails errors to ADMINS (none
+        # here): without this, a 500 in production would leave no trace. 4xx answers to bad
+        # input are not errors of ours, and are not logged one by one.
+        "django": {"handlers": ["console"], "level": "WARNING"},
+        "django.request": {"level": "ERROR"},
         "httpx": {"level": "WARNING"},
     },
 }

@@ -12,13 +12,17 @@ import contextlib
 import hashlib
 import io
 import os
+import threading
 import time
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from django.conf import settings
 from PIL import Image, ImageSequence, UnidentifiedImageError
+
+from studio import jpeg
 
 # Pillow format -> (mime, extension). Anything else is refused.
 FORMATS = {
@@ -27,6 +31,10 @@ FORMATS = {
     "WEBP": ("image/webp", ".webp"),
     "GIF": ("image/gif", ".gif"),
 }
+# A phone's multi-picture JPEG (MPO: the photo, then a preview or a depth map) is a JPEG
+# that every reader shows as its first picture: stored and served as the JPEG it is.
+# Its pictures are decoded one by one, each on its own, never composed like frames.
+ALIASES = {"MPO": "JPEG"}
 EXTENSIONS = {ext for _mime, ext in FORMATS.values()}
 TEMP_SUFFIX = ".tmp"
 MAX_SIDE = 16_384  # pixels; a 1 x 100000 strip is within the pixel cap but no photo
@@ -34,6 +42,7 @@ CHECKSUM_FAILED = "Stored original failed its checksum."
 # A temporary file younger than this may be a write in progress (an upload the web
 # process is saving right now), not one a dead process left behind.
 STALE_AFTER = 10 * 60  # seconds
+_DECODES = threading.BoundedSemaphore(settings.AVATARS_DECODES_AT_ONCE)
 
 
 class NotAnImage(ValueError):
@@ -99,11 +108,13 @@ def inspect(data: bytes) -> ImageInfo:
     if len(data) > settings.AVATARS_MAX_IMAGE_BYTES:
         raise NotAnImage(too_large())
     try:
-        with warnings.catch_warnings():
+        if jpeg.is_jpeg(data):
+            jpeg.check_header(data)  # before Pillow reads it, a byte at a time
+        with warnings.catch_warnings(), decoding():
             # A decompression bomb is an error here, not a warning to log and go on.
             warnings.simplefilter("error", Image.DecompressionBombWarning)
             with Image.open(io.BytesIO(data), formats=list(FORMATS)) as img:
-                fmt = img.format or ""
+                fmt = ALIASES.get(img.format or "", img.format or "")
                 width, height = img.size
                 if width * height > settings.AVATARS_MAX_IMAGE_PIXELS:
                     raise NotAnImage(f"The image has too many pixels ({width} x {height}).")
@@ -112,17 +123,23 @@ def inspect(data: bytes) -> ImageInfo:
                         f"The image is {width} x {height} pixels; "
                         f"no side may be longer than {MAX_SIDE}."
                     )
+                if fmt == "JPEG":
+                    jpeg.check_scans(jpeg.scans(data), width, height)
                 # Counting frames only parses their headers; every frame is decoded onto
                 # the whole canvas, so a tiny file with many frames on a large canvas
                 # would cost minutes and gigabytes: refuse it before decoding any.
-                _check_frames(getattr(img, "n_frames", 1), width, height)
+                declared = getattr(img, "n_frames", 1)
+                _check_frames(declared, width, height, animated=fmt != "JPEG")
                 frames = 0
                 for frame in ImageSequence.Iterator(img):
                     frames += 1
-                    _check_frames(frames, width, height)  # a declared count may lie
+                    # A declared count may lie.
+                    _check_frames(frames, width, height, animated=fmt != "JPEG")
                     frame.load()
     except NotAnImage:
         raise
+    except jpeg.BadJpeg as exc:
+        raise NotAnImage(str(exc)) from None
     except (Image.DecompressionBombError, Image.DecompressionBombWarning):
         raise NotAnImage("The image has too many pixels.") from None
     except UnidentifiedImageError:
@@ -133,8 +150,18 @@ def inspect(data: bytes) -> ImageInfo:
     return ImageInfo(mime=mime, extension=extension, width=width, height=height, frames=frames)
 
 
-def _check_frames(frames: int, width: int, height: int) -> None:
-    """Refuse an animation with too many frames or too many pixels across its frames."""
+def _check_frames(frames: int, width: int, height: int, *, animated: bool) -> None:
+    """Refuse an animation with too many frames, too large a canvas or too many pixels.
+
+    Each frame of an animation is composed onto a canvas of the whole size, and Pillow
+    holds several canvases at once while it does; a multi-picture JPEG's pictures are
+    decoded each on its own (`animated` False), so only its count and total are capped.
+    """
+    if frames > 1 and animated and width * height > settings.AVATARS_MAX_ANIMATION_PIXELS:
+        raise NotAnImage(
+            f"The animation is {width} x {height} pixels; an animation may have at most "
+            f"{settings.AVATARS_MAX_ANIMATION_PIXELS:,} pixels a frame."
+        )
     if frames > settings.AVATARS_MAX_FRAMES:
         raise NotAnImage(
             f"The image has {frames} frames; at most {settings.AVATARS_MAX_FRAMES} are accepted."
@@ -144,6 +171,17 @@ def _check_frames(frames: int, width: int, height: int) -> None:
             f"The animation has too many pixels across its frames ({frames} frames of "
             f"{width} x {height}; at most {settings.AVATARS_MAX_TOTAL_PIXELS:,} in all)."
         )
+
+
+@contextlib.contextmanager
+def decoding() -> Iterator[None]:
+    """Hold one of the process's few places to decode an image in full (wait for one).
+
+    A full decode takes up to a few hundred MB for the largest image the caps let in;
+    without a bound, a handful of uploads (or thumbnails) at once would take gigabytes.
+    """
+    with _DECODES:
+        yield
 
 
 def too_large() -> str:

@@ -53,15 +53,23 @@ def thumbnail(*, sha256: str, mime: str, size: int) -> Path:
 
 
 def render(data: bytes, size: int) -> bytes:
-    """Encode a still WebP of the image's first frame, fitted inside `size` x `size`."""
-    with Image.open(io.BytesIO(data)) as img:
-        # convert() copies only the current frame, which is the first right after open().
+    """Encode a still WebP of the image's first frame, fitted inside `size` x `size`.
+
+    A JPEG is decoded at the smallest of 1/8, 1/4, 1/2 or full scale that still covers
+    the size (libjpeg scales as it decodes): a 40-megapixel photo then takes a few MB,
+    not a few hundred. Other formats are decoded whole, one at a time per `decoding()`.
+    """
+    with originals.decoding(), Image.open(io.BytesIO(data)) as img:
+        img.draft(None, (size, size))  # only a JPEG takes it; other formats ignore it
         has_alpha = img.mode in ("RGBA", "LA", "PA") or "transparency" in img.info
-        still = img.convert("RGBA" if has_alpha else "RGB")
-    still.thumbnail((size, size), Image.Resampling.LANCZOS)
-    # A thumbnail carries no metadata of its original (EXIF, XMP), only its colour profile.
-    icc = still.info.get("icc_profile")
-    still.info.clear()
-    out = io.BytesIO()
-    still.save(out, "WEBP", quality=QUALITY, method=4, **({"icc_profile": icc} if icc else {}))
+        target = "RGBA" if has_alpha else "RGB"
+        img.load()  # the first frame, right after open()
+        # convert() copies (the current frame only); an image already in the mode is kept.
+        still = img if img.mode == target else img.convert(target)
+        still.thumbnail((size, size), Image.Resampling.LANCZOS)
+        # A thumbnail carries no metadata of its original (EXIF, XMP), only its colour profile.
+        icc = still.info.get("icc_profile")
+        still.info.clear()
+        out = io.BytesIO()
+        still.save(out, "WEBP", quality=QUALITY, method=4, **({"icc_profile": icc} if icc else {}))
     return out.getvalue()

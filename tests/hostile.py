@@ -32,3 +32,63 @@ def animated(fmt: str, frames: int, size: tuple[int, int] = (8, 8)) -> bytes:
     out = io.BytesIO()
     images[0].save(out, fmt, save_all=True, append_images=images[1:], duration=40, loop=0)
     return out.getvalue()
+
+
+def _jpeg(img: Image.Image, **kwargs: object) -> bytes:
+    out = io.BytesIO()
+    img.save(out, "JPEG", **kwargs)
+    return out.getvalue()
+
+
+def _segments(data: bytes) -> list[tuple[int, bytes]]:
+    """Split a JPEG into (marker, bytes) parts; a scan's part runs to the next marker."""
+    parts: list[tuple[int, bytes]] = []
+    pos = 2
+    while pos < len(data):
+        marker = data[pos + 1]
+        if marker == 0xD9:
+            parts.append((marker, data[pos : pos + 2]))
+            break
+        (length,) = struct.unpack_from(">H", data, pos + 2)
+        end = pos + 2 + length
+        if marker == 0xDA:  # compressed data follows, up to a marker not 0x00 or RSTn
+            while not (data[end] == 0xFF and data[end + 1] not in (0x00, *range(0xD0, 0xD8))):
+                end += 1
+        parts.append((marker, data[pos:end]))
+        pos = end
+    return parts
+
+
+def repeated_scans(width: int = 2000, height: int = 2000, repeat: int = 50) -> bytes:
+    """Return a progressive JPEG whose small refinement scans come `repeat` times more.
+
+    Each scan is a pass over the whole image: a few hundred KB of repeats cost a core
+    for minutes at 6000 x 6000 (36 million pixels a pass).
+    """
+    data = _jpeg(Image.new("L", (width, height), 128), progressive=True, quality=90)
+    parts = _segments(data)
+    scans = [part for marker, part in parts if marker == 0xDA]
+    extra = b"".join(scan for scan in scans[1:] if len(scan) < 100) * repeat
+    head = b"".join(part for marker, part in parts if marker != 0xD9)
+    return b"\xff\xd8" + head + extra + b"\xff\xd9"
+
+
+def padded_jpeg(padding: int = 1024 * 1024, byte: int = 0xFF) -> bytes:
+    """Return a small JPEG with `padding` fill (0xFF) or junk bytes before its first segment."""
+    data = _jpeg(Image.new("RGB", (64, 48), (200, 10, 10)))
+    return data[:2] + bytes([byte]) * padding + data[2:]
+
+
+def many_segment_jpeg(segments: int = 5000) -> bytes:
+    """Return a small JPEG whose header holds `segments` empty comments (4 bytes each)."""
+    data = _jpeg(Image.new("RGB", (64, 48), (10, 200, 10)))
+    return data[:2] + b"\xff\xfe\x00\x02" * segments + data[2:]
+
+
+def multi_picture_jpeg() -> bytes:
+    """Return a phone's multi-picture JPEG (MPO): a photo, then a second picture."""
+    first = Image.new("RGB", (64, 48), (30, 60, 90))
+    second = Image.new("RGB", (32, 24), (90, 60, 30))
+    out = io.BytesIO()
+    first.save(out, "MPO", save_all=True, append_images=[second])
+    return out.getvalue()

@@ -21,7 +21,14 @@ from PIL import Image
 from studio.api.auth import issue_token
 from studio.models import Asset
 from tests.factories import png_bytes
-from tests.hostile import animated, many_frame_gif
+from tests.hostile import (
+    animated,
+    many_frame_gif,
+    many_segment_jpeg,
+    multi_picture_jpeg,
+    padded_jpeg,
+    repeated_scans,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -54,12 +61,21 @@ def corpus() -> dict[str, tuple[bytes, str]]:
             "no side may be longer",
         ),
         "BMP (not allowed)": (encoded(Image.new("RGB", (10, 10)), "BMP"), "not a PNG"),
-        # 23 KB: 1,000 one-pixel frames on a 6000 x 6000 canvas (36 billion pixels to decode).
-        "GIF with 1,000 frames on a huge canvas": (many_frame_gif(), "frames"),
-        "GIF with a huge canvas, few frames": (
-            many_frame_gif(frames=10),
+        # 23 KB: 1,000 one-pixel frames on a 3000 x 3000 canvas (9 billion pixels to decode).
+        "GIF with 1,000 frames": (many_frame_gif(width=3000, height=3000), "1000 frames"),
+        "GIF with a large canvas, few frames": (
+            many_frame_gif(width=3000, height=3000, frames=30),
             "too many pixels across its frames",
         ),
+        # 6000 x 6000 is within a still's cap, but each frame is composed onto canvases of
+        # that size, several held at once: 5 frames once took 900 MB.
+        "animation on a huge canvas": (many_frame_gif(frames=2), "pixels a frame"),
+        # Pillow reads a JPEG's header a byte at a time: 24 MB of this once took 13 s.
+        "JPEG padded with fill bytes": (padded_jpeg(byte=0xFF), "padding"),
+        "JPEG with junk between its segments": (padded_jpeg(byte=0x00), "padding"),
+        "JPEG with thousands of header segments": (many_segment_jpeg(), "more than 1024 parts"),
+        # Every scan is a pass over the whole image: 212 KB of these once took 22 s.
+        "JPEG that repeats its scans": (repeated_scans(), "passes"),
         "APNG with too many frames": (animated("PNG", 301), "at most 300 are accepted"),
         "animated WebP with too many frames": (animated("WEBP", 301), "at most 300 are accepted"),
     }
@@ -118,6 +134,32 @@ def test_the_studio_refuses_a_bad_upload_clearly_and_stores_nothing(
     assert stored() == before
 
 
+def test_a_phones_multi_picture_jpeg_is_taken_as_the_jpeg_it_is_through_both_doors(
+    client: Client, person, make_subject
+):
+    """Pillow calls it MPO; it is a JPEG every reader shows as its first picture (once a 500)."""
+    subject = make_subject("Ada")
+    token = issue_token(user=person)
+    client.force_login(person)
+    data = multi_picture_jpeg()
+
+    api = client.post(
+        f"/api/v1/subjects/{subject.pk}/references",
+        {"file": SimpleUploadedFile("phone.jpg", data, content_type="image/jpeg")},
+        HTTP_AUTHORIZATION=f"Bearer {token}",
+    )
+    page = client.post(
+        reverse("studio:subject", args=[subject.pk]),
+        {"photo": SimpleUploadedFile("phone.jpg", data, content_type="image/jpeg")},
+    )
+
+    assert api.status_code == 201, api.content
+    assert page.status_code == 302, page.content
+    asset = Asset.objects.get(pk=api.json()["id"])
+    assert (asset.mime, asset.width, asset.height) == ("image/jpeg", 64, 48)
+    assert (Path(settings.AVATARS_DATA_DIR) / "originals" / f"{asset.sha256}.jpg").is_file()
+
+
 def test_an_oversize_body_is_refused_by_both_doors(client, person, make_subject, settings):
     settings.AVATARS_MAX_IMAGE_BYTES = 10_000
     subject = make_subject("Ada")
@@ -146,9 +188,9 @@ import django
 django.setup()
 from studio import originals
 from studio.ember.simulator import Picture, render_clip
-from tests.hostile import many_frame_gif
+from tests.hostile import many_frame_gif, padded_jpeg, repeated_scans
 
-data = many_frame_gif()
+data = eval(sys.argv[1])
 clip = render_clip(Picture(seed="1", provider="flux", frame="clip", candidate="1", stamp="job_1"))
 originals.inspect(clip)  # warm Pillow's plugins up before measuring
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -163,12 +205,23 @@ print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024)
 """
 
 
-def test_a_tiny_many_frame_gif_is_refused_in_bounded_time_and_memory(tmp_path):
-    """The 23 KB GIF that once cost 26 s of CPU and 300 MB: refused before decoding a frame."""
+SLOW_FILES = {
+    # The 23 KB GIF (1,000 frames of 6000 x 6000) that once cost 26 s of CPU and 300 MB.
+    "many_frame_gif()": "frame",
+    # The 212 KB JPEG (6000 x 6000, its scans repeated) that once cost 22 s and 213 MB.
+    "repeated_scans(6000, 6000, 300)": "passes",
+    # The 24 MB JPEG of fill bytes that once cost 13 s.
+    "padded_jpeg(24 * 1024 * 1024)": "padding",
+}
+
+
+@pytest.mark.parametrize("build", list(SLOW_FILES))
+def test_a_small_slow_file_is_refused_in_bounded_time_and_memory(tmp_path, build):
+    """Refused before decoding any pixel: within a second and 50 MB, not minutes and GBs."""
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "avatars.settings"}
     env["AVATARS_DATA_DIR"] = str(tmp_path)
     done = subprocess.run(
-        [sys.executable, "-c", BOUND_PROBE],
+        [sys.executable, "-c", BOUND_PROBE, build],
         capture_output=True,
         text=True,
         timeout=120,
@@ -177,7 +230,7 @@ def test_a_tiny_many_frame_gif_is_refused_in_bounded_time_and_memory(tmp_path):
         check=True,
     )
     verdict, seconds, grown_mb = done.stdout.strip().splitlines()
-    assert verdict.startswith("refused") and "frames" in verdict, verdict
+    assert verdict.startswith("refused") and SLOW_FILES[build] in verdict, verdict
     assert float(seconds) < 1.0, f"inspecting took {float(seconds):.2f} s (bound: 1 s)"
     assert float(grown_mb) < 50, f"memory grew by {float(grown_mb):.1f} MB (bound: 50 MB)"
 

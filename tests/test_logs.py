@@ -2,7 +2,11 @@
 
 import base64
 import logging
+import os
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -51,3 +55,38 @@ def test_logs_carry_no_token_and_no_image_bytes(subject, ember, worker, caplog, 
     assert base64.b64encode(image).decode()[:40] not in text
     assert reference[:40] not in text
     assert "\\x89PNG" not in text and "PNG\r\n" not in text
+
+
+SERVER_ERROR = """
+import logging
+import django
+django.setup()
+from django.test import RequestFactory
+from django.core.handlers.exception import response_for_exception
+
+request = RequestFactory().get("/batches/")
+try:
+    raise RuntimeError("a bug the family must not be the only one to see")
+except RuntimeError as exc:
+    response = response_for_exception(request, exc)
+print(response.status_code)
+"""
+
+
+def test_a_server_error_in_production_is_logged_with_its_traceback(tmp_path):
+    """With DEBUG off, Django's console is quiet and it mails ADMINS (none): 500s left no trace."""
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "avatars.settings", "DJANGO_DEBUG": "false"}
+    env.update(AVATARS_DATA_DIR=str(tmp_path), DJANGO_SECRET_KEY="a-test-secret-" * 5)
+    done = subprocess.run(
+        [sys.executable, "-c", SERVER_ERROR],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        cwd=Path(__file__).resolve().parent.parent,
+        check=True,
+    )
+
+    assert done.stdout.strip() == "500"
+    assert "ERROR django.request Internal Server Error: /batches/" in done.stderr, done.stderr
+    assert "RuntimeError: a bug the family must not be the only one to see" in done.stderr

@@ -2,11 +2,15 @@
 
 import io
 import os
+import subprocess
+import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from PIL import Image
+from PIL import Image, ImageFile
 
 from studio import originals, thumbs
 from tests.factories import png_bytes
@@ -157,3 +161,74 @@ def test_it_says_when_the_original_is_missing():
 
     with pytest.raises(FileNotFoundError):
         thumb_of(original, 128)
+
+
+RENDER_PROBE = """
+import io, resource, sys
+import django
+django.setup()
+from PIL import Image
+from studio import thumbs
+
+out = io.BytesIO()
+# 40 million pixels, the largest still the store takes; one colour, so the file is small.
+Image.new("RGB", (8000, 5000), (120, 90, 60)).save(out, "JPEG", quality=90)
+data = out.getvalue()
+small = io.BytesIO()
+Image.new("RGB", (64, 64)).save(small, "JPEG")
+thumbs.render(small.getvalue(), 128)  # Pillow's plugins loaded before measuring
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+thumbs.render(data, int(sys.argv[1]))
+print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024)
+"""
+
+
+@pytest.mark.parametrize("size", thumbs.SIZES)
+def test_a_large_jpegs_thumbnail_is_decoded_at_a_fraction_of_its_size(tmp_path, size):
+    """A 40-megapixel JPEG decodes to 120 MB in full; its thumbnail needs an eighth of that."""
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "avatars.settings"}
+    env["AVATARS_DATA_DIR"] = str(tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-c", RENDER_PROBE, str(size)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=Path(__file__).resolve().parent.parent,
+        check=True,
+    )
+    grown = float(done.stdout.strip().splitlines()[-1])
+    assert grown < 40, f"memory grew by {grown:.0f} MB for a {size} px thumbnail (bound: 40 MB)"
+
+
+def test_no_more_images_are_decoded_at_once_than_the_setting_allows(monkeypatch, settings):
+    """Every full decode (an upload's check, a thumbnail) waits its turn: memory stays bounded."""
+    active = 0
+    most = 0
+    lock = threading.Lock()
+    real_load = ImageFile.ImageFile.load
+
+    def slow_load(self: Any) -> Any:
+        nonlocal active, most
+        with lock:
+            active += 1
+            most = max(most, active)
+        try:
+            time.sleep(0.05)
+            return real_load(self)
+        finally:
+            with lock:
+                active -= 1
+
+    monkeypatch.setattr(ImageFile.ImageFile, "load", slow_load)
+    data = png_bytes(5, size=(300, 200))
+    work = [lambda: originals.inspect(data), lambda: thumbs.render(data, 128)] * 4
+    threads = [threading.Thread(target=job) for job in work]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    assert 1 <= most <= settings.AVATARS_DECODES_AT_ONCE, (
+        f"{most} images decoded at once (bound: {settings.AVATARS_DECODES_AT_ONCE})"
+    )

@@ -1,0 +1,80 @@
+"""What would make a JPEG slow to open or decode, found before Pillow starts: padding, scans.
+
+Pillow reads a JPEG's header in Python, one byte at a time through the fill bytes (0xFF)
+and junk it skips between segments, and one handler call a segment: 24 MB of padding,
+or millions of empty segments, cost it seconds before the first pixel. A progressive
+JPEG is then decoded in passes, one a scan, each over the whole image: a small file that
+repeats its scans costs a core for minutes. Both are measured here in a few passes of C
+(regular expressions, `bytes.count`) and refused above bounds no camera or encoder comes
+near (a progressive JPEG from libjpeg has 10 scans; a header, a few dozen segments).
+"""
+
+import re
+import struct
+
+MAX_PADDING = 64 * 1024  # bytes of fill or junk between two header segments
+MAX_SEGMENTS = 1024  # header segments before the first scan
+MAX_SCANS = 100  # decoding passes (scans), whatever the image's size
+SCAN_PIXELS = 1_000_000_000  # pixels decoded across all passes: scans x width x height
+
+SOI = b"\xff\xd8"
+SOS = b"\xff\xda"
+# The next marker: 0xFF and a marker code (fill bytes before it are more 0xFF).
+MARKER = re.compile(rb"\xff[\x01\xc0-\xfe]")
+STANDALONE = frozenset({0x01, *range(0xD0, 0xD8)})  # markers without a length (TEM, RSTn)
+NOT_AN_IMAGE_MARKERS = frozenset({0xD8, 0xD9})  # a second SOI, or EOI, before any scan
+
+
+class BadJpeg(ValueError):
+    """The JPEG would cost too much to open or decode: the message says why, for people."""
+
+
+def is_jpeg(data: bytes) -> bool:
+    return data.startswith(SOI)
+
+
+def check_header(data: bytes) -> None:
+    """Refuse a JPEG whose header Pillow would spend long on (padding, segments).
+
+    A header that ends early or breaks is left to Pillow, which says it is broken.
+    """
+    pos = len(SOI)
+    for _segment in range(MAX_SEGMENTS + 1):
+        found = MARKER.search(data, pos, pos + MAX_PADDING + 2)
+        if found is None:
+            if len(data) - pos > MAX_PADDING + 1:
+                raise BadJpeg(
+                    f"The JPEG is damaged: more than {MAX_PADDING // 1024} KB of padding "
+                    "between the parts of its header."
+                )
+            return  # too short to hold another segment: Pillow says what is wrong
+        code = data[found.end() - 1]
+        if code == 0xDA or code in NOT_AN_IMAGE_MARKERS:
+            return  # the first scan starts (or the header is broken: Pillow says so)
+        pos = found.end()
+        if code in STANDALONE:
+            continue
+        if pos + 2 > len(data):
+            return
+        (length,) = struct.unpack_from(">H", data, pos)
+        pos += length
+    raise BadJpeg(f"The JPEG's header has more than {MAX_SEGMENTS} parts.")
+
+
+def scans(data: bytes) -> int:
+    """Count the scans (decoding passes) of a JPEG, those of pictures inside it included.
+
+    0xFF 0xDA cannot occur inside compressed data (a 0xFF there is followed by 0x00 or
+    a restart marker), so every one after the first scan starts a scan; before it, only
+    a thumbnail in the metadata has them, and it counts, generously, as passes too.
+    """
+    return data.count(SOS)
+
+
+def check_scans(count: int, width: int, height: int) -> None:
+    """Refuse a JPEG whose scans would decode too many pixels in all."""
+    if count > MAX_SCANS or count * width * height > SCAN_PIXELS:
+        raise BadJpeg(
+            f"The JPEG is decoded in {count} passes over {width} x {height} pixels; at most "
+            f"{MAX_SCANS} passes and {SCAN_PIXELS:,} pixels across them are accepted."
+        )
