@@ -7,6 +7,8 @@ import httpx
 import pytest
 from asgiref.sync import async_to_sync, sync_to_async
 from django.utils import timezone
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from studio import engine
 from studio.ember.client import EmberClient
@@ -343,3 +345,79 @@ def test_it_takes_the_history_id_from_the_repaired_rows_own_id(subject, ember, w
     assert task.state == TaskState.DONE
     assert Asset.objects.get(task=task).ember_history_id == "hist_job_1"
     assert fake.file_route.call_count == 1  # the image file was not fetched again
+
+
+def foreign(row: dict[str, Any], *, app: str = "cwkAvatars", task_id: str = "") -> dict[str, Any]:
+    """Return `row` as if another app's, or another task's, generation had made it."""
+    meta = {**row["source_metadata"], "source_app": app}
+    meta["task_id"] = task_id or "00000000-0000-0000-0000-000000000000"
+    return {**row, "source_metadata": meta}
+
+
+@pytest.mark.parametrize(
+    "whose",
+    [{"app": "someOtherApp"}, {"task_id": "5a1b5a1b-0000-4000-8000-000000000000"}, {"app": ""}],
+    ids=["another app's", "another task's", "no app"],
+)
+def test_a_history_row_that_does_not_carry_the_task_id_is_never_taken(subject, ember, whose):
+    """Found by a review: another app's row was copied as the task's, and released."""
+    task = uncertain(a_task(subject))
+    stray = foreign(history_row(task, job_id="job_x", image_id="img_x"), **whose)
+    history_route(ember, task, [stray])
+
+    reconciled = engine.reconcile(task=task)
+
+    saved = row_of(task)
+    assert reconciled.state == saved.state == TaskState.UNCERTAIN
+    assert saved.result is None and saved.ember_job_id == ""
+    assert "did not carry this task's id" in saved.error
+    assert list(saved.attempts.values_list("ember_job_id", flat=True)) == [""]
+
+
+def test_a_sibling_tasks_row_beside_the_tasks_own_is_left_alone(subject, ember):
+    task = uncertain(a_task(subject))
+    sibling = a_task(subject)
+    mine = history_row(task, job_id="job_8", image_id="img_8")
+    theirs = history_row(sibling, job_id="job_9", image_id="img_9")
+    history_route(ember, task, [theirs, mine])
+
+    engine.reconcile(task=task)
+
+    saved = row_of(task)
+    assert saved.state == TaskState.COPYING
+    assert (saved.ember_job_id, saved.result) == ("job_8", mine["result"])
+    assert "job_9" not in saved.error and "did not carry this task's id" in saved.error
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    whose=st.lists(
+        st.sampled_from(["mine", "other app", "other task", "no metadata"]), min_size=1, max_size=4
+    )
+)
+def test_reconcile_only_ever_adopts_a_row_that_carries_the_task_id(subject, ember, whose):
+    task = uncertain(a_task(subject))
+    rows = []
+    for n, kind in enumerate(whose):
+        row = history_row(task, job_id=f"job_{n}", image_id=f"img_{n}", history_id=f"hist_{n}")
+        if kind == "other app":
+            row = foreign(row, app="someOtherApp", task_id=str(task.pk))
+        elif kind == "other task":
+            row = foreign(row)
+        elif kind == "no metadata":
+            row = {k: v for k, v in row.items() if k != "source_metadata"}
+        rows.append(row)
+    ember.routes.clear()
+    history_route(ember, task, rows)
+
+    engine.reconcile(task=task)
+
+    saved = row_of(task)
+    carried = [r for r, kind in zip(rows, whose, strict=True) if kind == "mine"]
+    if saved.state == TaskState.COPYING:
+        assert saved.ember_job_id in {r["job_id"] for r in carried}
+    else:
+        assert saved.state == TaskState.UNCERTAIN and saved.result is None
+    assert len(carried) != 1 or saved.state == TaskState.COPYING  # its one row is taken

@@ -10,7 +10,14 @@ from typing import Any
 from asgiref.sync import async_to_sync, sync_to_async
 from django.db import transaction
 
-from studio.ember.client import EmberClient, EmberError, check_result, is_safe_id, shown_id
+from studio.ember.client import (
+    SOURCE_APP,
+    EmberClient,
+    EmberError,
+    check_result,
+    is_safe_id,
+    shown_id,
+)
 from studio.engine.errors import RESUBMIT_TOO_EARLY, ResubmitRefused
 from studio.models import RECONCILABLE, Asset, Kind, Task, TaskState
 from studio.store import move, update
@@ -54,18 +61,45 @@ def _record_history(task: Task, rows: list[dict[str, Any]]) -> Task:
     was lost, or an earlier attempt): it is shown on the task and recorded on the
     attempt that sent it, but never copied, released or taken as this task's.
     """
-    usable = [row for row in rows if _usable(row)]
-    refused = _refused_note(rows)
+    carried = [row for row in rows if _carries(row, task)]
+    usable = [row for row in carried if _usable(row)]
+    refused = _refused_note(carried)
     with transaction.atomic():
         _learn_attempts(task, usable)
         own = _pick_row(task, usable)
         others = [row for row in usable if row is not own]
-        note = " ".join(filter(None, [_others_note(others), refused]))
+        strays = _strays_note(len(rows) - len(carried))
+        note = " ".join(filter(None, [_others_note(others), refused, strays]))
         if own is not None:
             job_id = own.get("job_id") or ""
             return _back_to_copying(task, _adopted(own), job_id, note=note)
         noted = {"error": note} if note else {}
         return update(task, expected=task.version, phase=_no_row_phase(task, usable), **noted)
+
+
+def _carries(row: Any, task: Task) -> bool:
+    """Say whether a history row carries this task's id, from this app (§8).
+
+    Ember answers the query by its own rules; a row of another task (or app) is another
+    paid original, which Avatars must never copy as this task's or release.
+    """
+    meta = row.get("source_metadata") if isinstance(row, dict) else None
+    return (
+        isinstance(meta, dict)
+        and meta.get("source_app") == SOURCE_APP
+        and meta.get("task_id") == str(task.pk)
+    )
+
+
+def _strays_note(count: int) -> str:
+    """Say, for people, that Ember's answer held rows that do not carry this task's id."""
+    if not count:
+        return ""
+    rows = "a row" if count == 1 else f"{count} rows"
+    return (
+        f"Ember's history answered {rows} that did not carry this task's id; not taken, "
+        "and nothing was fetched or released for them."
+    )
 
 
 def _usable(row: dict[str, Any]) -> bool:
