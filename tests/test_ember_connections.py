@@ -15,10 +15,12 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import pytest
 from asgiref.sync import async_to_sync
 
 from studio.ember import streams
 from studio.ember.client import EmberClient, EmberError, Job, Submitted
+from studio.ember.errors import EmberUnknownOutcome
 from studio.ember.simulator import Simulator
 from tests.ember_client.calls import PAYLOAD
 
@@ -192,3 +194,71 @@ def test_a_socket_is_readable_once_its_peer_wrote_or_closed():
         assert streams.readable(ours), "the peer closed it"
     assert streams.readable(ours), "a closed socket is never reused"
     assert streams.readable(None)
+
+
+class Trickle(socketserver.StreamRequestHandler):
+    """Read a request, then answer it a byte every 0.2 s: each read is quick, the whole never."""
+
+    def handle(self) -> None:
+        length = 0
+        self.rfile.readline()
+        while (line := self.rfile.readline()) not in (b"\r\n", b"\n", b""):
+            name, _, value = line.decode("latin-1").partition(":")
+            if name.strip().lower() == "content-length":
+                length = int(value)
+        self.rfile.read(length)
+        head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 4096\r\n\r\n"
+        try:
+            self.wfile.write(head)
+            for _ in range(4096):
+                self.wfile.write(b" ")
+                self.wfile.flush()
+                time.sleep(0.2)
+        except OSError:
+            return  # the client gave up, as it should
+
+
+@pytest.mark.parametrize("route", ["submit", "poll", "fetch", "history"])
+def test_an_answer_that_trickles_in_ends_at_the_exchanges_deadline(monkeypatch, route):
+    """Found by a review: one byte every 5 s kept a task `copying` (or `submitting`) for hours.
+
+    Each read arrives well within the read timeout, so only a deadline on the whole
+    exchange ends it; a submit's then counts as "may have arrived".
+    """
+    from studio.ember import client as ember_client
+
+    monkeypatch.setattr(ember_client, "DEADLINE", 1.0)
+    monkeypatch.setattr(ember_client, "DEADLINES", {"submit": 1.0, "fetch": 1.0})
+    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Trickle)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
+    thread.start()
+    calls = {
+        "submit": lambda c: c.submit(PAYLOAD),
+        "poll": lambda c: c.poll("job_1"),
+        "fetch": lambda c: c.fetch("img_1"),
+        "history": lambda c: c.history("5a1b5a1b-0000-4000-8000-000000000000"),
+    }
+
+    async def call() -> EmberError:
+        client = EmberClient(base_url=f"http://127.0.0.1:{server.server_address[1]}", token="t")
+        try:
+            await calls[route](client)
+        except EmberError as exc:
+            return exc
+        finally:
+            await client.aclose()
+        raise AssertionError("the call returned")
+
+    started = time.perf_counter()
+    try:
+        error = async_to_sync(call)()
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+    seconds = time.perf_counter() - started
+
+    assert seconds < 3, f"the {route} took {seconds:.1f} s (deadline 1 s)"
+    assert isinstance(error, EmberUnknownOutcome) and error.may_have_arrived
+    assert "within 1 s" in error.message

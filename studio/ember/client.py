@@ -5,6 +5,7 @@ reached Ember (`may_have_arrived`), because that decides whether a paid submit
 may be sent again. Answers that make no sense are errors too, never crashes.
 """
 
+import asyncio
 import hashlib
 import json
 import math
@@ -46,6 +47,11 @@ JOB_STATUSES = ("queued", "running", "succeeded", "failed")
 # "unknown", never "refused".
 TIMEOUT = httpx.Timeout(connect=5.0, read=30.0, write=30.0, pool=5.0)
 FETCH_TIMEOUT = httpx.Timeout(connect=5.0, read=120.0, write=30.0, pool=5.0)
+# seconds a whole exchange may take, however its bytes trickle in: the timeouts above
+# bound each read, so an answer sent a byte every few seconds would hold its task (and
+# its slot) for hours. A submit carries up to the references' cap; a fetch, an image.
+DEADLINE = 60.0
+DEADLINES = {"submit": 300.0, "fetch": 300.0}
 DEFAULT_RETRY_AFTER = 30.0  # seconds, when a 429/503 names no usable Retry-After
 MIN_RETRY_AFTER = 1.0  # seconds: one pump tick, whatever Ember says
 MAX_RETRY_AFTER = 3600.0  # seconds: a busy Ember is asked again within the hour
@@ -269,7 +275,8 @@ class EmberClient:
         started = time.perf_counter()
         status = "error"
         try:
-            reply = await self._exchange(method, url, **kwargs)
+            deadline = DEADLINES.get(route, DEADLINE)
+            reply = await self._exchange(method, url, deadline=deadline, **kwargs)
             status = str(reply.status_code)
             return reply
         except BaseException as exc:
@@ -285,17 +292,25 @@ class EmberClient:
         *,
         http: httpx.AsyncClient | None = None,
         limit: int = MAX_ANSWER_BYTES,
+        deadline: float = DEADLINE,
         **kwargs: Any,
     ) -> Reply:
         """Send a request and read its answer: at most `limit` bytes of a success's body.
 
         Any other answer's body is read to MAX_ANSWER_BYTES: it only carries a message.
+        The whole exchange must end within `deadline` seconds; one that does not may
+        have reached Ember (connecting and waiting for the pool fail long before).
         """
         try:
-            async with (http or self._http).stream(method, url, **kwargs) as response:
-                cap = limit if response.is_success else MAX_ANSWER_BYTES
-                content = await _read_within(response, cap)
-                return Reply(response.status_code, response.headers, content)
+            async with asyncio.timeout(deadline):
+                async with (http or self._http).stream(method, url, **kwargs) as response:
+                    cap = limit if response.is_success else MAX_ANSWER_BYTES
+                    content = await _read_within(response, cap)
+                    return Reply(response.status_code, response.headers, content)
+        except TimeoutError as exc:
+            raise EmberUnknownOutcome(
+                f"Ember's answer did not arrive in full within {deadline:g} s."
+            ) from exc
         except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
             # The request never left: nothing can have been accepted.
             raise EmberUnavailable(f"Ember could not be reached ({type(exc).__name__}).") from exc
