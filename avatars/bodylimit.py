@@ -7,17 +7,26 @@ before its 401. Here, before the body is read:
 - a `Content-Length` over `AVATARS_MAX_BODY_BYTES` is answered 413 at once;
 - an API request that carries a body but no valid token is answered 401, and one whose
   token may only read is answered 403 (every API write carries a body or none at all);
+- a studio request from someone not signed in (no session of a signed-in user) may
+  carry at most `AVATARS_ANONYMOUS_BODY_BYTES` (a sign-in form is a few hundred bytes),
+  and must send it within `AVATARS_ANONYMOUS_BODY_SECONDS`;
 - a body without a length (chunked) is counted as it streams and cut off with a 413 as
-  soon as it passes the limit;
+  soon as it passes its limit;
+- a body that stops arriving for `AVATARS_BODY_IDLE_SECONDS` is answered 408: a client
+  that trickles its body holds a connection, not the server, for ever;
 - a read-only path (`/metrics`) answers anything but GET or HEAD with a 405, unread.
 """
 
+import asyncio
 import json
 from collections.abc import Awaitable, Callable, Mapping
+from importlib import import_module
 from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
+from django.contrib.auth import SESSION_KEY
+from django.http import parse_cookie
 
 from studio.api.auth import token_for_header
 from studio.api.http import READ_ONLY, UNAUTHORIZED
@@ -31,6 +40,8 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 API_PREFIX = "/api/"
 GET_ONLY = frozenset({"/metrics"})  # paths that never take a body: nothing to read
 TOO_LARGE = "The request body is too large (the limit is {limit:g} MB)."
+SIGN_IN_FIRST = "Sign in first: a request from someone not signed in may carry at most {kb:g} KB."
+TOO_SLOW = "The request body did not arrive in time."
 
 
 class BodyLimit:
@@ -55,6 +66,8 @@ class BodyLimit:
             await _answer(send, scope, 413, "too_large", _too_large(limit))
             return
         has_body = int(length or 0) > 0 or "chunked" in headers.get("transfer-encoding", "")
+        too_large = _too_large(limit)
+        deadline = None  # seconds the whole body may take to arrive, if bounded
         if has_body and scope["path"].startswith(API_PREFIX):
             token = await sync_to_async(token_for_header)(headers.get("authorization", ""))
             if token is None:
@@ -63,23 +76,52 @@ class BodyLimit:
             if scope["method"] != "GET" and not token.may_write:
                 await _send_json(send, 403, "read_only", READ_ONLY)
                 return
-        await self._run_counting(scope, receive, send, limit)
+        elif has_body and not await sync_to_async(signed_in)(headers.get("cookie", "")):
+            limit = min(limit, settings.AVATARS_ANONYMOUS_BODY_BYTES)
+            too_large = SIGN_IN_FIRST.format(kb=limit / 1024)
+            deadline = settings.AVATARS_ANONYMOUS_BODY_SECONDS
+            if length is not None and int(length) > limit:
+                await _answer(send, scope, 413, "too_large", too_large)
+                return
+        await self._run_counting(scope, receive, send, limit, too_large, deadline)
 
-    async def _run_counting(self, scope: Scope, receive: Receive, send: Send, limit: int) -> None:
+    async def _run_counting(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        limit: int,
+        too_large: str,
+        deadline: float | None,
+    ) -> None:
         received = 0
-        cut_off = False
+        cut_off: str | None = None  # why the body was cut off: "large" or "slow"
+        complete = False
         started = False
+        loop = asyncio.get_running_loop()
+        ends = None if deadline is None else loop.time() + deadline
 
         async def counting_receive() -> Message:
-            nonlocal received, cut_off
+            nonlocal received, cut_off, complete
             if cut_off:
                 return {"type": "http.disconnect"}
-            message = await receive()
+            if complete:
+                return await receive()  # after the body: waiting to hear of a disconnect
+            wait = float(settings.AVATARS_BODY_IDLE_SECONDS)
+            if ends is not None:
+                wait = min(wait, max(0.0, ends - loop.time()))
+            try:
+                async with asyncio.timeout(wait):
+                    message = await receive()
+            except TimeoutError:
+                # Django stops reading at a disconnect and answers nothing; we do.
+                cut_off = "slow"
+                return {"type": "http.disconnect"}
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
+                complete = not message.get("more_body", False)
                 if received > limit:
-                    # Django stops reading at a disconnect and answers nothing; we do.
-                    cut_off = True
+                    cut_off = "large"
                     return {"type": "http.disconnect"}
             return message
 
@@ -90,8 +132,23 @@ class BodyLimit:
             await send(message)
 
         await self.app(scope, counting_receive, watching_send)
-        if cut_off and not started:
-            await _answer(send, scope, 413, "too_large", _too_large(limit))
+        if cut_off == "large" and not started:
+            await _answer(send, scope, 413, "too_large", too_large)
+        elif cut_off == "slow" and not started:
+            await _answer(send, scope, 408, "too_slow", TOO_SLOW)
+
+
+def signed_in(cookie_header: str) -> bool:
+    """Say whether the request's session cookie names a session of a signed-in user.
+
+    Only whether one is signed in: Django's own middleware checks the session in full
+    (its user, its password hash) before any view sees the request.
+    """
+    key = parse_cookie(cookie_header).get(settings.SESSION_COOKIE_NAME)
+    if not key:
+        return False
+    store = import_module(settings.SESSION_ENGINE).SessionStore(key)
+    return store.get(SESSION_KEY) is not None
 
 
 def _too_large(limit: int) -> str:

@@ -83,6 +83,11 @@ AVATARS_MAX_IMAGE_PIXELS = env_int("AVATARS_MAX_IMAGE_PIXELS", 40_000_000, minim
 AVATARS_MAX_BODY_BYTES = env_int(
     "AVATARS_MAX_BODY_BYTES", AVATARS_MAX_IMAGE_BYTES + 1024 * 1024, minimum=1
 )
+# Someone not signed in sends sign-in forms (a few hundred bytes), nothing larger, and
+# promptly; a body that stops arriving is dropped (seconds without a byte).
+AVATARS_ANONYMOUS_BODY_BYTES = env_int("AVATARS_ANONYMOUS_BODY_BYTES", 64 * 1024, minimum=1)
+AVATARS_ANONYMOUS_BODY_SECONDS = env_int("AVATARS_ANONYMOUS_BODY_SECONDS", 10, minimum=1)
+AVATARS_BODY_IDLE_SECONDS = env_int("AVATARS_BODY_IDLE_SECONDS", 60, minimum=1)
 # Every frame of an animation is decoded onto the whole canvas: cap the frames and the
 # pixels decoded across all of them, so a tiny file cannot cost minutes of CPU.
 AVATARS_MAX_FRAMES = env_int("AVATARS_MAX_FRAMES", 300, minimum=1)

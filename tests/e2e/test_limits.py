@@ -1,17 +1,24 @@
 """Bodies are capped before anything reads them, over a real uvicorn (the README's way)."""
 
 import contextlib
+import io
+import random
+import re
 import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
+from PIL import Image
 
 from tests.processes import Stack, Template, Web, new_stack, simulator
 
 MB = 1024 * 1024
 HUGE = 300 * MB
+ANONYMOUS_SECONDS = 2  # AVATARS_ANONYMOUS_BODY_SECONDS for this module's server
+IDLE_SECONDS = 2  # AVATARS_BODY_IDLE_SECONDS for this module's server
 TOKEN_SEED = """
 from django.contrib.auth.models import User
 from studio import engine
@@ -34,7 +41,13 @@ def served(
         stack.env["READ_ONLY_TOKEN"] = read_only  # for the test that needs it
         spool = tmp / "spool"  # the web process's temporary files land here
         spool.mkdir()
-        web = Web(stack, TMPDIR=str(spool))
+        # Short waits for a body, so the tests that trickle one wait seconds, not minutes.
+        web = Web(
+            stack,
+            TMPDIR=str(spool),
+            AVATARS_ANONYMOUS_BODY_SECONDS=str(ANONYMOUS_SECONDS),
+            AVATARS_BODY_IDLE_SECONDS=str(IDLE_SECONDS),
+        )
         try:
             yield web, stack, spool, token, subject_id
         finally:
@@ -153,3 +166,118 @@ def test_a_read_only_token_gets_its_403_before_the_body_is_read(served):
     assert status.split()[1] == "403", status
     assert seconds < 1.0, f"403 after {seconds:.2f} s (bound: 1 s)"
     assert spooled_bytes(spool) < 2 * MB, f"{spooled_bytes(spool)} bytes spooled (bound: 2 MB)"
+
+
+def signed_in_cookies(web: Web) -> dict[str, str]:
+    """Sign in as the module's person through the sign-in form; return the session's cookies."""
+    with httpx.Client(base_url=web.url) as browser:
+        page = browser.get("/accounts/login/")
+        token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text)
+        assert token, page.text[:500]
+        answer = browser.post(
+            "/accounts/login/",
+            data={"username": "ada", "password": "x" * 12, "csrfmiddlewaretoken": token[1]},
+        )
+        assert answer.status_code == 302, answer.text[:500]
+        return dict(browser.cookies)
+
+
+def trickle(web: Web, path: str, headers: dict[str, str], first: bytes) -> tuple[str, float]:
+    """Send headers and `first`, then a byte every 0.5 s until answered; return the status line
+    and the seconds from the headers' sending to the answer."""
+    with socket.create_connection(("127.0.0.1", web.port), timeout=30) as sock:
+        head = f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        head += "".join(f"{k}: {v}\r\n" for k, v in headers.items()) + "\r\n"
+        started = time.perf_counter()
+        sock.sendall(head.encode() + first)
+        sock.settimeout(0.5)
+        answer = b""
+        while not answer and time.perf_counter() - started < 20:
+            try:
+                answer = sock.recv(65536)
+            except TimeoutError:
+                with contextlib.suppress(OSError):
+                    sock.sendall(b"a")
+        return answer.decode("latin-1").split("\r\n", 1)[0], time.perf_counter() - started
+
+
+@pytest.mark.parametrize("path", ["/accounts/login/", "/subjects/1/", "/no/such/page/"])
+def test_a_large_studio_body_from_someone_not_signed_in_is_refused_unread(served, path):
+    """Found by a review: 10 such posts of 20 MB held 200 MB of spooled files before a 403."""
+    web, _stack, spool, _token, _subject_id = served
+
+    status, seconds = post_raw(
+        web,
+        path,
+        {"Content-Length": str(20 * MB), "Content-Type": "application/x-www-form-urlencoded"},
+        send_first=64 * 1024,  # far less than it announced: nobody waits for the rest
+    )
+
+    assert status.split()[1] == "413", status
+    assert seconds < 1.0, f"413 after {seconds:.2f} s (bound: 1 s)"
+    assert spooled_bytes(spool) < 2 * MB, f"{spooled_bytes(spool)} bytes spooled (bound: 2 MB)"
+
+
+def test_a_body_trickled_by_someone_not_signed_in_is_cut_off_at_its_deadline(served):
+    """200 connections trickling a byte every 2 s were all still open and unanswered after 20 s."""
+    web, *_rest = served
+
+    status, seconds = trickle(
+        web,
+        "/accounts/login/",
+        {"Content-Length": "2000", "Content-Type": "application/x-www-form-urlencoded"},
+        b"username=ada&",
+    )
+
+    assert status.split()[1] == "408", status
+    bound = ANONYMOUS_SECONDS + 1.5
+    assert seconds < bound, f"408 after {seconds:.1f} s (bound: {bound} s)"
+
+
+def test_a_signed_in_body_that_stops_arriving_is_answered_408(served):
+    web, *_rest = served
+    cookies = signed_in_cookies(web)
+    cookie = "; ".join(f"{k}={v}" for k, v in cookies.items())
+    headers = {
+        "Cookie": cookie,
+        "Content-Length": str(2 * MB),
+        "Content-Type": "multipart/form-data; boundary=x",
+    }
+
+    with socket.create_connection(("127.0.0.1", web.port), timeout=30) as sock:
+        head = "POST /subjects/1/ HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        head += "".join(f"{k}: {v}\r\n" for k, v in headers.items()) + "\r\n"
+        started = time.perf_counter()
+        sock.sendall(head.encode() + b"\0" * (256 * 1024))  # more than a stranger may send
+        answer = sock.recv(65536).decode("latin-1")
+        seconds = time.perf_counter() - started
+
+    assert answer.split("\r\n", 1)[0].split()[1] == "408", answer[:300]
+    assert "did not arrive in time" in answer
+    assert IDLE_SECONDS - 0.5 < seconds < IDLE_SECONDS + 1.5, f"408 after {seconds:.1f} s"
+
+
+def test_a_signed_in_person_uploads_a_photo_larger_than_a_stranger_may_send(served):
+    web, stack, _spool, _token, subject_id = served
+    cookies = signed_in_cookies(web)
+    out = io.BytesIO()
+    Image.frombytes("RGB", (300, 300), random.Random(9).randbytes(300 * 300 * 3)).save(out, "PNG")
+    photo = out.getvalue()
+    assert len(photo) > 64 * 1024, len(photo)  # more than someone not signed in may send
+
+    with httpx.Client(base_url=web.url, cookies=cookies) as browser:
+        page = browser.get(f"/subjects/{subject_id}/")
+        token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text)
+        assert token, page.text[:500]
+        answer = browser.post(
+            f"/subjects/{subject_id}/",
+            data={"csrfmiddlewaretoken": token[1]},
+            files={"photo": ("big.png", photo, "image/png")},
+        )
+
+    assert answer.status_code == 302, answer.text[:500]
+    stored = stack.django(
+        "from studio.models import Asset\n"
+        "result = list(Asset.objects.filter(file_name='big.png').values_list('size', flat=True))"
+    )
+    assert stored, "the photo was not stored"
