@@ -27,6 +27,15 @@ pytestmark = pytest.mark.django_db
             id="long-prompt",
         ),
         pytest.param({"title": 12}, "The title must be text.", id="title-not-text"),
+        # Found by a review: 0 and [] were read as "no title" and quietly took the prompt's.
+        pytest.param({"title": 0}, "The title must be text.", id="title-zero"),
+        pytest.param({"title": []}, "The title must be text.", id="title-empty-list"),
+        # Once cut to 200 characters without a word, against the schema's maxLength.
+        pytest.param(
+            {"title": "t" * 201},
+            "The title is too long (at most 200 characters).",
+            id="long-title",
+        ),
         pytest.param({"subjects": []}, "Choose at least one subject.", id="no-subjects"),
         pytest.param({"subjects": [987654]}, "Unknown subject: 987654.", id="unknown-subject"),
         pytest.param(
@@ -92,6 +101,11 @@ pytestmark = pytest.mark.django_db
             id="unknown-frame",
         ),
         pytest.param({"frames": []}, "Choose at least one frame.", id="no-frames"),
+        pytest.param(
+            {"frames": "image"},
+            "The frames must be a list, of image, headshot, full-body, clip.",
+            id="frames-not-a-list",
+        ),
     ],
 )
 def test_it_refuses_a_bad_request_with_a_clear_message_and_creates_nothing(
@@ -102,6 +116,13 @@ def test_it_refuses_a_bad_request_with_a_clear_message_and_creates_nothing(
 
     assert str(refused.value) == message
     assert nothing_created()
+
+
+@pytest.mark.parametrize("title", [None, "", "   "])
+def test_a_batch_without_a_title_is_named_by_its_prompt(subject, title):
+    batch = engine.generate(request=batch_request(subject, title=title, prompt="  Bo by the sea "))
+
+    assert batch.title == "Bo by the sea"
 
 
 @pytest.mark.parametrize("request_body", [None, "make avatars", ["prompt"], 42])

@@ -14,6 +14,7 @@ from studio.engine.validation import existing_ids, id_list
 from studio.models import Asset, AvatarSet, Origin, SetItem
 from studio.store import Conflict, update
 
+MAX_NAME = 120  # characters of a set's name (the studio's form says so too)
 PUBLISH_TRIES = 3  # checks of a set whose choice keeps changing under the publish
 
 
@@ -22,8 +23,10 @@ def create_set(*, name: str, asset_ids: list[Any]) -> AvatarSet:
     name = name.strip() if isinstance(name, str) else ""
     if not name:
         raise InvalidRequest("A set needs a name.")
+    if len(name) > MAX_NAME:
+        raise InvalidRequest(f"A set's name must be at most {MAX_NAME} characters.")
     with transaction.atomic():
-        avatar_set = AvatarSet.objects.create(name=name[:120])
+        avatar_set = AvatarSet.objects.create(name=name)
         choose_assets(avatar_set=avatar_set, asset_ids=asset_ids)
     return avatar_set
 

@@ -15,6 +15,7 @@ from studio.models import Asset, Origin, Subject
 FRAMES = ("image", "headshot", "full-body", "clip")
 MAX_CANDIDATES = 8  # per provider, however a request splits them over its models
 MAX_PROMPT = 4000
+MAX_TITLE = 200
 
 
 def validate(request: object) -> dict[str, Any]:
@@ -27,9 +28,12 @@ def validate(request: object) -> dict[str, Any]:
     prompt = prompt.strip()
     if len(prompt) > MAX_PROMPT:
         raise InvalidRequest(f"The prompt is too long (at most {MAX_PROMPT} characters).")
-    title = request.get("title") or prompt[:80]
-    if not isinstance(title, str):
+    title = request.get("title")
+    if title is not None and not isinstance(title, str):
         raise InvalidRequest("The title must be text.")
+    title = (title or "").strip() or prompt[:80]  # no title, or only spaces: the prompt's start
+    if len(title) > MAX_TITLE:
+        raise InvalidRequest(f"The title is too long (at most {MAX_TITLE} characters).")
     subjects = _subjects(request.get("subjects"))
     references = _references(request.get("references"), subjects)
     providers = _providers(request.get("providers"))
@@ -42,7 +46,7 @@ def validate(request: object) -> dict[str, Any]:
         )
     subject_ids = [s.pk for s in subjects]
     return {
-        "title": title.strip()[:200],
+        "title": title.strip(),
         "prompt": prompt,
         "subjects": subject_ids,
         "references": references,
@@ -50,7 +54,7 @@ def validate(request: object) -> dict[str, Any]:
         "frames": frames,
         "tasks": total,
         "request": {
-            "title": title.strip()[:200],
+            "title": title.strip(),
             "prompt": prompt,
             "subjects": subject_ids,
             "references": [r["asset"] for r in references],
@@ -204,7 +208,9 @@ def _provider_models(name: str) -> list[str]:
 
 def _frames(value: object) -> list[str]:
     """Return the distinct frames `value` names, in its order; at least one, every one known."""
-    if not isinstance(value, list) or not value:
+    if not isinstance(value, list):
+        raise InvalidRequest(f"The frames must be a list, of {', '.join(FRAMES)}.")
+    if not value:
         raise InvalidRequest("Choose at least one frame.")
     for frame in value:
         if frame not in FRAMES:

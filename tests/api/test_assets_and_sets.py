@@ -123,8 +123,13 @@ def test_it_creates_a_set_in_the_order_given(api, make_subject, make_reference):
         (lambda a: {"name": "Family", "assets": [a.pk, 999_999]}, "Unknown asset: 999999."),
         (lambda a: {"name": "  ", "assets": [a.pk]}, "A set needs a name."),
         (lambda a: {"name": "Family"}, "Assets must be a list of ids."),
+        # Once cut to 120 characters without a word (a subject's name was refused).
+        (
+            lambda a: {"name": "n" * 121, "assets": [a.pk]},
+            "A set's name must be at most 120 characters.",
+        ),
     ],
-    ids=["unknown-asset", "no-name", "no-assets"],
+    ids=["unknown-asset", "no-name", "no-assets", "long-name"],
 )
 def test_it_refuses_a_bad_set_and_creates_none(api, subject, make_body, message):
     response = post_json(api, f"{API}/sets", make_body(subject.assets.get()))
