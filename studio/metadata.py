@@ -1,17 +1,32 @@
 """Strip location data from uploaded photos, losslessly: the pixels are never re-encoded.
 
 A phone photo carries where it was taken in its EXIF GPS directory and often again in an
-XMP packet. Reference photos are shown to everyone in the studio and sent to Ember, so
-uploads lose both before they are hashed and stored:
+XMP packet; editors add place names (IPTC) and ImageMagick copies EXIF and XMP into PNG
+text chunks as hex. Reference photos are shown to everyone in the studio and sent to
+Ember, so uploads lose all of these before they are hashed and stored:
 
-- EXIF (JPEG APP1, PNG eXIf, WebP EXIF): the GPS directory is emptied in place (its
-  entries and their data zeroed, its count set to 0), so every other offset in the block
-  stays valid and orientation, camera and date survive;
-- XMP (JPEG APP1, PNG iTXt, WebP `XMP ` chunk): the packet is dropped whole.
+- JPEG: the GPS directory of the EXIF (APP1) is emptied in place (its entries and their
+  data zeroed, its count set to 0), so every other offset in the block stays valid and
+  orientation, camera and date survive; XMP and Extended XMP (APP1) and Photoshop's
+  resource block with its IPTC place names (APP13) are dropped whole. In a multi-picture
+  file (MPO, whose index points at its further images by offset) nothing moves: those
+  segments are blanked in place instead, and the further images lose their GPS and XMP
+  in place too;
+- PNG: the GPS directory of `eXIf` is emptied in place (its CRC recomputed); text chunks
+  (tEXt, zTXt, iTXt) holding an XMP packet or an ImageMagick "Raw profile type" copy of
+  EXIF, XMP, IPTC or Photoshop resources are dropped whole;
+- WebP: the GPS directory of the `EXIF` chunk is emptied in place; the `XMP ` chunk is
+  dropped whole;
+- GIF: the XMP application extension ("XMP DataXMP") is dropped whole.
 
-Compressed image data is copied byte for byte. GIF carries neither.
+Everything else, compressed image data included, is copied byte for byte (a JPEG's
+0xFF fill bytes too). Each container is walked as Pillow reads it, stray bytes between
+JPEG segments or GIF blocks skipped as Pillow skips them, so that what Pillow finds in a
+stored file has been looked at here; a block too broken to walk is left as it is, for
+the decoder that checks every upload to refuse.
 """
 
+import re
 import struct
 import zlib
 
@@ -19,9 +34,51 @@ GPS_IFD_TAG = 0x8825
 # TIFF field type -> bytes per value (the types EXIF uses).
 TYPE_SIZES = {1: 1, 2: 1, 3: 2, 4: 4, 5: 8, 6: 1, 7: 1, 8: 2, 9: 4, 10: 8, 11: 4, 12: 8}
 EXIF_HEADER = b"Exif\x00\x00"
-XMP_JPEG = b"http://ns.adobe.com/xap/1.0/\x00"
-XMP_PNG_KEYWORD = b"XML:com.adobe.xmp\x00"
+TIFF_HEADER_SIZE = 8  # byte order, 42, where the first directory is
+
+JPEG_APP1 = 0xE1
+JPEG_APP13 = 0xED
+JPEG_LOOKED_AT = {JPEG_APP1, JPEG_APP13}  # the markers whose segments can hold a location
+# Markers Pillow reads as having no length (restart, start and end of image, reserved
+# ones), and 0x00: 0xFF 0x00 is an escaped 0xFF, which Pillow skips as junk.
+JPEG_NO_LENGTH = {0x00, 0xC8, *range(0xD0, 0xDA), *range(0xF0, 0xFE)}
+JPEG_SOS = 0xDA  # start of scan: the compressed data follows
+JPEG_SEGMENTS = set(range(0xC0, 0xFF)) - JPEG_NO_LENGTH - {JPEG_SOS}  # markers with a length
+# APP1 and APP13 segments whose body starts with one of these are dropped whole.
+JPEG_DROPPED = (
+    b"http://ns.adobe.com/xap/1.0/\x00",  # XMP (APP1)
+    b"http://ns.adobe.com/xmp/extension/\x00",  # Extended XMP: the rest of the packet (APP1)
+    b"Photoshop 3.0\x00",  # Photoshop resources: IPTC city, country... (APP13)
+)
+NOT_FILL = re.compile(rb"[^\xff]")
+MPF_SEGMENT = re.compile(rb"\xff\xe2..MPF\x00", re.DOTALL)  # a multi-picture index (APP2)
+# An APP1 segment (marker, length) holding EXIF, XMP or Extended XMP, found by searching.
+LATER_APP1 = re.compile(
+    rb"\xff\xe1(..)(Exif\x00\x00|http://ns\.adobe\.com/(?:xap/1\.0/|xmp/extension/)\x00)",
+    re.DOTALL,
+)
+
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+PNG_TEXT_CHUNKS = {b"tEXt", b"zTXt", b"iTXt"}
+PNG_LOOKED_AT = PNG_TEXT_CHUNKS | {b"eXIf"}
+PNG_KEYWORD_MAX = 79  # bytes; the keyword ends at the first NUL
+# Keywords (compared in lower case) of the text chunks dropped whole. "Raw profile type"
+# chunks are ImageMagick's hex copies of a profile; Pillow reads the EXIF one as the
+# image's EXIF. ICC profiles stay: they carry no place and some viewers use them.
+PNG_DROPPED_KEYWORDS = {
+    b"xml:com.adobe.xmp",
+    b"raw profile type exif",
+    b"raw profile type app1",
+    b"raw profile type xmp",
+    b"raw profile type iptc",
+    b"raw profile type 8bim",
+}
+
+GIF_SIGNATURES = (b"GIF87a", b"GIF89a")
+GIF_EXTENSION, GIF_IMAGE, GIF_TRAILER = 0x21, 0x2C, 0x3B
+GIF_XMP_ID = b"XMP DataXMP"  # application identifier and authentication code
+GIF_XMP = b"\xff\x0b" + GIF_XMP_ID  # after the introducer: label, block size, identifier
+GIF_BLOCK = re.compile(rb"[\x21\x2c\x3b]")
 
 
 def strip_location(data: bytes) -> bytes:
@@ -32,42 +89,56 @@ def strip_location(data: bytes) -> bytes:
         return _png(data)
     if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
         return _webp(data)
+    if data[:6] in GIF_SIGNATURES:
+        return _gif(data)
     return data
 
 
 def empty_gps(tiff: bytearray, start: int = 0) -> bool:
     """Empty the GPS directory of the TIFF block at `tiff[start:]` in place; True if there was one.
 
-    A block too broken to walk is left as it is: the pixels do not depend on it.
+    The directory's count is set to 0 first, so that a reader finds it empty even when
+    its entries run past the end of the block; the entries that can be reached are then
+    zeroed with their data. A block too broken to find the directory in is left as it is.
     """
     try:
-        return _empty_gps(tiff, start)
+        found = _gps_directory(tiff, start)
     except (struct.error, IndexError, ValueError):
         return False
-
-
-def _empty_gps(tiff: bytearray, start: int) -> bool:
-    order = {b"II": "<", b"MM": ">"}.get(bytes(tiff[start : start + 2]))
-    if order is None:
+    if found is None:
         return False
-    (ifd0,) = struct.unpack_from(order + "I", tiff, start + 4)
-    gps = _find_entry(tiff, start, start + ifd0, order, GPS_IFD_TAG)
-    if gps is None:
-        return False
-    directory = start + gps
+    directory, order = found
     (count,) = struct.unpack_from(order + "H", tiff, directory)
-    for index in range(count):
-        entry = directory + 2 + 12 * index
-        _tag, kind, n, offset = struct.unpack_from(order + "HHII", tiff, entry)
-        size = TYPE_SIZES.get(kind, 1) * n
-        if size > 4 and start + offset + size <= len(tiff):
-            tiff[start + offset : start + offset + size] = bytes(size)
-        tiff[entry : entry + 12] = bytes(12)
     struct.pack_into(order + "H", tiff, directory, 0)
+    _zero_entries(tiff, start, directory + 2, count, order)
     return True
 
 
-def _find_entry(tiff: bytearray, start: int, ifd: int, order: str, tag: int) -> int | None:
+def _gps_directory(tiff: bytearray, start: int) -> tuple[int, str] | None:
+    """Return where the GPS directory's count is and the block's byte order, if it has one."""
+    order = {b"II": "<", b"MM": ">"}.get(bytes(tiff[start : start + 2]))
+    if order is None:
+        return None
+    (ifd0,) = struct.unpack_from(order + "I", tiff, start + 4)
+    gps = _find_entry(tiff, start + ifd0, order, GPS_IFD_TAG)
+    if gps is None or gps < TIFF_HEADER_SIZE or start + gps + 2 > len(tiff):
+        return None  # none, or a damaged pointer into the TIFF header
+    return start + gps, order
+
+
+def _zero_entries(tiff: bytearray, start: int, first: int, count: int, order: str) -> None:
+    """Zero the `count` directory entries from `first` on, and the data they point to."""
+    for entry in range(first, min(first + 12 * count, len(tiff) - 11), 12):
+        _tag, kind, n, offset = struct.unpack_from(order + "HHII", tiff, entry)
+        size = TYPE_SIZES.get(kind, 1) * n
+        # A value of up to 4 bytes is in the entry itself; none lies in the TIFF header,
+        # which a damaged entry must not wipe (readers would then refuse the whole block).
+        if size > 4 and offset >= TIFF_HEADER_SIZE and start + offset + size <= len(tiff):
+            tiff[start + offset : start + offset + size] = bytes(size)
+        tiff[entry : entry + 12] = bytes(12)
+
+
+def _find_entry(tiff: bytearray, ifd: int, order: str, tag: int) -> int | None:
     """Return the value (an offset) of `tag` in the directory at `ifd`, if present."""
     (count,) = struct.unpack_from(order + "H", tiff, ifd)
     for index in range(count):
@@ -77,75 +148,253 @@ def _find_entry(tiff: bytearray, start: int, ifd: int, order: str, tag: int) -> 
     return None
 
 
-# --- containers ------------------------------------------------------------------------
+# --- JPEG --------------------------------------------------------------------------------
 
 
 def _jpeg(data: bytes) -> bytes:
-    out = bytearray(data[:2])
+    """Walk the segments before the first scan as Pillow reads them, then look at the rest."""
+    # A multi-picture file's index points at its further images by offset: keep sizes.
+    keep_sizes = MPF_SEGMENT.search(data) is not None
+    out = bytearray()
+    copied = 0  # data[:copied] is dealt with: copied into `out`, or dropped
     pos = 2
-    while pos + 4 <= len(data) and data[pos] == 0xFF:
-        marker = data[pos + 1]
-        if marker == 0xFF:  # fill byte
-            out.append(0xFF)
-            pos += 1
+    size = len(data)
+    # A hostile file can hold millions of tiny segments: the loop does as little as it
+    # can for each, and looks closer only at the two markers that can hold a location.
+    while pos + 4 <= size:
+        if data[pos] != 0xFF:
+            # Bytes between segments: Pillow and libjpeg skip them to the next 0xFF.
+            found = data.find(b"\xff", pos)
+            pos = found if found >= 0 else size
             continue
-        if marker == 0xDA or marker == 0xD9:  # start of scan, or the end: copy the rest
-            break
-        (length,) = struct.unpack_from(">H", data, pos + 2)
-        segment = bytearray(data[pos : pos + 2 + length])
-        body = segment[4:]
-        if marker == 0xE1 and body.startswith(XMP_JPEG):
-            pos += 2 + length
-            continue  # the XMP packet may repeat the location: drop it
-        if marker == 0xE1 and body.startswith(EXIF_HEADER):
-            empty_gps(segment, 4 + len(EXIF_HEADER))
-        out += segment
-        pos += 2 + length
-    out += data[pos:]
+        marker = data[pos + 1]
+        if marker in JPEG_SEGMENTS:  # the common case first
+            length = data[pos + 2] << 8 | data[pos + 3]  # counts itself: 2 at least
+            end = pos + 2 + (length if length > 2 else 2)  # as Pillow reads one saying less
+            if marker in JPEG_LOOKED_AT:
+                replacement = _jpeg_segment(data, pos, end, keep_sizes)
+                if replacement is not None:
+                    out += data[copied:pos]
+                    out += replacement
+                    copied = end
+            pos = end
+        elif marker == 0xFF:  # a fill byte; a run of them is skipped in one step
+            pos = pos + 1 if data[pos + 2] != 0xFF else _skip_fill(data, pos)
+        elif marker in JPEG_NO_LENGTH:
+            pos += 2
+        else:
+            break  # the start of scan, or no marker (the decoder refuses the file)
+    out += data[copied:pos]
+    out += _after_first_scan(data[pos:])
     return bytes(out)
+
+
+def _skip_fill(data: bytes, pos: int) -> int:
+    """Return where the marker starts that the 0xFF fill bytes at `pos` pad.
+
+    Fill bytes carry nothing, but they are kept (copied with the segments around them)
+    so that the output differs from the input only where location was. A run of them
+    is skipped in one C-level search: one byte per loop turn took seconds per 24 MB.
+    """
+    found = NOT_FILL.search(data, pos + 1)
+    marker = found.start() if found else len(data)
+    return marker - 1  # the last 0xFF of the run introduces the marker
+
+
+def _after_first_scan(rest: bytes) -> bytes:
+    """Strip, without moving a byte, the APP1 segments after the first image's scan.
+
+    A multi-picture JPEG (MPO, as phones write for depth or panoramas) holds further
+    images after the first, each with its own EXIF and XMP, and an index that points at
+    each by offset. So sizes must not change here: the GPS directory is emptied in place
+    and an XMP packet is overwritten with spaces (XMP's own padding). The first image's
+    compressed data cannot hold these bytes: within a scan 0xFF is followed by 0x00 or
+    a restart marker only.
+    """
+    found = LATER_APP1.search(rest)
+    if found is None:
+        return rest  # one C-level scan: the usual case
+    out = bytearray(rest)
+    while found is not None:
+        start, body = found.start(), found.end()
+        end = min(len(out), start + 2 + int.from_bytes(found[1], "big"))
+        if found[2] == EXIF_HEADER:
+            segment = out[start:end]
+            if empty_gps(segment, 4 + len(EXIF_HEADER)):
+                out[start:end] = segment
+        elif body < end:
+            out[body:end] = b" " * (end - body)
+        found = LATER_APP1.search(rest, body)
+    return bytes(out)
+
+
+def _jpeg_segment(data: bytes, pos: int, end: int, keep_sizes: bool) -> bytes | None:
+    """Return what replaces the segment at `data[pos:end]`: b"" drops it, None keeps it.
+
+    With `keep_sizes`, a segment to drop is blanked instead: what follows its prefix is
+    overwritten with spaces (XMP's own padding), so readers find nothing in it.
+    """
+    end = min(end, len(data))
+    if end - pos < 4 + len(EXIF_HEADER):
+        return None  # too short for any of the prefixes looked for
+    for prefix in JPEG_DROPPED:
+        if data.startswith(prefix, pos + 4, end):
+            blank = pos + 4 + len(prefix)
+            return data[pos:blank] + b" " * (end - blank) if keep_sizes else b""
+    exif = data[pos + 1] == JPEG_APP1 and end - pos >= 4 + len(EXIF_HEADER) + TIFF_HEADER_SIZE
+    if exif and data.startswith(EXIF_HEADER, pos + 4, end):
+        segment = bytearray(data[pos:end])
+        if empty_gps(segment, 4 + len(EXIF_HEADER)):
+            return bytes(segment)
+    return None
+
+
+# --- PNG ---------------------------------------------------------------------------------
 
 
 def _png(data: bytes) -> bytes:
-    out = bytearray(PNG_SIGNATURE)
+    """Walk the chunks up to IEND; whatever follows it is copied as it is."""
+    out = bytearray()
+    copied = 0  # data[:copied] is dealt with: copied into `out`, or dropped
     pos = len(PNG_SIGNATURE)
-    while pos + 12 <= len(data):
+    size = len(data)
+    while pos + 12 <= size:
         (length,) = struct.unpack_from(">I", data, pos)
         kind = data[pos + 4 : pos + 8]
-        body = bytearray(data[pos + 8 : pos + 8 + length])
         end = pos + 12 + length
-        if kind == b"iTXt" and body.startswith(XMP_PNG_KEYWORD):
-            pos = end
-            continue
-        if kind == b"eXIf" and empty_gps(body):
-            crc = zlib.crc32(kind + body)
-            out += struct.pack(">I", length) + kind + body + struct.pack(">I", crc)
-        else:
-            out += data[pos:end]
-        pos = end
-        if kind == b"IEND":
+        if kind in PNG_LOOKED_AT:
+            replacement = _png_chunk(data, pos, end, kind)
+            if replacement is not None:
+                out += data[copied:pos]
+                out += replacement
+                copied = end
+        elif kind == b"IEND":
             break
-    out += data[pos:]
+        pos = end
+    out += data[copied:]
     return bytes(out)
 
 
+def _png_chunk(data: bytes, pos: int, end: int, kind: bytes) -> bytes | None:
+    """Return what replaces the chunk at `data[pos:end]`: b"" drops it, None keeps it."""
+    if kind in PNG_TEXT_CHUNKS:
+        head = data[pos + 8 : min(end, pos + 8 + PNG_KEYWORD_MAX + 1)]
+        keyword = head.split(b"\x00", 1)[0].lower()
+        return b"" if keyword in PNG_DROPPED_KEYWORDS else None
+    if kind == b"eXIf":
+        chunk = bytearray(data[pos:end])
+        # The chunk holds the TIFF block itself, though some writers put a JPEG-style header first.
+        start = 8 + (len(EXIF_HEADER) if chunk.startswith(EXIF_HEADER, 8) else 0)
+        if not empty_gps(chunk, start):
+            return None
+        if end <= len(data):  # a whole chunk: its CRC covers type and data
+            struct.pack_into(">I", chunk, len(chunk) - 4, zlib.crc32(chunk[4:-4]))
+        return bytes(chunk)
+    return None
+
+
+# --- WebP --------------------------------------------------------------------------------
+
+
 def _webp(data: bytes) -> bytes:
+    """Walk the chunks inside the RIFF container; bytes after it are copied as they are.
+
+    The RIFF size is rewritten to fit what is kept; a tail inside the container too short
+    to be a chunk is left out.
+    """
     chunks = bytearray()
-    pos = 12
+    copied = pos = 12  # data[12:copied] is dealt with: copied into `chunks`, or dropped
+    (riff_size,) = struct.unpack_from("<I", data, 4)
+    size = max(pos, min(len(data), 8 + riff_size))  # readers ignore what follows the RIFF
     dropped_xmp = False
-    while pos + 8 <= len(data):
+    while pos + 8 <= size:
         kind = data[pos : pos + 4]
         (length,) = struct.unpack_from("<I", data, pos + 4)
-        end = pos + 8 + length + (length & 1)  # chunks are padded to an even size
+        end = min(size, pos + 8 + length + (length & 1))  # padded to an even size
         if kind == b"XMP ":
+            chunks += data[copied:pos]
+            copied = end
             dropped_xmp = True
-            pos = end
-            continue
-        chunk = bytearray(data[pos:end])
-        if kind == b"EXIF":
-            skip = 8 + (len(EXIF_HEADER) if chunk[8:].startswith(EXIF_HEADER) else 0)
-            empty_gps(chunk, skip)
-        chunks += chunk
+        elif kind == b"EXIF":
+            chunk = bytearray(data[pos:end])
+            skip = 8 + (len(EXIF_HEADER) if chunk.startswith(EXIF_HEADER, 8) else 0)
+            if empty_gps(chunk, skip):
+                chunks += data[copied:pos]
+                chunks += chunk
+                copied = end
         pos = end
+    chunks += data[copied:pos]
     if dropped_xmp and chunks[:4] == b"VP8X":
         chunks[8] &= ~0x04 & 0xFF  # the "has XMP" flag
-    return b"RIFF" + struct.pack("<I", 4 + len(chunks)) + b"WEBP" + bytes(chunks)
+    riff = b"RIFF" + struct.pack("<I", 4 + len(chunks)) + b"WEBP"
+    return riff + bytes(chunks) + data[size:]
+
+
+# --- GIF ---------------------------------------------------------------------------------
+
+
+def _gif(data: bytes) -> bytes:
+    """Drop XMP application extensions, walking the blocks as Pillow reads them.
+
+    Pillow skips a byte that starts no block, and a block whose sub-blocks run past the
+    end of the file simply ends there; such files decode, so they are walked the same
+    way rather than returned with their XMP. Only a file cut short before its first
+    block is returned as it is.
+    """
+    pos = _gif_first_block(data)
+    if pos is None or GIF_XMP_ID not in data:
+        return data  # cut short, or no XMP anywhere: nothing to walk for (one C-level scan)
+    out = bytearray()
+    copied = 0  # data[:copied] is dealt with: copied into `out`, or dropped
+    size = len(data)
+    while pos < size:
+        kind = data[pos]
+        if kind == GIF_EXTENSION:
+            end = _gif_sub_blocks_end(data, pos + 2)  # past the introducer and the label
+            if data.startswith(GIF_XMP, pos + 1):
+                out += data[copied:pos]
+                copied = end
+            pos = end
+        elif kind == GIF_IMAGE:
+            pos = _gif_image_end(data, pos)
+        elif kind == GIF_TRAILER:
+            break
+        else:
+            found = GIF_BLOCK.search(data, pos)  # on to the next block, as Pillow does
+            pos = found.start() if found else size
+    out += data[copied:]
+    if copied >= size:
+        out.append(GIF_TRAILER)  # the dropped packet ran to the end and swallowed the trailer
+    return bytes(out)
+
+
+def _gif_first_block(data: bytes) -> int | None:
+    """Return where the blocks start, past the header, screen descriptor and colour table."""
+    if len(data) < 13:
+        return None
+    start = 13 + _gif_colour_table_size(data[10])
+    return start if start <= len(data) else None
+
+
+def _gif_image_end(data: bytes, pos: int) -> int:
+    """Return where the image at `pos` ends: descriptor, colour table, LZW code size, data."""
+    if pos + 10 > len(data):
+        return len(data)
+    table = _gif_colour_table_size(data[pos + 9])
+    return _gif_sub_blocks_end(data, pos + 10 + table + 1)
+
+
+def _gif_colour_table_size(flags: int) -> int:
+    """Return the size in bytes of the colour table that `flags` announce (0 if none)."""
+    return 3 << ((flags & 7) + 1) if flags & 0x80 else 0
+
+
+def _gif_sub_blocks_end(data: bytes, pos: int) -> int:
+    """Return where the chain of sub-blocks at `pos` ends, past its empty terminator."""
+    size = len(data)
+    while pos < size:
+        length = data[pos]
+        if not length:
+            return pos + 1
+        pos += 1 + length
+    return size

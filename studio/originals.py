@@ -101,15 +101,29 @@ def extension_for(mime: str) -> str:
     raise ValueError(f"not an original's mime type: {mime!r}")
 
 
-def inspect(data: bytes) -> ImageInfo:
-    """Decode every frame of `data` and describe it, or raise NotAnImage saying why."""
+def precheck(data: bytes) -> bytes:
+    """Refuse, before anything walks or decodes them, bytes no image store would take.
+
+    Empty, over the byte cap, or a JPEG header built to be slow to read (`studio.jpeg`):
+    cheap checks, run first by `inspect` and by whatever reads an upload before it.
+    Return `data` for chaining.
+    """
     if not data:
         raise NotAnImage("The file is empty.")
     if len(data) > settings.AVATARS_MAX_IMAGE_BYTES:
         raise NotAnImage(too_large())
-    try:
-        if jpeg.is_jpeg(data):
+    if jpeg.is_jpeg(data):
+        try:
             jpeg.check_header(data)  # before Pillow reads it, a byte at a time
+        except jpeg.BadJpeg as exc:
+            raise NotAnImage(str(exc)) from None
+    return data
+
+
+def inspect(data: bytes) -> ImageInfo:
+    """Decode every frame of `data` and describe it, or raise NotAnImage saying why."""
+    precheck(data)
+    try:
         with warnings.catch_warnings(), decoding():
             # A decompression bomb is an error here, not a warning to log and go on.
             warnings.simplefilter("error", Image.DecompressionBombWarning)

@@ -8,6 +8,7 @@ import io
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ from django.test import Client
 from django.urls import reverse
 from PIL import Image
 
+from studio import engine, originals
 from studio.api.auth import issue_token
 from studio.models import Asset
 from tests.factories import png_bytes
@@ -265,4 +267,19 @@ def test_an_upload_takes_exactly_one_file_through_both_doors(person, make_subjec
 
     assert api.status_code == 400 and api.json()["error"]["code"] == "invalid_upload"
     assert page.status_code == 400
+    assert stored() == before
+
+
+def test_a_jpeg_of_millions_of_tiny_segments_is_refused_before_anything_walks_it(make_subject):
+    """24 MB of 4-byte segments: stripping location would walk them in Python for seconds."""
+    data = many_segment_jpeg(6_000_000)
+    subject = make_subject("Ada")
+    before = stored()
+
+    started = time.perf_counter()
+    with pytest.raises(originals.NotAnImage, match="more than 1024 parts"):
+        engine.add_reference(subject=subject, data=data, file_name="many.jpg")
+    seconds = time.perf_counter() - started
+
+    assert seconds < 0.5, f"refused after {seconds:.2f} s (bound: 0.5 s)"
     assert stored() == before

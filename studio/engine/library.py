@@ -70,7 +70,9 @@ def add_reference(*, subject: Subject, data: bytes, file_name: str) -> Asset:
     (sharing the file); the generated row is left as it is.
     """
     # Location data never reaches the store, the studio's pages or Ember (lossless).
-    original = originals.save(metadata.strip_location(data))
+    # Checked cheaply first: stripping walks the file's structure, and a file built of
+    # millions of tiny JPEG segments would cost seconds before the store refused it.
+    original = originals.save(metadata.strip_location(originals.precheck(data)))
     with transaction.atomic():
         asset, _created = Asset.objects.get_or_create(
             sha256=original.sha256,
