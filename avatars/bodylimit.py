@@ -21,7 +21,7 @@ import asyncio
 import json
 from collections.abc import Awaitable, Callable, Mapping
 from importlib import import_module
-from typing import Any
+from typing import Any, NamedTuple
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
@@ -42,6 +42,14 @@ GET_ONLY = frozenset({"/metrics"})  # paths that never take a body: nothing to r
 TOO_LARGE = "The request body is too large (the limit is {limit:g} MB)."
 SIGN_IN_FIRST = "Sign in first: a request from someone not signed in may carry at most {kb:g} KB."
 TOO_SLOW = "The request body did not arrive in time."
+
+
+class Rule(NamedTuple):
+    """What a request's body may be: its most bytes, the refusal past them, its deadline."""
+
+    limit: int
+    too_large: str
+    deadline: float | None  # seconds the whole body may take to arrive, if bounded
 
 
 class BodyLimit:
@@ -67,7 +75,7 @@ class BodyLimit:
             return
         has_body = int(length or 0) > 0 or "chunked" in headers.get("transfer-encoding", "")
         too_large = _too_large(limit)
-        deadline = None  # seconds the whole body may take to arrive, if bounded
+        deadline = None
         if has_body and scope["path"].startswith(API_PREFIX):
             token = await sync_to_async(token_for_header)(headers.get("authorization", ""))
             if token is None:
@@ -83,17 +91,10 @@ class BodyLimit:
             if length is not None and int(length) > limit:
                 await _answer(send, scope, 413, "too_large", too_large)
                 return
-        await self._run_counting(scope, receive, send, limit, too_large, deadline)
+        await self._run_counting(scope, receive, send, Rule(limit, too_large, deadline))
 
-    async def _run_counting(
-        self,
-        scope: Scope,
-        receive: Receive,
-        send: Send,
-        limit: int,
-        too_large: str,
-        deadline: float | None,
-    ) -> None:
+    async def _run_counting(self, scope: Scope, receive: Receive, send: Send, rule: Rule) -> None:
+        limit, too_large, deadline = rule
         received = 0
         cut_off: str | None = None  # why the body was cut off: "large" or "slow"
         complete = False

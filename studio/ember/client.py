@@ -47,11 +47,9 @@ JOB_STATUSES = ("queued", "running", "succeeded", "failed")
 # "unknown", never "refused".
 TIMEOUT = httpx.Timeout(connect=5.0, read=30.0, write=30.0, pool=5.0)
 FETCH_TIMEOUT = httpx.Timeout(connect=5.0, read=120.0, write=30.0, pool=5.0)
-# seconds a whole exchange may take, however its bytes trickle in: the timeouts above
-# bound each read, so an answer sent a byte every few seconds would hold its task (and
-# its slot) for hours. A submit carries up to the references' cap; a fetch, an image.
+# seconds a whole exchange may take: a byte every few seconds passes every read timeout.
 DEADLINE = 60.0
-DEADLINES = {"submit": 300.0, "fetch": 300.0}
+DEADLINES = {"submit": 300.0, "fetch": 300.0}  # a submit carries photos; a fetch, an image
 DEFAULT_RETRY_AFTER = 30.0  # seconds, when a 429/503 names no usable Retry-After
 MIN_RETRY_AFTER = 1.0  # seconds: one pump tick, whatever Ember says
 MAX_RETRY_AFTER = 3600.0  # seconds: a busy Ember is asked again within the hour
@@ -106,11 +104,10 @@ class EmberClient:
     ) -> None:
         """Open the client; `slots` is how many requests may be in flight at once.
 
-        A pool with fewer connections than the worker has slots would queue their
-        requests (and fail them after the pool timeout). Few connections are kept
-        alive (8, where httpx keeps 20): httpx looks at every idle one, and at the whole
-        pool for each, as each request is placed and as it ends; at 64 slots 20 cost
-        more CPU than the connections they spared (measured, `make bench` slots row).
+        A pool with fewer connections than the worker has slots would queue (and fail)
+        requests. Only 8 connections are kept alive (httpx keeps 20): httpx looks at each
+        idle one as each request is placed and ends, and at 64 slots 20 cost more CPU
+        than they spared (measured, `make bench` slots row).
         """
         self.base_url = (base_url or settings.EMBER_URL).rstrip("/")
         connections = max(MIN_CONNECTIONS, slots)
@@ -298,8 +295,7 @@ class EmberClient:
         """Send a request and read its answer: at most `limit` bytes of a success's body.
 
         Any other answer's body is read to MAX_ANSWER_BYTES: it only carries a message.
-        The whole exchange must end within `deadline` seconds; one that does not may
-        have reached Ember (connecting and waiting for the pool fail long before).
+        One that does not end within `deadline` seconds may have reached Ember.
         """
         try:
             async with asyncio.timeout(deadline):
