@@ -148,6 +148,27 @@ def _find_entry(tiff: bytearray, ifd: int, order: str, tag: int) -> int | None:
     return None
 
 
+class _Splice:
+    """What a walk keeps of `data`: its bytes from `start` on, with some ranges replaced."""
+
+    def __init__(self, data: bytes, start: int = 0) -> None:
+        self.data = data
+        self.out = bytearray()
+        self.copied = start  # data[start:copied] is dealt with: copied into `out`, or replaced
+
+    def replace(self, start: int, end: int, replacement: bytes = b"") -> None:
+        """Put `replacement` (by default nothing: a drop) where `data[start:end]` was."""
+        self.out += self.data[self.copied : start]
+        self.out += replacement
+        self.copied = end
+
+    def upto(self, end: int) -> bytearray:
+        """Copy what is left of `data` up to `end`, and return what was kept."""
+        self.out += self.data[self.copied : end]
+        self.copied = max(self.copied, end)
+        return self.out
+
+
 # --- JPEG --------------------------------------------------------------------------------
 
 
@@ -155,8 +176,7 @@ def _jpeg(data: bytes) -> bytes:
     """Walk the segments before the first scan as Pillow reads them, then look at the rest."""
     # A multi-picture file's index points at its further images by offset: keep sizes.
     keep_sizes = MPF_SEGMENT.search(data) is not None
-    out = bytearray()
-    copied = 0  # data[:copied] is dealt with: copied into `out`, or dropped
+    kept = _Splice(data)
     pos = 2
     size = len(data)
     # A hostile file can hold millions of tiny segments: the loop does as little as it
@@ -174,9 +194,7 @@ def _jpeg(data: bytes) -> bytes:
             if marker in JPEG_LOOKED_AT:
                 replacement = _jpeg_segment(data, pos, end, keep_sizes)
                 if replacement is not None:
-                    out += data[copied:pos]
-                    out += replacement
-                    copied = end
+                    kept.replace(pos, end, replacement)
             pos = end
         elif marker == 0xFF:  # a fill byte; a run of them is skipped in one step
             pos = pos + 1 if data[pos + 2] != 0xFF else _skip_fill(data, pos)
@@ -184,9 +202,7 @@ def _jpeg(data: bytes) -> bytes:
             pos += 2
         else:
             break  # the start of scan, or no marker (the decoder refuses the file)
-    out += data[copied:pos]
-    out += _after_first_scan(data[pos:])
-    return bytes(out)
+    return bytes(kept.upto(pos) + _after_first_scan(data[pos:]))
 
 
 def _skip_fill(data: bytes, pos: int) -> int:
@@ -254,8 +270,7 @@ def _jpeg_segment(data: bytes, pos: int, end: int, keep_sizes: bool) -> bytes | 
 
 def _png(data: bytes) -> bytes:
     """Walk the chunks up to IEND; whatever follows it is copied as it is."""
-    out = bytearray()
-    copied = 0  # data[:copied] is dealt with: copied into `out`, or dropped
+    kept = _Splice(data)
     pos = len(PNG_SIGNATURE)
     size = len(data)
     while pos + 12 <= size:
@@ -265,14 +280,11 @@ def _png(data: bytes) -> bytes:
         if kind in PNG_LOOKED_AT:
             replacement = _png_chunk(data, pos, end, kind)
             if replacement is not None:
-                out += data[copied:pos]
-                out += replacement
-                copied = end
+                kept.replace(pos, end, replacement)
         elif kind == b"IEND":
             break
         pos = end
-    out += data[copied:]
-    return bytes(out)
+    return bytes(kept.upto(len(data)))
 
 
 def _png_chunk(data: bytes, pos: int, end: int, kind: bytes) -> bytes | None:
@@ -302,8 +314,8 @@ def _webp(data: bytes) -> bytes:
     The RIFF size is rewritten to fit what is kept; a tail inside the container too short
     to be a chunk is left out.
     """
-    chunks = bytearray()
-    copied = pos = 12  # data[12:copied] is dealt with: copied into `chunks`, or dropped
+    pos = 12
+    kept = _Splice(data, pos)
     (riff_size,) = struct.unpack_from("<I", data, 4)
     size = max(pos, min(len(data), 8 + riff_size))  # readers ignore what follows the RIFF
     dropped_xmp = False
@@ -312,18 +324,15 @@ def _webp(data: bytes) -> bytes:
         (length,) = struct.unpack_from("<I", data, pos + 4)
         end = min(size, pos + 8 + length + (length & 1))  # padded to an even size
         if kind == b"XMP ":
-            chunks += data[copied:pos]
-            copied = end
+            kept.replace(pos, end)
             dropped_xmp = True
         elif kind == b"EXIF":
             chunk = bytearray(data[pos:end])
             skip = 8 + (len(EXIF_HEADER) if chunk.startswith(EXIF_HEADER, 8) else 0)
             if empty_gps(chunk, skip):
-                chunks += data[copied:pos]
-                chunks += chunk
-                copied = end
+                kept.replace(pos, end, chunk)
         pos = end
-    chunks += data[copied:pos]
+    chunks = kept.upto(pos)
     if dropped_xmp and chunks[:4] == b"VP8X":
         chunks[8] &= ~0x04 & 0xFF  # the "has XMP" flag
     riff = b"RIFF" + struct.pack("<I", 4 + len(chunks)) + b"WEBP"
@@ -344,16 +353,14 @@ def _gif(data: bytes) -> bytes:
     pos = _gif_first_block(data)
     if pos is None or GIF_XMP_ID not in data:
         return data  # cut short, or no XMP anywhere: nothing to walk for (one C-level scan)
-    out = bytearray()
-    copied = 0  # data[:copied] is dealt with: copied into `out`, or dropped
+    kept = _Splice(data)
     size = len(data)
     while pos < size:
         kind = data[pos]
         if kind == GIF_EXTENSION:
             end = _gif_sub_blocks_end(data, pos + 2)  # past the introducer and the label
             if data.startswith(GIF_XMP, pos + 1):
-                out += data[copied:pos]
-                copied = end
+                kept.replace(pos, end)
             pos = end
         elif kind == GIF_IMAGE:
             pos = _gif_image_end(data, pos)
@@ -362,9 +369,10 @@ def _gif(data: bytes) -> bytes:
         else:
             found = GIF_BLOCK.search(data, pos)  # on to the next block, as Pillow does
             pos = found.start() if found else size
-    out += data[copied:]
-    if copied >= size:
-        out.append(GIF_TRAILER)  # the dropped packet ran to the end and swallowed the trailer
+    swallowed = kept.copied >= size  # a dropped packet ran to the end, trailer and all
+    out = kept.upto(size)
+    if swallowed:
+        out.append(GIF_TRAILER)
     return bytes(out)
 
 
