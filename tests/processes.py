@@ -183,6 +183,31 @@ class Stack:
         return json.loads(line[len(RESULT) :])
 
 
+def run_snippet(
+    code: str, *argv: str, data_dir: Path, **env: str
+) -> subprocess.CompletedProcess[str]:
+    """Run `code` in a fresh Python with the project's settings and `data_dir`, to its end.
+
+    For what only a process of its own shows: its peak memory, its logging as configured.
+    The snippet calls `django.setup()` itself when it needs it; a failure fails the test.
+    """
+    done = subprocess.run(
+        [sys.executable, "-c", code, *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "avatars.settings",
+            "AVATARS_DATA_DIR": str(data_dir),
+            **env,
+        },
+        cwd=ROOT,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done
+
+
 def wait_for_http(base: str) -> None:
     """Wait until a web server answers at `base` (any answer will do)."""
     deadline = time.monotonic() + 60

@@ -5,9 +5,6 @@ the originals store's checks.
 """
 
 import io
-import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -31,6 +28,7 @@ from tests.hostile import (
     padded_jpeg,
     repeated_scans,
 )
+from tests.processes import run_snippet
 
 pytestmark = pytest.mark.django_db
 
@@ -220,17 +218,7 @@ SLOW_FILES = {
 @pytest.mark.parametrize("build", list(SLOW_FILES))
 def test_a_small_slow_file_is_refused_in_bounded_time_and_memory(tmp_path, build):
     """Refused before decoding any pixel: within a second and 50 MB, not minutes and GBs."""
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "avatars.settings"}
-    env["AVATARS_DATA_DIR"] = str(tmp_path)
-    done = subprocess.run(
-        [sys.executable, "-c", BOUND_PROBE, build],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-        cwd=Path(__file__).resolve().parent.parent,
-        check=True,
-    )
+    done = run_snippet(BOUND_PROBE, build, data_dir=tmp_path)
     verdict, seconds, grown_mb = done.stdout.strip().splitlines()
     assert verdict.startswith("refused") and SLOW_FILES[build] in verdict, verdict
     assert float(seconds) < 1.0, f"inspecting took {float(seconds):.2f} s (bound: 1 s)"

@@ -2,14 +2,12 @@
 
 import io
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 from PIL import Image
 
 from studio.drawing import Picture, render_clip, render_png
+from tests.processes import run_snippet
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -45,17 +43,7 @@ def test_it_seeds_the_demo_without_loading_the_ember_simulator(tmp_path):
         "import studio.demo\n"
         "print(json.dumps(sorted(m for m in sys.modules if m.startswith('studio.ember'))))\n"
     )
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "avatars.settings"}
-    env["AVATARS_DATA_DIR"] = str(tmp_path)
-    done = subprocess.run(
-        [sys.executable, "-c", probe],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-        cwd=ROOT,
-        check=True,
-    )
+    done = run_snippet(probe, data_dir=tmp_path)
 
     loaded = json.loads(done.stdout.strip().splitlines()[-1])
     assert not [m for m in loaded if m.startswith("studio.ember.simulator")], loaded

@@ -2,17 +2,14 @@
 
 import base64
 import logging
-import os
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from studio.models import Task, TaskState
 from tests.factories import a_batch, drain
 from tests.fake_ember import FakeEmber
+from tests.processes import run_snippet
 
 pytestmark = pytest.mark.django_db
 
@@ -75,16 +72,9 @@ print(response.status_code)
 
 def test_a_server_error_in_production_is_logged_with_its_traceback(tmp_path):
     """With DEBUG off, Django's console is quiet and it mails ADMINS (none): 500s left no trace."""
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "avatars.settings", "DJANGO_DEBUG": "false"}
-    env.update(AVATARS_DATA_DIR=str(tmp_path), DJANGO_SECRET_KEY="a-test-secret-" * 5)
-    done = subprocess.run(
-        [sys.executable, "-c", SERVER_ERROR],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=env,
-        cwd=Path(__file__).resolve().parent.parent,
-        check=True,
+    secret = "a-test-secret-" * 5
+    done = run_snippet(
+        SERVER_ERROR, data_dir=tmp_path, DJANGO_DEBUG="false", DJANGO_SECRET_KEY=secret
     )
 
     assert done.stdout.strip() == "500"

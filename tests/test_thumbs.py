@@ -2,8 +2,6 @@
 
 import io
 import os
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -14,6 +12,7 @@ from PIL import Image, ImageFile
 
 from studio import originals, thumbs
 from tests.factories import png_bytes
+from tests.processes import run_snippet
 
 
 def stored(data: bytes) -> originals.Original:
@@ -186,17 +185,7 @@ print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024)
 @pytest.mark.parametrize("size", thumbs.SIZES)
 def test_a_large_jpegs_thumbnail_is_decoded_at_a_fraction_of_its_size(tmp_path, size):
     """A 40-megapixel JPEG decodes to 120 MB in full; its thumbnail needs an eighth of that."""
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "avatars.settings"}
-    env["AVATARS_DATA_DIR"] = str(tmp_path)
-    done = subprocess.run(
-        [sys.executable, "-c", RENDER_PROBE, str(size)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-        cwd=Path(__file__).resolve().parent.parent,
-        check=True,
-    )
+    done = run_snippet(RENDER_PROBE, str(size), data_dir=tmp_path)
     grown = float(done.stdout.strip().splitlines()[-1])
     assert grown < 40, f"memory grew by {grown:.0f} MB for a {size} px thumbnail (bound: 40 MB)"
 
