@@ -35,6 +35,7 @@ GPS_IFD_TAG = 0x8825
 TYPE_SIZES = {1: 1, 2: 1, 3: 2, 4: 4, 5: 8, 6: 1, 7: 1, 8: 2, 9: 4, 10: 8, 11: 4, 12: 8}
 EXIF_HEADER = b"Exif\x00\x00"
 TIFF_HEADER_SIZE = 8  # byte order, 42, where the first directory is
+SHORT = 3  # the TIFF field type of a 2-byte value
 
 JPEG_APP1 = 0xE1
 JPEG_APP13 = 0xED
@@ -95,35 +96,38 @@ def strip_location(data: bytes) -> bytes:
 
 
 def empty_gps(tiff: bytearray, start: int = 0) -> bool:
-    """Empty the GPS directory of the TIFF block at `tiff[start:]` in place; True if there was one.
+    """Empty the GPS directories of the TIFF block at `tiff[start:]` in place; True if any.
 
-    The directory's count is set to 0 first, so that a reader finds it empty even when
+    Each directory's count is set to 0 first, so that a reader finds it empty even when
     its entries run past the end of the block; the entries that can be reached are then
-    zeroed with their data. A block too broken to find the directory in is left as it is.
+    zeroed with their data. Every directory a GPS entry points at is emptied: a reader
+    takes the pointer whatever its type (a SHORT's in two bytes) and, when the tag comes
+    twice, the last one. A block too broken to find a directory in is left as it is.
     """
     try:
-        found = _gps_directory(tiff, start)
+        order, directories = _gps_directories(tiff, start)
+        for directory in directories:
+            (count,) = struct.unpack_from(order + "H", tiff, directory)
+            struct.pack_into(order + "H", tiff, directory, 0)
+            _zero_entries(tiff, start, directory + 2, count, order)
     except (struct.error, IndexError, ValueError):
         return False
-    if found is None:
-        return False
-    directory, order = found
-    (count,) = struct.unpack_from(order + "H", tiff, directory)
-    struct.pack_into(order + "H", tiff, directory, 0)
-    _zero_entries(tiff, start, directory + 2, count, order)
-    return True
+    return bool(directories)
 
 
-def _gps_directory(tiff: bytearray, start: int) -> tuple[int, str] | None:
-    """Return where the GPS directory's count is and the block's byte order, if it has one."""
+def _gps_directories(tiff: bytearray, start: int) -> tuple[str, list[int]]:
+    """Return the block's byte order and where each GPS directory's count is."""
     order = {b"II": "<", b"MM": ">"}.get(bytes(tiff[start : start + 2]))
     if order is None:
-        return None
+        return "<", []
     (ifd0,) = struct.unpack_from(order + "I", tiff, start + 4)
-    gps = _find_entry(tiff, start + ifd0, order, GPS_IFD_TAG)
-    if gps is None or gps < TIFF_HEADER_SIZE or start + gps + 2 > len(tiff):
-        return None  # none, or a damaged pointer into the TIFF header
-    return start + gps, order
+    found = [
+        start + gps
+        for gps in _entry_values(tiff, start + ifd0, order, GPS_IFD_TAG)
+        # Not a damaged pointer into the TIFF header, nor one past the block.
+        if gps >= TIFF_HEADER_SIZE and start + gps + 2 <= len(tiff)
+    ]
+    return order, list(dict.fromkeys(found))
 
 
 def _zero_entries(tiff: bytearray, start: int, first: int, count: int, order: str) -> None:
@@ -138,14 +142,17 @@ def _zero_entries(tiff: bytearray, start: int, first: int, count: int, order: st
         tiff[entry : entry + 12] = bytes(12)
 
 
-def _find_entry(tiff: bytearray, ifd: int, order: str, tag: int) -> int | None:
-    """Return the value (an offset) of `tag` in the directory at `ifd`, if present."""
+def _entry_values(tiff: bytearray, ifd: int, order: str, tag: int) -> list[int]:
+    """Return the value of every entry of `tag` in the directory at `ifd` (an offset each)."""
     (count,) = struct.unpack_from(order + "H", tiff, ifd)
-    for index in range(count):
-        entry_tag, _kind, _n, value = struct.unpack_from(order + "HHII", tiff, ifd + 2 + 12 * index)
+    values = []
+    for entry in range(ifd + 2, min(ifd + 2 + 12 * count, len(tiff) - 11), 12):
+        entry_tag, kind, _n, value = struct.unpack_from(order + "HHII", tiff, entry)
         if entry_tag == tag:
-            return int(value)
-    return None
+            if kind == SHORT:  # the value is in the field's first two bytes
+                (value,) = struct.unpack_from(order + "H", tiff, entry + 8)
+            values.append(int(value))
+    return values
 
 
 class _Splice:

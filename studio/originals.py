@@ -32,8 +32,9 @@ FORMATS = {
     "GIF": ("image/gif", ".gif"),
 }
 # A phone's multi-picture JPEG (MPO: the photo, then a preview or a depth map) is a JPEG
-# that every reader shows as its first picture: stored and served as the JPEG it is.
-# Its pictures are decoded one by one, each on its own, never composed like frames.
+# that every reader shows as its first picture: stored and served as the JPEG it is. Only
+# that picture is decoded; the others are kept as they came, like any bytes after a
+# JPEG's end (and a hostile one could be slow to decode, unlike the picture shown).
 ALIASES = {"MPO": "JPEG"}
 EXTENSIONS = {ext for _mime, ext in FORMATS.values()}
 TEMP_SUFFIX = ".tmp"
@@ -145,7 +146,8 @@ def inspect(data: bytes) -> ImageInfo:
                 declared = getattr(img, "n_frames", 1)
                 _check_frames(declared, width, height, animated=fmt != "JPEG")
                 frames = 0
-                for frame in ImageSequence.Iterator(img):
+                pictures = [img] if fmt == "JPEG" else ImageSequence.Iterator(img)
+                for frame in pictures:
                     frames += 1
                     # A declared count may lie.
                     _check_frames(frames, width, height, animated=fmt != "JPEG")

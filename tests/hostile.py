@@ -85,10 +85,18 @@ def many_segment_jpeg(segments: int = 5000) -> bytes:
     return data[:2] + b"\xff\xfe\x00\x02" * segments + data[2:]
 
 
-def multi_picture_jpeg() -> bytes:
-    """Return a phone's multi-picture JPEG (MPO): a photo, then a second picture."""
+def multi_picture_jpeg(second: int = 32, repeat: int = 0) -> bytes:
+    """Return a phone's multi-picture JPEG (MPO): a 64 x 48 photo, then a second picture.
+
+    With `repeat`, the second is a progressive `second` x `second` picture whose last
+    scan comes `repeat` times more: each a pass over it, the photo shown staying small.
+    """
     first = Image.new("RGB", (64, 48), (30, 60, 90))
-    second = Image.new("RGB", (32, 24), (90, 60, 30))
+    other = Image.new("L", (second, second), 128)
     out = io.BytesIO()
-    first.save(out, "MPO", save_all=True, append_images=[second])
-    return out.getvalue()
+    first.save(out, "MPO", save_all=True, append_images=[other], progressive=repeat > 0)
+    data = out.getvalue()
+    if repeat:
+        last = data.rindex(b"\xff\xda")
+        data = data[:-2] + data[last:-2] * repeat + b"\xff\xd9"
+    return data

@@ -426,3 +426,60 @@ def test_a_damaged_real_file_that_decodes_keeps_its_pixels_and_loses_its_locatio
     if before is not None:
         pixels, _gps = before
         assert decoded(clean) == (pixels, [{}] * len(pixels))
+
+
+# --- GPS pointers a reader takes another way ------------------------------------------
+
+
+def gps_directory(order: str, at: int) -> bytes:
+    """A GPS directory at offset `at`: latitude reference north, latitude 48° 51' 30"."""
+    data_at = at + 2 + 12 * 2 + 4
+    directory = struct.pack(order + "H", 2)
+    directory += struct.pack(order + "HHI", 1, 2, 2) + b"N\x00\x00\x00"
+    directory += struct.pack(order + "HHII", 2, 5, 3, data_at)
+    return directory + bytes(4) + struct.pack(order + "6I", 48, 1, 51, 1, 30, 1)
+
+
+def tiff_pointing(order: str, pointers: list[tuple[int, int]]) -> bytes:
+    """A TIFF block whose first directory holds GPS entries of (type, value); the real GPS
+    directory follows it, and a value of -1 stands for its offset."""
+    first = struct.pack(order + "H", len(pointers))
+    gps_at = 8 + 2 + 12 * len(pointers) + 4
+    for kind, value in pointers:
+        value = gps_at if value < 0 else value
+        field = (
+            struct.pack(order + "HH", value, 0) if kind == 3 else struct.pack(order + "I", value)
+        )
+        first += struct.pack(order + "HHI", 0x8825, kind, 1) + field
+    head = (b"II" if order == "<" else b"MM") + struct.pack(order + "HI", 42, 8)
+    return head + first + bytes(4) + gps_directory(order, gps_at)
+
+
+def carrying(fmt: str, tiff: bytes) -> bytes:
+    if fmt == "PNG":  # after the image data, where Pillow reads it on load
+        return insert_before_iend(saved(picture(), "PNG"), png_chunk(b"eXIf", tiff))
+    extra = {"lossless": True} if fmt == "WEBP" else {}
+    return saved(picture(), fmt, exif=b"Exif\x00\x00" + tiff, **extra)
+
+
+POINTERS = {
+    # Typed SHORT: the offset is in the field's first two bytes, as Pillow reads it.
+    "a SHORT pointer": [(3, -1)],
+    # Two GPS entries, the first into the TIFF header: the reader takes the other.
+    "a broken pointer, then a good one": [(4, 2), (4, -1)],
+}
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")  # Pillow's notes on the odd directories
+@pytest.mark.parametrize("order", ["<", ">"], ids=["little-endian", "big-endian"])
+@pytest.mark.parametrize("pointers", list(POINTERS))
+@pytest.mark.parametrize("fmt", ["JPEG", "PNG", "WEBP"])
+def test_it_empties_the_gps_directory_a_reader_finds_however_it_is_pointed_at(fmt, pointers, order):
+    """Found by a second review: the stripper read these pointers otherwise than Pillow."""
+    photo = carrying(fmt, tiff_pointing(order, POINTERS[pointers]))
+    assert gps_of(photo).get(1) == "N"
+
+    clean = metadata.strip_location(photo)
+
+    assert gps_of(clean) == {}
+    assert pixels_of(clean) == pixels_of(photo)
