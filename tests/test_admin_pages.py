@@ -272,6 +272,7 @@ def test_it_offers_no_repair_to_a_person_who_may_only_look(client, subject):
     assert page.status_code == 200
     assert buttons(page) == set()
     assert refused.status_code == 403
+    assert "This account may not do that. Nothing was changed." in refused.content.decode()
     assert row_of(task).state == TaskState.QUEUED
 
 

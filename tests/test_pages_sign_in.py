@@ -4,12 +4,16 @@ import uuid
 
 import pytest
 from django.contrib.auth.models import User
-from django.test import Client
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.db import connection
+from django.test import Client, RequestFactory
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
+from django.views.defaults import server_error
 
 from studio import engine
 from studio.models import Asset, AvatarSet, Batch, Subject, Task, TaskState
-from tests.factories import a_batch, stored_asset
+from tests.factories import a_batch, png_bytes, stored_asset
 from tests.studio_pages import text
 
 pytestmark = pytest.mark.django_db
@@ -120,3 +124,38 @@ def test_it_answers_404_for_what_does_not_exist(signed_in: Client):
     assert signed_in.get("/subjects/999999999999999999/").status_code == 404
     assert signed_in.get("/subjects/99999999999999999999999/").status_code == 404
     assert signed_in.get("/assets/1/thumb/256/").status_code == 404
+
+
+# --- the pages a person sees when something is wrong -----------------------------------
+
+
+def test_a_missing_page_is_the_studios_own_with_its_navigation(signed_in: Client):
+    """Not Django's bare "Not Found": the studio's page, its links and a way back."""
+    response = signed_in.get(f"/batches/{uuid.uuid4()}/")
+
+    assert response.status_code == 404
+    page = text(response)
+    assert "There is nothing at this address" in page
+    assert "Back to the batches" in page and "New batch" in page
+
+
+def test_an_upload_the_server_cannot_read_gets_the_studios_page(signed_in: Client, subject):
+    """Two files in one upload are refused before the view runs (a bare 400 page once)."""
+    two = [SimpleUploadedFile(f"p{i}.png", png_bytes(60 + i), "image/png") for i in range(2)]
+    browser = Client(raise_request_exception=False)
+    browser.cookies = signed_in.cookies
+
+    response = browser.post(reverse("studio:subject", args=[subject.pk]), {"photo": two})
+
+    assert response.status_code == 400
+    assert "one photo at a time" in text(response)
+    assert not Asset.objects.filter(file_name__in=["p0.png", "p1.png"]).exists()
+
+
+def test_a_server_error_gets_the_studios_page_and_needs_no_database():
+    with CaptureQueriesContext(connection) as queries:
+        response = server_error(RequestFactory().get("/"))
+
+    assert response.status_code == 500
+    assert "Something went wrong here" in response.content.decode()
+    assert len(queries) == 0
