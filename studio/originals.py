@@ -170,8 +170,8 @@ def _check_frames(frames: int, width: int, height: int, *, animated: bool) -> No
     """Refuse an animation with too many frames, too large a canvas or too many pixels.
 
     Each frame of an animation is composed onto a canvas of the whole size, and Pillow
-    holds several canvases at once while it does; a multi-picture JPEG's pictures are
-    decoded each on its own (`animated` False), so only its count and total are capped.
+    holds several canvases at once while it does; a multi-picture JPEG (`animated` False)
+    composes nothing, and only its first picture is decoded.
     """
     if frames > 1 and animated and width * height > settings.AVATARS_MAX_ANIMATION_PIXELS:
         raise NotAnImage(

@@ -77,13 +77,13 @@ def _record_history(task: Task, rows: list[dict[str, Any]]) -> Task:
         return update(task, expected=task.version, phase=_no_row_phase(task, usable), **noted)
 
 
-def _carries(row: Any, task: Task) -> bool:
+def _carries(row: dict[str, Any], task: Task) -> bool:
     """Say whether a history row carries this task's id, from this app (§8).
 
     Ember answers the query by its own rules; a row of another task (or app) is another
     paid original, which Avatars must never copy as this task's or release.
     """
-    meta = row.get("source_metadata") if isinstance(row, dict) else None
+    meta = row.get("source_metadata")
     return (
         isinstance(meta, dict)
         and meta.get("source_app") == SOURCE_APP

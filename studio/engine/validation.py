@@ -46,7 +46,7 @@ def validate(request: object) -> dict[str, Any]:
         )
     subject_ids = [s.pk for s in subjects]
     return {
-        "title": title.strip(),
+        "title": title,
         "prompt": prompt,
         "subjects": subject_ids,
         "references": references,
@@ -54,7 +54,7 @@ def validate(request: object) -> dict[str, Any]:
         "frames": frames,
         "tasks": total,
         "request": {
-            "title": title.strip(),
+            "title": title,
             "prompt": prompt,
             "subjects": subject_ids,
             "references": [r["asset"] for r in references],
