@@ -38,6 +38,11 @@ METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")  # the order in which `Allow
 TOO_LARGE = "The request body is too large."
 NOT_JSON = "The request body is not valid JSON."
 BAD_UPLOAD = "The upload is not a valid multipart form."
+# Django reads at most 1,024 bytes of a part's headers; a long file name is what fills them.
+LONG_PART_HEADERS = (
+    "The upload's part headers are longer than 1,024 bytes: shorten the file name "
+    "(names are kept to 255 characters)."
+)
 
 
 class BearerToken(HttpBearer):
@@ -149,9 +154,7 @@ def state_errors(api: NinjaAPI) -> None:
         RequestDataTooBig, lambda request, exc: error_response(413, "too_large", TOO_LARGE)
     )
     for bad_form in (MultiPartParserError, TooManyFieldsSent, TooManyFilesSent):
-        api.add_exception_handler(
-            bad_form, lambda request, exc: error_response(400, "invalid_upload", BAD_UPLOAD)
-        )
+        api.add_exception_handler(bad_form, _bad_upload)
     api.add_exception_handler(Http404, lambda request, exc: not_found())
 
 
@@ -162,6 +165,12 @@ def not_found() -> HttpResponse:
 # Ninja types a handler's exception loosely (the class or an instance): these take Any.
 def _api_error(exc: Any) -> HttpResponse:
     return error_response(exc.status, exc.code, exc.message)
+
+
+def _bad_upload(request: HttpRequest, exc: Any) -> HttpResponse:
+    """Refuse a body that is not one readable multipart form, saying why when Django says."""
+    long_headers = "header size exceeded" in str(exc)
+    return error_response(400, "invalid_upload", LONG_PART_HEADERS if long_headers else BAD_UPLOAD)
 
 
 def _refused(request: HttpRequest, exc: Any) -> HttpResponse:

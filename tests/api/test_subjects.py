@@ -320,6 +320,42 @@ def test_it_refuses_an_upload_without_a_file_field(api, subject):
     assert Asset.objects.count() == 1
 
 
+def test_it_says_a_file_name_too_long_to_read_is_the_trouble(api, subject, data_dir):
+    files = stored_originals(data_dir)
+    # Django's test client keeps 255 characters of a name; a script may send any.
+    name = "a" * 10_000 + ".png"
+    body = (
+        b"--cut\r\n"
+        + f'Content-Disposition: form-data; name="file"; filename="{name}"\r\n'.encode()
+        + b"Content-Type: image/png\r\n\r\n"
+        + png_bytes(13)
+        + b"\r\n--cut--\r\n"
+    )
+
+    response = api.generic(
+        "POST",
+        f"{API}/subjects/{subject.pk}/references",
+        body,
+        content_type="multipart/form-data; boundary=cut",
+    )
+
+    assert response.status_code == 400
+    assert error(response) == {
+        "code": "invalid_upload",
+        "message": "The upload's part headers are longer than 1,024 bytes: shorten the file "
+        "name (names are kept to 255 characters).",
+    }
+    assert Asset.objects.count() == 1
+    assert stored_originals(data_dir) == files
+
+
+def test_it_keeps_255_characters_of_a_long_file_name_and_its_extension(api, subject):
+    response = upload(api, subject, png_bytes(14), name="b" * 600 + ".png")
+
+    assert response.status_code == 201
+    assert Asset.objects.get(pk=response.json()["id"]).file_name == "b" * 251 + ".png"
+
+
 def test_it_refuses_a_json_body_where_an_upload_is_expected(api, subject):
     response = post_json(api, f"{API}/subjects/{subject.pk}/references", {"file": "ada.png"})
 
