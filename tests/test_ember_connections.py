@@ -165,20 +165,24 @@ def test_it_never_reuses_a_kept_alive_connection_the_server_closed_while_idle(mo
     monkeypatch.setattr(streams, "readable", seen_readable)
     with one_answer_server() as server:
 
-        async def go() -> list[Job]:
+        async def go() -> tuple[list[Job], list[bool]]:
             client = EmberClient(base_url=server.url, token="test-token")
             try:
-                polled = []
+                polled, released = [], []
                 for _ in range(3):
                     polled.append(await client.poll("job_1"))  # one try: no retry hides it
                     await asyncio.sleep(0.05)  # the server's close arrives meanwhile
-                return polled
+                    # A release on a dead connection would come back unconfirmed.
+                    released.append(await client.release("img_1"))
+                    await asyncio.sleep(0.05)
+                return polled, released
             finally:
                 await client.aclose()
 
-        polled = async_to_sync(go)()
+        polled, released = async_to_sync(go)()
 
     assert [j.status for j in polled] == ["running"] * 3
+    assert released == [True] * 3
     # The pool's idle check went through the client's own streams and saw each close.
     assert True in checked, f"idle checks through studio.ember.streams: {checked}"
 

@@ -1,0 +1,255 @@
+"""The Ember client against raw servers on loopback: what each failure of a connection proves.
+
+What matters is what each failure proves: only a request that never got a connection
+is "not sent"; once one was had, anything that goes wrong may have reached Ember, and a
+paid submit must then be `uncertain`, never sent again on its own. These servers do
+each wrong thing on a real socket and record what the client sent.
+"""
+
+import gzip
+import json
+import socket
+import socketserver
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+from asgiref.sync import async_to_sync
+
+from studio.ember.client import EmberClient
+from studio.ember.errors import (
+    EmberBadAnswer,
+    EmberError,
+    EmberTooLarge,
+    EmberUnavailable,
+    EmberUnknownOutcome,
+)
+from tests.ember_client.calls import PAYLOAD
+
+FLOOD = 256 * 1024 * 1024  # bytes a flooding server would send: far beyond any buffer
+Answer = Callable[[socketserver.StreamRequestHandler, "Request"], bool]
+
+
+class Request:
+    """One request as the server read it."""
+
+    def __init__(self, line: str, headers: dict[str, str], body: bytes) -> None:
+        self.method, self.path, _version = line.split(" ", 2)
+        self.headers = headers
+        self.body = body
+
+
+class Scripted(socketserver.ThreadingTCPServer):
+    """A server that reads each request and answers it with `answer` (False: hang up)."""
+
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, answer: Answer) -> None:
+        super().__init__(("127.0.0.1", 0), Handler)
+        self.answer = answer
+        self.requests: list[Request] = []
+        self.connections = 0
+        self.lock = threading.Lock()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+
+class Handler(socketserver.StreamRequestHandler):
+    server: Scripted
+
+    def handle(self) -> None:
+        with self.server.lock:
+            self.server.connections += 1
+        while line := self.rfile.readline().decode("latin-1").strip():
+            headers = {}
+            while (raw := self.rfile.readline()) not in (b"\r\n", b"\n", b""):
+                name, _, value = raw.decode("latin-1").partition(":")
+                headers[name.strip().lower()] = value.strip()
+            body = self.rfile.read(int(headers.get("content-length", "0")))
+            request = Request(line, headers, body)
+            with self.server.lock:
+                self.server.requests.append(request)
+            if not self.server.answer(self, request):
+                return
+
+
+def reply(
+    handler: socketserver.StreamRequestHandler, status: str, body: bytes, **extra: str
+) -> bool:
+    head = f"HTTP/1.1 {status}\r\nContent-Length: {len(body)}\r\n"
+    head += "".join(f"{name.replace('_', '-')}: {value}\r\n" for name, value in extra.items())
+    handler.wfile.write(head.encode() + b"\r\n" + body)
+    handler.wfile.flush()
+    return True
+
+
+def accepted(handler: socketserver.StreamRequestHandler, request: Request) -> bool:
+    if request.method == "POST":
+        return reply(handler, "202 Accepted", b'{"id": "job_1", "status": "queued"}')
+    return reply(handler, "200 OK", b'{"id": "job_1", "status": "running"}')
+
+
+@contextmanager
+def scripted(answer: Answer) -> Iterator[Scripted]:
+    server = Scripted(answer)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+def call(url: str, action: Callable[[EmberClient], Any]) -> Any:
+    """Run `action` with a fresh client on `url`; return its result or the EmberError raised."""
+
+    async def go() -> Any:
+        client = EmberClient(base_url=url, token="test-token")
+        try:
+            return await action(client)
+        except EmberError as exc:
+            return exc
+        finally:
+            await client.aclose()
+
+    return async_to_sync(go)()
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def test_a_submit_nobody_listens_for_was_not_sent():
+    error = call(f"http://127.0.0.1:{free_port()}", lambda c: c.submit(PAYLOAD))
+
+    assert isinstance(error, EmberUnavailable) and not error.may_have_arrived
+    assert "could not be reached" in error.message
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        pytest.param(lambda handler, request: False, id="hangs up after reading"),
+        pytest.param(
+            lambda handler, request: handler.wfile.write(b"HTTP/1.1 202 Acc") and False,
+            id="hangs up mid-answer",
+        ),
+        pytest.param(
+            lambda handler, request: handler.wfile.write(b"SSH-2.0-OpenSSH\r\n\r\n") and False,
+            id="answers something that is not HTTP",
+        ),
+        pytest.param(
+            lambda handler, request: (
+                handler.wfile.write(
+                    b'HTTP/1.1 202 Accepted\r\nContent-Length: 40\r\n\r\n{"id": "job_1"'
+                )
+                and False
+            ),
+            id="sends less body than it declared",
+        ),
+    ],
+)
+def test_a_submit_that_got_a_connection_may_have_arrived(answer):
+    with scripted(answer) as server:
+        error = call(server.url, lambda c: c.submit(PAYLOAD))
+
+    assert isinstance(error, EmberUnknownOutcome) and error.may_have_arrived, error
+    assert [r.method for r in server.requests] == ["POST"], "sent once, never again"
+
+
+def test_it_sends_what_ember_expects_and_a_submit_on_its_own_connection():
+    with scripted(accepted) as server:
+
+        async def both(client: EmberClient) -> None:
+            await client.submit(PAYLOAD, idempotency_key="key-1")
+            await client.submit(PAYLOAD)
+            await client.poll("job_1")
+            await client.poll("job_1")
+
+        call(server.url, both)
+
+    first, _second, poll, _again = server.requests
+    assert first.headers["authorization"] == "Bearer test-token"
+    assert first.headers["accept-encoding"] == "identity"
+    assert first.headers["idempotency-key"] == "key-1"
+    assert first.headers["content-type"] == "application/json"
+    assert json.loads(first.body) == PAYLOAD
+    assert "idempotency-key" not in poll.headers
+    # Each submit had a connection of its own; the two polls shared one.
+    assert server.connections == 3, f"{server.connections} connections for 2 submits, 2 polls"
+
+
+def test_a_compressed_answer_is_read_though_none_was_asked_for():
+    body = gzip.compress(b'{"id": "job_1", "status": "running"}')
+
+    def compressed(handler: socketserver.StreamRequestHandler, request: Request) -> bool:
+        return reply(handler, "200 OK", body, Content_Encoding="gzip")
+
+    with scripted(compressed) as server:
+        job = call(server.url, lambda c: c.poll("job_1"))
+
+    assert job.status == "running"
+
+
+def test_an_image_larger_than_allowed_is_not_read_and_its_connection_not_reused(settings):
+    settings.AVATARS_MAX_IMAGE_BYTES = 1000
+    sent: list[int] = []
+
+    def flood(handler: socketserver.StreamRequestHandler, request: Request) -> bool:
+        if request.path.endswith("/file"):
+            handler.wfile.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+            try:
+                for _ in range(FLOOD // 65536):  # undeclared, 64 KiB at a time
+                    handler.wfile.write(b"10000\r\n" + b"x" * 65536 + b"\r\n")
+                    sent.append(65536)
+            except OSError:
+                return False  # the client let go
+            return False
+        return accepted(handler, request)
+
+    with scripted(flood) as server:
+
+        async def fetch_then_poll(client: EmberClient) -> tuple[Any, Any]:
+            try:
+                await client.fetch("img_1")
+            except EmberError as exc:
+                return exc, await client.poll("job_1")
+            raise AssertionError("the fetch returned")
+
+        error, job = call(server.url, fetch_then_poll)
+
+    assert isinstance(error, EmberTooLarge)
+    assert job.status == "running", "the next request got an answer on a new connection"
+    assert server.connections == 2
+    # Loopback buffers take a few megabytes unread; the rest found the connection closed.
+    assert sum(sent) < FLOOD, f"the server wrote all {sum(sent)} bytes: it was all read"
+
+
+def test_a_poll_answered_with_nonsense_is_an_error_and_the_next_poll_works():
+    answers = iter([b"{not json", b'{"id": "job_1", "status": "running"}'])
+
+    def odd(handler: socketserver.StreamRequestHandler, request: Request) -> bool:
+        return reply(handler, "200 OK", next(answers), Content_Type="application/json")
+
+    with scripted(odd) as server:
+
+        async def twice(client: EmberClient) -> tuple[Any, Any]:
+            try:
+                await client.poll("job_1")
+            except EmberError as exc:
+                return exc, await client.poll("job_1")
+            raise AssertionError("the first poll returned")
+
+        error, job = call(server.url, twice)
+
+    assert isinstance(error, EmberBadAnswer)
+    assert job.status == "running"
