@@ -163,6 +163,58 @@ def test_a_submit_refused_with_an_html_4xx_fails_with_a_readable_error(subject, 
     assert task.error == "Ember answered HTTP 418."
 
 
+REFUSALS = [409, 400, 404, 422]
+
+
+@pytest.mark.parametrize("status", REFUSALS)
+def test_a_clip_refused_when_re_sent_under_its_key_rests_uncertain_not_failed(
+    subject, ember, worker, status
+):
+    """Found by a review: the first send (a 500) may have made a paid job under the key;
+    a refusal of the re-send proves nothing about it, so the clip must stay findable."""
+    fake = FakeEmber(ember)
+    [clip] = plan(subject, frames=("clip",))
+    answers = iter(
+        [httpx.Response(500, json={}), httpx.Response(status, json={"error": {"message": "No."}})]
+    )
+    fake.submit_route.mock(side_effect=lambda request: next(answers))
+
+    drain(worker)
+    move(clip, TaskState.QUEUED)  # due now rather than after the short back-off
+    drain(worker)
+
+    clip.refresh_from_db()
+    assert clip.state == TaskState.UNCERTAIN
+    assert clip.phase == "Reconcile before retry"
+    assert clip.error == (
+        "Ember refused this send (No.), but an earlier send may have reached Ember. "
+        "Check history before submitting again."
+    )
+    sent = [call.request.headers["Idempotency-Key"] for call in fake.submit_route.calls]
+    assert sent == [clip.idempotency_key] * 2
+    assert list(clip.attempts.values_list("outcome", flat=True)) == ["unknown"]
+
+
+def test_an_image_resubmit_refused_rests_uncertain_since_the_first_may_be_paid(
+    subject, ember, worker
+):
+    fake = FakeEmber(ember)
+    [task] = plan(subject, candidates=1)
+    answers = iter([httpx.Response(502, json={}), httpx.Response(422, json={})])
+    fake.submit_route.mock(side_effect=lambda request: next(answers))
+    drain(worker)
+    task.refresh_from_db()
+    assert task.state == TaskState.UNCERTAIN
+
+    engine.resubmit(task=task, confirmed_not_received=True)
+    drain(worker)
+
+    task.refresh_from_db()
+    assert task.state == TaskState.UNCERTAIN  # reconcile can still find attempt 1's image
+    assert task.error.startswith("Ember refused this send (Ember answered HTTP 422.)")
+    assert fake.submit_route.call_count == 2
+
+
 UNSAFE_ROWS = {
     "an unsafe job id": {"job_id": "../x"},
     "an unsafe image id": {"image_id": "img_1/../../history", "image": "img_1/../../history"},

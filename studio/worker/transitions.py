@@ -167,6 +167,16 @@ def _record_refusal(task: Task, exc: EmberError, number: int) -> Task:
         wait, phase = requeue
         return _requeue(task, wait, phase, error=exc.message)
     if isinstance(exc, EmberRejected | EmberNotFound):
+        if task.attempts.exists():
+            # An earlier send (a clip's under this key, or the one a person resubmitted)
+            # may have made a paid job: this refusal says nothing about it.
+            return move(
+                task,
+                TaskState.UNCERTAIN,
+                phase=RECONCILE_PHASE,
+                error=f"Ember refused this send ({exc.message}), but an earlier send may "
+                "have reached Ember. Check history before submitting again.",
+            )
         return move(task, TaskState.FAILED, phase="Ember refused this request", error=exc.message)
     # The request may have reached Ember: it is an attempt, and may have been paid for.
     with transaction.atomic():
