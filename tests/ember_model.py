@@ -33,6 +33,7 @@ SUBMIT = (
     "lose_answer",  # job made and charged, then the connection drops
     "applied_then_502",  # job made and charged, then a proxy answers 502
     "refuse_500",  # nothing made, 500
+    "reject_422",  # nothing made, refused for good (a clip's key re-sent, a body Ember won't take)
     "busy_0",  # 429 with Retry-After: 0
     "busy_huge",  # 429 with Retry-After: 1e400
     "busy_garbage",  # 429 with Retry-After: soon
@@ -193,6 +194,8 @@ class EmberModel:
             raise Death("died before the submit left")
         if behaviour == "refuse_500":
             return _error(500, "internal", "Ember had a problem.")
+        if behaviour == "reject_422":
+            return _error(422, "unprocessable", "Ember will not take this request.")
         if behaviour.startswith("busy_"):
             self.busy_since[task_id] = self.clock.now()
             retry_after = {"busy_0": "0", "busy_huge": "1e400", "busy_garbage": "soon"}[behaviour]

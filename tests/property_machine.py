@@ -420,6 +420,15 @@ class AvatarsMachine(RuleBasedStateMachine):
             )
 
     @invariant()
+    def nothing_paid_is_left_behind_a_failed_task(self) -> None:
+        for task in Task.objects.filter(pk__in=self.tasks, state=TaskState.FAILED):
+            kept = [job.id for job in self.ember.paid_jobs(str(task.pk)) if not job.fails]
+            assert not kept, (
+                f"task {task.pk} rests failed ({task.error}) while Ember holds its paid "
+                f"job(s) {kept}: nothing reconciles a failed task to collect them"
+            )
+
+    @invariant()
     def progress(self) -> None:
         for task in Task.objects.filter(pk__in=self.tasks):
             if task.state in RESTING:

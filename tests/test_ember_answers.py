@@ -215,6 +215,30 @@ def test_an_image_resubmit_refused_rests_uncertain_since_the_first_may_be_paid(
     assert fake.submit_route.call_count == 2
 
 
+def test_a_resubmitted_job_that_fails_rests_uncertain_since_the_first_may_be_paid(
+    subject, ember, worker
+):
+    fake = FakeEmber(ember)
+    fake.lose_answers = 1  # the first job is made and paid; its answer is lost
+    [task] = plan(subject, candidates=1)
+    drain(worker)
+    task.refresh_from_db()
+    assert task.state == TaskState.UNCERTAIN
+
+    engine.resubmit(task=task, confirmed_not_received=True)
+    failed = {"status": "failed", "error": {"message": "The provider refused this prompt."}}
+    fake.poll_route.mock(side_effect=lambda request, job_id: httpx.Response(200, json=failed))
+    drain(worker)
+
+    task.refresh_from_db()
+    assert fake.charged[str(task.pk)] == 2
+    assert task.state == TaskState.UNCERTAIN  # reconcile can still collect the first job
+    assert task.error == (
+        f"Ember's job {task.ember_job_id} failed (The provider refused this prompt.), but an "
+        "earlier send may have reached Ember. Check history before submitting again."
+    )
+
+
 UNSAFE_ROWS = {
     "an unsafe job id": {"job_id": "../x"},
     "an unsafe image id": {"image_id": "img_1/../../history", "image": "img_1/../../history"},

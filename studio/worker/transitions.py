@@ -170,13 +170,7 @@ def _record_refusal(task: Task, exc: EmberError, number: int) -> Task:
         if task.attempts.exists():
             # An earlier send (a clip's under this key, or the one a person resubmitted)
             # may have made a paid job: this refusal says nothing about it.
-            return move(
-                task,
-                TaskState.UNCERTAIN,
-                phase=RECONCILE_PHASE,
-                error=f"Ember refused this send ({exc.message}), but an earlier send may "
-                "have reached Ember. Check history before submitting again.",
-            )
+            return _rest_sent_before(task, f"Ember refused this send ({exc.message})")
         return move(task, TaskState.FAILED, phase="Ember refused this request", error=exc.message)
     # The request may have reached Ember: it is an attempt, and may have been paid for.
     with transaction.atomic():
@@ -249,8 +243,27 @@ def _record_ended(task: Task, job: Job) -> bool:
             error="",
         )
         return True
+    if task.attempts.exclude(ember_job_id=task.ember_job_id).exists():
+        # A person resubmitted it: the earlier send may still hold a paid original.
+        _rest_sent_before(task, f"Ember's job {task.ember_job_id} failed ({job.error})")
+        return False
     move(task, TaskState.FAILED, phase="Ember could not generate this", error=job.error)
     return False
+
+
+def _rest_sent_before(task: Task, what: str) -> Task:
+    """Rest `uncertain` a task whose last send came to nothing while an earlier may be paid.
+
+    Not `failed`: nothing reconciles a failed task, and the earlier send's original
+    would stay in Ember, paid for and never collected.
+    """
+    return move(
+        task,
+        TaskState.UNCERTAIN,
+        phase=RECONCILE_PHASE,
+        error=f"{what}, but an earlier send may have reached Ember. "
+        "Check history before submitting again.",
+    )
 
 
 def _rest_unsafe(task: Task, exc: EmberUnsafeId) -> Task:
