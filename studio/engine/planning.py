@@ -48,11 +48,17 @@ def _generate_once(*, request: dict[str, Any], user: User, key: str) -> Batch:
     plan = validate(request)
     try:
         with transaction.atomic():
+            # Asked again inside: a twin may have committed since (on SQLite this
+            # transaction now holds the write lock, so none can commit until it ends).
+            first = _keyed_batch(user=user, key=key, body_sha256=body_sha256)
+            if first is not None:
+                return first
             batch = _write_plan(plan, user)
             _record_key(user=user, key=key, body_sha256=body_sha256, batch=batch)
-    except IntegrityError:
+    except (IntegrityError, SpendCapReached):
         # A concurrent request with this key committed first (the key is unique per
-        # user): this transaction planned nothing, and the first batch stands.
+        # user), or its tasks filled the daily cap: this transaction planned nothing,
+        # and the first batch stands. Without one, the refusal stands.
         first = _keyed_batch(user=user, key=key, body_sha256=body_sha256)
         if first is None:
             raise

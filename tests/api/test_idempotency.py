@@ -153,7 +153,14 @@ def test_it_records_no_key_for_a_refused_batch(api, subject):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_it_plans_one_batch_for_two_concurrent_requests_with_the_same_key(subject, monkeypatch):
+@pytest.mark.parametrize("cap", [None, 3], ids=["no cap", "a cap the batch fills"])
+def test_it_plans_one_batch_for_two_concurrent_requests_with_the_same_key(
+    subject, monkeypatch, settings, cap
+):
+    """With the cap exactly full after the first, the twin still gets the first batch
+    (found by a review: it answered 429, as if nothing had been planned)."""
+    if cap is not None:
+        settings.AVATARS_DAILY_TASK_CAP = cap
     token = issue_token(user=User.objects.create_user("family-script"))
     request = batch_request(subject, providers=[{"provider": "openai", "candidates": 3}])
     # Both requests have looked for the key (and found none) before either plans:
