@@ -1,4 +1,4 @@
-"""Backup and restore of an install (docs/operations.md): the database first, then its originals.
+"""Backup of an install (docs/operations.md): the database first, then its originals.
 
 Order matters while the worker runs. The database is copied first, as one consistent
 snapshot (SQLite's online backup API, or pg_dump); then the originals the snapshot's
@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
@@ -34,7 +33,6 @@ PG_DUMP_FILE = "db.pgdump"
 FORMAT = 1  # the manifest's layout
 # A hard link fails with these where the filesystem allows none (or DEST is on another one).
 NO_LINK = {errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EOPNOTSUPP}
-NOT_EMPTY = "restore into a new data dir with an empty database."
 
 
 class BackupError(Exception):
@@ -44,12 +42,13 @@ class BackupError(Exception):
 class Placer:
     """Put originals in place, each checked against its hash on the way.
 
-    Hard links while the filesystem allows them (the same bytes, no second copy),
-    else copies written and fsynced as the originals store writes them.
+    Copies written and fsynced as the originals store writes them; with `link`, hard
+    links while the filesystem allows them (the same bytes, no second copy: a write into
+    one file is then in both).
     """
 
-    def __init__(self) -> None:
-        self.link = True
+    def __init__(self, *, link: bool = False) -> None:
+        self.link = link
         self.linked = 0
         self.copied = 0
 
@@ -104,8 +103,11 @@ class Restored:
     placer: Placer = field(default_factory=Placer)
 
 
-def backup(dest: Path) -> Backup:
-    """Snapshot the database into `dest`, then the originals its rows name, then a manifest."""
+def backup(dest: Path, *, link: bool = False) -> Backup:
+    """Snapshot the database into `dest`, then the originals its rows name, then a manifest.
+
+    The originals are copied; with `link`, hard-linked where the filesystem allows.
+    """
     kind = connection.vendor
     if kind == "postgresql" and shutil.which("pg_dump") is None:
         raise BackupError(pg_dump_howto(dest))
@@ -114,10 +116,12 @@ def backup(dest: Path) -> Backup:
     start_empty(dest)
     if kind == "sqlite":
         result = Backup(dest=dest, database=kind, database_file=SQLITE_FILE)
+        result.placer.link = link
         copy_sqlite(Path(connection.settings_dict["NAME"]), dest / SQLITE_FILE)
         named = originals_in_sqlite(dest / SQLITE_FILE)
     else:
         result = Backup(dest=dest, database=kind, database_file=PG_DUMP_FILE)
+        result.placer.link = link
         dump_postgres(dest / PG_DUMP_FILE)
         # Read after the dump: every row it holds (assets are never deleted), maybe newer.
         rows = Asset.objects.order_by("sha256").values_list("sha256", "mime").distinct()
@@ -179,11 +183,15 @@ def originals_in_sqlite(database: Path) -> Iterator[tuple[str, str]]:
 
 
 def write_manifest(result: Backup) -> None:
+    snapshot = result.dest / result.database_file
     manifest = {
         "format": FORMAT,
         "created_at": timezone.now().isoformat(),
         "database": result.database,
         "database_file": result.database_file,
+        # Restore refuses a snapshot that is not these bytes (cut short, replaced, lost).
+        "database_sha256": originals.file_sha256(snapshot),
+        "database_size": snapshot.stat().st_size,
         "originals": result.entries,
         "missing": result.missing,
         "corrupt": result.corrupt,
@@ -191,95 +199,6 @@ def write_manifest(result: Backup) -> None:
     data = json.dumps(manifest, indent=1).encode()
     originals.write_atomically(result.dest / MANIFEST, data)
     originals.fsync_dir(result.dest)
-
-
-def restore(src: Path, *, data_dir: Path | None = None, database: Path | None = None) -> Restored:
-    """Restore the backup in `src` into a new data dir (default: this install's).
-
-    `database` is the SQLite file to fill (default: the configured one). Refuses a
-    target that already has a database or originals. Originals come first, each
-    checked against the manifest's hash; the database last.
-    """
-    manifest = read_manifest(src)
-    data_dir = data_dir or Path(settings.AVATARS_DATA_DIR)
-    kind = "sqlite" if database is not None else connection.vendor
-    if manifest["database"] != kind:
-        raise BackupError(
-            f"{src} holds a {manifest['database']} database; this studio uses {kind}."
-        )
-    if kind == "sqlite":
-        database = database or Path(connection.settings_dict["NAME"])
-    elif shutil.which("pg_restore") is None:
-        raise BackupError(pg_restore_howto(src))
-    refuse_a_used_target(data_dir, database)
-    result = Restored(database=str(database or connection.settings_dict["NAME"]))
-    target = data_dir / "originals"
-    target.mkdir(mode=0o700, parents=True, exist_ok=True)
-    for entry in manifest["originals"]:
-        restore_original(result, src / "originals", target, entry)
-    originals.fsync_dir(target)
-    if database is not None:
-        restore_sqlite(src / SQLITE_FILE, database)
-    else:
-        restore_postgres(src / PG_DUMP_FILE)
-    return result
-
-
-def read_manifest(src: Path) -> dict[str, Any]:
-    try:
-        manifest = json.loads((src / MANIFEST).read_text())
-    except FileNotFoundError:
-        raise BackupError(
-            f"{src} has no {MANIFEST}: it is not a finished backup "
-            "(a backup writes its manifest last)."
-        ) from None
-    except ValueError:
-        raise BackupError(f"{src / MANIFEST} is not a backup's manifest.") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise BackupError(f"{src / MANIFEST} is not a manifest this version can read.")
-    return manifest
-
-
-def refuse_a_used_target(data_dir: Path, database: Path | None) -> None:
-    """Refuse, saying why, a data dir that holds originals or a database with tables."""
-    folder = data_dir / "originals"
-    if folder.is_dir() and any(folder.iterdir()):
-        raise BackupError(f"{folder} already holds originals: {NOT_EMPTY}")
-    if database is None:
-        if connection.introspection.table_names():
-            name = connection.settings_dict["NAME"]
-            raise BackupError(f"The database {name} already has tables: {NOT_EMPTY}")
-    elif database.exists() and database.stat().st_size:
-        with closing(sqlite3.connect(database)) as conn:
-            tables = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
-        if tables:
-            raise BackupError(f"The database {database} already has tables: {NOT_EMPTY}")
-
-
-def restore_original(result: Restored, source: Path, target: Path, entry: dict[str, Any]) -> None:
-    """Put one original of the manifest into the data dir, or say why not."""
-    sha256, name = str(entry.get("sha256", "")), str(entry.get("file", ""))
-    try:
-        # Only a name the store would give: a manifest must not write outside originals/.
-        originals.path_for(sha256, name.removeprefix(sha256))
-    except ValueError:
-        result.problems.append(f"not an original's name in the manifest: {name!r}")
-        return
-    try:
-        placed = result.placer.place(source / name, target / name, sha256)
-    except FileNotFoundError:
-        result.problems.append(f"missing in the backup: {name}")
-        return
-    if not placed:
-        result.problems.append(f"corrupt in the backup: {name}")
-        return
-    result.restored += 1
-
-
-def restore_sqlite(source: Path, database: Path) -> None:
-    """Fill the empty SQLite file `database` from the backup's snapshot."""
-    connection.close()  # Django's connection must not hold the file while it is filled
-    copy_sqlite(source, database)
 
 
 def dump_postgres(target: Path) -> None:
@@ -324,16 +243,6 @@ def pg_dump_howto(dest: Path) -> str:
         f"`pg_dump --format=custom --file={dest}/{PG_DUMP_FILE}` against this database, "
         f"then copy {originals.originals_dir()} into {dest}/originals. The dump first: "
         "an original is stored before its row, so every row in the dump has its file."
-    )
-
-
-def pg_restore_howto(src: Path) -> str:
-    return (
-        "This studio runs on PostgreSQL and pg_restore is not on PATH, so nothing was "
-        "restored. Install the PostgreSQL client tools and run this again, or by hand: "
-        f"`pg_restore --no-owner --no-privileges --exit-on-error --dbname=NAME "
-        f"{src}/{PG_DUMP_FILE}` into an empty database, and copy {src}/originals into "
-        f"{originals.originals_dir()}."
     )
 
 

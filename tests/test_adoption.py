@@ -265,3 +265,25 @@ def test_it_finishes_a_lost_202_from_the_simulator_without_anyone_charged_once(s
     assert charges["charges"] == {str(task.pk): 1}, charges
     submits = [r for r in requests["items"] if r["method"] == "POST"]
     assert len(submits) == 1 and submits[0]["status"] is None  # the one dropped 202
+
+
+def test_an_image_held_back_by_a_restore_is_searched_and_adopted_without_a_submit(subject, ember):
+    """A restore holds back images the backup held as waiting to be sent (studio/restoring.py):
+    the lost install may have sent them, so the worker's search must find them."""
+    from django.db import connection
+
+    from studio import restoring
+
+    task = engine.generate(request=batch_request(subject)).tasks.get()
+    backed_up = timezone.now() - timedelta(hours=1)
+    with connection.cursor() as cursor:
+        assert restoring.hold_back(cursor, backed_up, marker="%s") == 1
+    held = row_of(task)
+    assert (held.state, held.phase) == (TaskState.UNCERTAIN, restoring.HELD_PHASE)
+    history_says(ember, row(task, attempt=1, job_id="job_9", image_id="img_9"))
+
+    [searched] = search(timezone.now())
+
+    assert searched.state == TaskState.COPYING
+    assert searched.ember_job_id == "job_9"
+    assert seen(ember) == ["GET /api/v1/history"]  # looked up, never sent again

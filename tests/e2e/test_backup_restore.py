@@ -6,6 +6,7 @@ whose every asset opens; `check_originals --repair` fetches a lost original from
 """
 
 import hashlib
+import json
 import signal
 import sys
 import time
@@ -109,6 +110,35 @@ def test_a_backup_taken_mid_batch_restores_a_studio_that_finishes_it_paying_once
         "Checked 6 originals: all present and matching their hashes."
     )
     assert every_asset_opens(restored) == 6
+
+
+def test_tasks_waiting_in_a_backup_that_the_lost_install_sent_are_not_paid_again(
+    stack: Stack, sim: Simulator, tmp_path: Path
+):
+    """Found by a review: a restore re-sent every task the backup held as queued, although
+    the install it replaced had sent (and paid for) them after the backup."""
+    sim.post("/_sim/config", {"job_seconds": 0})
+    seed(stack, providers=PROVIDERS, frames=FRAMES)
+    stack.manage("backup", str(tmp_path / "backup"))  # every task still waiting to be sent
+    manifest = tmp_path / "backup" / "manifest.json"
+    listed = json.loads(manifest.read_text())
+    listed["created_at"] = "2026-01-01T00:00:00+00:00"  # an older backup: due a search at once
+    manifest.write_text(json.dumps(listed))
+    stack.manage("run_worker", "--once")  # the install that is then lost sends them all
+    paid_before = Counter(sim.get("/_sim/charges")["charges"])
+    assert sorted(paid_before.values()) == [1, 1, 1, 1]
+
+    restored = new_install(tmp_path / "restored", sim)
+    said = restored.manage("restore", str(tmp_path / "backup"))
+    restored.manage("migrate", "--verbosity", "0")
+    held = {state for _id, state, _job in restored.django(JOBS)}
+    restored.manage("run_worker", "--once")
+
+    tasks = snapshot(restored)
+    assert {t["state"] for t in tasks} == {"done"}, tasks
+    assert Counter(sim.get("/_sim/charges")["charges"]) == paid_before
+    assert held == {"uncertain", "queued"}  # the images held back; the clips keep their keys
+    assert "Held back 2 image task(s)" in said
 
 
 def every_asset_opens(stack: Stack) -> int:

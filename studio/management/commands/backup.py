@@ -16,11 +16,17 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("dest", type=Path, help="a new or empty folder")
+        parser.add_argument(
+            "--link",
+            action="store_true",
+            help="hard-link the originals instead of copying them (no second copy on disk; "
+            "a write into a file in place then damages both)",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         dest = options["dest"].resolve()
         try:
-            result = backups.backup(dest)
+            result = backups.backup(dest, link=options["link"])
         except backups.BackupError as exc:
             raise CommandError(str(exc), returncode=1) from None
         kind = "SQLite (online backup API)" if result.database == "sqlite" else "pg_dump"

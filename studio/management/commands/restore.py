@@ -5,7 +5,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from studio import backups
+from studio import backups, restoring
 
 
 class Command(BaseCommand):
@@ -19,20 +19,26 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
-            result = backups.restore(options["src"].resolve())
+            result = restoring.restore(options["src"].resolve())
         except backups.BackupError as exc:
             raise CommandError(str(exc), returncode=1) from None
         self.stdout.write(result.placer.counts("Restored"))
         for line in result.problems:
             self.stdout.write(line)
         self.stdout.write(f"Database: restored into {result.database}.")
+        if result.held_back:
+            self.stdout.write(
+                f"Held back {result.held_back} image task(s) the backup holds as waiting to be "
+                "sent: the lost install may have sent them since, so they rest uncertain and "
+                "the worker looks for them in Ember's history. Resubmit those it does not find."
+            )
         self.stdout.write(
             "Next: manage.py migrate, manage.py check_originals, then start the web server "
             "and run_worker (it resumes the jobs the backup holds by their ids)."
         )
         if result.problems:
             raise CommandError(
-                f"{len(result.problems)} originals were not restored: "
+                f"{len(result.problems)} originals the database names were not restored: "
                 "run check_originals --repair (generated ones can be fetched from Ember again).",
                 returncode=1,
             )

@@ -1,0 +1,308 @@
+"""Restore of a backup into a new install (docs/operations.md): check, place, fill, hold back.
+
+Everything that can be checked is checked before anything is placed: the manifest, the
+database snapshot (there, the bytes the manifest recorded, readable by its database),
+and the target (no originals, no tables). Then the originals, each copied and checked
+against its hash; then the database. If filling the database fails, what was placed is
+taken away again, so the same restore can simply be run again.
+
+Last, the tasks the snapshot holds as waiting to be sent are held back: the install
+that was lost may have sent them after the snapshot, and an image has no key to make a
+second send free. They rest `uncertain` with the send they may have had recorded as
+unknown, so the worker looks for them in Ember's history before anyone pays again.
+"""
+
+import contextlib
+import json
+import shutil
+import sqlite3
+from collections.abc import Iterable
+from contextlib import closing
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.db import connection, transaction
+
+from studio import originals
+from studio.backups import (
+    MANIFEST,
+    PG_DUMP_FILE,
+    SQLITE_FILE,
+    BackupError,
+    Placer,
+    copy_sqlite,
+    originals_in_sqlite,
+    run_pg,
+)
+from studio.models import Asset, Attempt, Kind, Task, TaskState
+
+NOT_EMPTY = "restore into a new data dir with an empty database."
+HELD_PHASE = "Restored from a backup: looking for it in Ember's history"
+HELD_ERROR = (
+    "This task was waiting to be sent when the backup this install was restored from was "
+    "taken; the install that was lost may have sent it since. The previous submit may have "
+    "reached Ember. Check history before submitting again."
+)
+UNSENT = (TaskState.QUEUED, TaskState.PREPARING)
+
+
+@dataclass
+class Restored:
+    database: str  # what was filled: the SQLite file, or the PostgreSQL database's name
+    restored: int = 0
+    held_back: int = 0  # image tasks waiting to be sent in the snapshot, now `uncertain`
+    problems: list[str] = field(default_factory=list)
+    placer: Placer = field(default_factory=Placer)
+
+
+def restore(src: Path, *, data_dir: Path | None = None, database: Path | None = None) -> Restored:
+    """Restore the backup in `src` into a new data dir (default: this install's).
+
+    `database` is the SQLite file to fill (default: the configured one). Refuses a
+    target that already has a database or originals, and a backup whose snapshot is
+    missing or damaged, before placing anything.
+    """
+    manifest = read_manifest(src)
+    data_dir = data_dir or Path(settings.AVATARS_DATA_DIR)
+    kind = "sqlite" if database is not None else connection.vendor
+    if manifest["database"] != kind:
+        raise BackupError(
+            f"{src} holds a {manifest['database']} database; this studio uses {kind}."
+        )
+    snapshot = src / (SQLITE_FILE if kind == "sqlite" else PG_DUMP_FILE)
+    check_snapshot(snapshot, manifest, readable=kind == "sqlite")
+    if kind == "sqlite":
+        database = database or Path(connection.settings_dict["NAME"])
+    elif shutil.which("pg_restore") is None:
+        raise BackupError(pg_restore_howto(src))
+    refuse_a_used_target(data_dir, database)
+    result = Restored(database=str(database or connection.settings_dict["NAME"]))
+    placed: list[Path] = []
+    try:
+        fill(result, src, manifest, data_dir / "originals", placed, database)
+    except BaseException:
+        undo(placed, database)
+        raise
+    return result
+
+
+def fill(
+    result: Restored,
+    src: Path,
+    manifest: dict[str, Any],
+    target: Path,
+    placed: list[Path],
+    database: Path | None,
+) -> None:
+    """Place the originals, fill the database, check one against the other, hold back."""
+    target.mkdir(mode=0o700, parents=True, exist_ok=True)
+    for entry in manifest["originals"]:
+        restore_original(result, src / "originals", target, entry, placed)
+    originals.fsync_dir(target)
+    backed_up_at = manifest_time(manifest)
+    if database is not None:
+        connection.close()  # Django's connection must not hold the file while it is filled
+        copy_sqlite(src / SQLITE_FILE, database)
+        with closing(sqlite3.connect(database)) as conn:
+            named = [sha for sha, _mime in originals_in_sqlite(database)]
+            result.held_back = hold_back(conn.cursor(), backed_up_at, marker="?")
+            conn.commit()
+    else:
+        restore_postgres(src / PG_DUMP_FILE)
+        named = list(Asset.objects.values_list("sha256", flat=True).distinct())
+        with transaction.atomic(), connection.cursor() as cursor:
+            result.held_back = hold_back(cursor, backed_up_at, marker="%s")
+    result.problems += unlisted(named, manifest)
+
+
+def read_manifest(src: Path) -> dict[str, Any]:
+    try:
+        manifest = json_object((src / MANIFEST).read_text())
+    except FileNotFoundError:
+        raise BackupError(
+            f"{src} has no {MANIFEST}: it is not a finished backup "
+            "(a backup writes its manifest last)."
+        ) from None
+    if manifest is None or manifest.get("format") != 1:
+        raise BackupError(f"{src / MANIFEST} is not a manifest this version can read.")
+    if not isinstance(manifest.get("originals"), list):
+        raise BackupError(f"{src / MANIFEST} lists no originals.")
+    return manifest
+
+
+def json_object(text: str) -> dict[str, Any] | None:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def check_snapshot(snapshot: Path, manifest: dict[str, Any], *, readable: bool) -> None:
+    """Refuse a database snapshot that is missing, not the recorded bytes, or unreadable.
+
+    A SQLite snapshot is opened read-only: nothing in the backup is written.
+    """
+    if not snapshot.is_file():
+        raise BackupError(f"{snapshot} is missing: this backup has no database to restore.")
+    size, sha256 = manifest.get("database_size"), manifest.get("database_sha256")
+    if size is not None and snapshot.stat().st_size != size:
+        raise BackupError(
+            f"{snapshot} is {snapshot.stat().st_size} bytes; the manifest recorded {size}: "
+            "it was cut short or replaced. Nothing was restored."
+        )
+    if sha256 is not None and originals.file_sha256(snapshot) != sha256:
+        raise BackupError(
+            f"{snapshot} does not match the sha256 the manifest recorded: it was changed "
+            "after the backup. Nothing was restored."
+        )
+    if readable:
+        check_sqlite(snapshot)
+
+
+def check_sqlite(snapshot: Path) -> None:
+    """Refuse a SQLite file its library cannot read whole (opened read-only)."""
+    try:
+        with closing(sqlite3.connect(f"file:{snapshot}?mode=ro", uri=True)) as conn:
+            verdict = conn.execute("PRAGMA quick_check").fetchone()[0]
+            has_tasks = conn.execute(
+                "SELECT count(*) FROM sqlite_master WHERE name = ?", (Task._meta.db_table,)
+            ).fetchone()[0]
+    except sqlite3.DatabaseError as exc:
+        raise BackupError(
+            f"{snapshot} is not a readable SQLite database ({exc}). Nothing was restored."
+        ) from None
+    if verdict != "ok":
+        raise BackupError(f"{snapshot} is damaged ({verdict}). Nothing was restored.")
+    if not has_tasks:
+        raise BackupError(f"{snapshot} holds no Avatars tables. Nothing was restored.")
+
+
+def refuse_a_used_target(data_dir: Path, database: Path | None) -> None:
+    """Refuse, saying why, a data dir that holds originals or a database with tables."""
+    folder = data_dir / "originals"
+    if folder.is_dir() and any(folder.iterdir()):
+        raise BackupError(f"{folder} already holds originals: {NOT_EMPTY}")
+    if database is None:
+        if connection.introspection.table_names():
+            name = connection.settings_dict["NAME"]
+            raise BackupError(f"The database {name} already has tables: {NOT_EMPTY}")
+    elif database.exists() and database.stat().st_size:
+        with closing(sqlite3.connect(database)) as conn:
+            tables = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+        if tables:
+            raise BackupError(f"The database {database} already has tables: {NOT_EMPTY}")
+
+
+def restore_original(
+    result: Restored, source: Path, target: Path, entry: object, placed: list[Path]
+) -> None:
+    """Put one original of the manifest into the data dir, or say why not."""
+    entry = entry if isinstance(entry, dict) else {}
+    sha256, name = str(entry.get("sha256", "")), str(entry.get("file", ""))
+    try:
+        # Only a name the store would give: a manifest must not write outside originals/.
+        originals.path_for(sha256, name.removeprefix(sha256))
+    except ValueError:
+        result.problems.append(f"not an original's name in the manifest: {name!r}")
+        return
+    try:
+        done = result.placer.place(source / name, target / name, sha256)
+    except FileNotFoundError:
+        result.problems.append(f"missing in the backup: {name}")
+        return
+    if not done:
+        result.problems.append(f"corrupt in the backup: {name}")
+        return
+    placed.append(target / name)
+    result.restored += 1
+
+
+def unlisted(named: Iterable[str], manifest: dict[str, Any]) -> list[str]:
+    """Say which originals the restored rows name that the manifest does not list.
+
+    Those the backup already reported as missing or failing its hash are said again.
+    """
+    listed = {str(e.get("sha256")) for e in manifest["originals"] if isinstance(e, dict)}
+    absent = sorted(set(named) - listed)
+    return [f"named by the database, not in the backup: {sha256}" for sha256 in absent]
+
+
+def hold_back(cursor: Any, backed_up_at: datetime, *, marker: str) -> int:
+    """Rest `uncertain` the image tasks the snapshot holds as waiting to be sent; return how many.
+
+    Each gets an `unknown` attempt (the number its send would have had), which is what
+    the worker's history search looks for. Plain SQL on the snapshot's own tables, so
+    it runs before `migrate`. Clips need nothing: a re-send under their key is free.
+    """
+    task, attempt = Task._meta.db_table, Attempt._meta.db_table
+    unsent = f"kind = {marker} AND state IN ({marker}, {marker})"
+    unsent_args = [Kind.IMAGE.value, *(state.value for state in UNSENT)]
+    when = connection_time(backed_up_at, marker)
+    cursor.execute(
+        f"INSERT INTO {attempt} (version, task_id, number, idempotency_key, ember_job_id, "
+        f"submitted_at, answered_at, outcome, error) "
+        f"SELECT 1, t.id, COALESCE((SELECT MAX(a.number) FROM {attempt} a "
+        f"WHERE a.task_id = t.id), 0) + 1, '', '', {marker}, NULL, {marker}, {marker} "
+        f"FROM {task} t WHERE t.{unsent}",
+        [when, Attempt.Outcome.UNKNOWN.value, HELD_ERROR, *unsent_args],
+    )
+    cursor.execute(
+        f"UPDATE {task} SET state = {marker}, phase = {marker}, error = {marker}, "
+        f"next_attempt_at = NULL, submitted_at = {marker}, version = version + 1 "
+        f"WHERE {unsent}",
+        [TaskState.UNCERTAIN.value, HELD_PHASE, HELD_ERROR, when, *unsent_args],
+    )
+    return int(cursor.rowcount)
+
+
+def manifest_time(manifest: dict[str, Any]) -> datetime:
+    """Return when the backup was taken (its manifest's time; now, if it has none readable)."""
+    try:
+        when = datetime.fromisoformat(str(manifest.get("created_at")))
+    except ValueError:
+        return datetime.now(UTC)
+    return when if when.tzinfo else when.replace(tzinfo=UTC)
+
+
+def connection_time(when: datetime, marker: str) -> object:
+    """Return `when` as the database stores it: SQLite text in UTC, else the datetime."""
+    if marker == "?":
+        return when.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
+    return when
+
+
+def undo(placed: list[Path], database: Path | None) -> None:
+    """Take away what a failed restore placed, so that it can be run again."""
+    for path in placed:
+        path.unlink(missing_ok=True)
+    if database is not None:
+        connection.close()
+        with contextlib.suppress(FileNotFoundError):
+            database.write_bytes(b"")  # as a new data dir has it: an empty file
+
+
+def restore_postgres(dump: Path) -> None:
+    name = connection.settings_dict["NAME"]
+    run_pg(
+        "pg_restore",
+        "--no-owner",
+        "--no-privileges",
+        "--exit-on-error",
+        "--single-transaction",  # all of it or, failing, nothing
+        f"--dbname={name}",
+        str(dump),
+    )
+
+
+def pg_restore_howto(src: Path) -> str:
+    return (
+        "This studio runs on PostgreSQL and pg_restore is not on PATH, so nothing was "
+        "restored. Install the PostgreSQL client tools and run this again, or by hand: "
+        f"`pg_restore --no-owner --no-privileges --exit-on-error --dbname=NAME "
+        f"{src}/{PG_DUMP_FILE}` into an empty database, and copy {src}/originals into "
+        f"{originals.originals_dir()}."
+    )
