@@ -186,8 +186,11 @@ def temporary(entry: os.DirEntry[str]) -> Finding:
     return Finding(TEMPORARY, entry.name, f"{minutes} minutes old; {why}")
 
 
-def repair(scrub: Scrub) -> None:
-    """Fetch each missing or corrupt generated original again from Ember, where it still is."""
+def repair(scrub: Scrub, *, backup: Path | None = None) -> None:
+    """Put each missing or corrupt original back: from `backup`'s folder if given, else Ember.
+
+    A backup holds uploaded photos too; Ember only the generated originals it still has.
+    """
     scrub.repair = True
     damaged = scrub.damaged()
     if not damaged:
@@ -197,9 +200,22 @@ def repair(scrub: Scrub) -> None:
         client = EmberClient()
         try:
             for finding in damaged:
-                finding.repaired, finding.outcome = repair_one(finding, runner, client)
+                found = from_backup(finding, backup) if backup is not None else None
+                finding.repaired, finding.outcome = found or repair_one(finding, runner, client)
         finally:
             runner.run(client.aclose())
+
+
+def from_backup(finding: Finding, backup: Path) -> tuple[bool, str] | None:
+    """Put one original back from a backup folder; None when the backup cannot (say why later)."""
+    try:
+        data = (backup / "originals" / finding.name).read_bytes()
+        originals.put_back(data, sha256=finding.sha256, mime=finding.mime)
+    except FileNotFoundError:
+        return None if finding.image_ids else (False, f"not in the backup {backup} either")
+    except (originals.ChecksumFailed, originals.NotAnImage) as exc:
+        return None if finding.image_ids else (False, f"corrupt in the backup {backup}: {exc}")
+    return True, f"put back from the backup {backup}"
 
 
 def repair_one(finding: Finding, runner: asyncio.Runner, client: EmberClient) -> tuple[bool, str]:

@@ -222,6 +222,59 @@ def test_it_says_an_upload_cannot_be_repaired_and_asks_ember_nothing(ember):
     ) in out
 
 
+def a_backup_holding(tmp_path: Path, *assets: Asset) -> Path:
+    """A backup folder as `manage.py backup` leaves it, holding copies of these originals."""
+    folder = tmp_path / "backup" / "originals"
+    folder.mkdir(parents=True)
+    for asset in assets:
+        (folder / file_of(asset).name).write_bytes(file_of(asset).read_bytes())
+    return tmp_path / "backup"
+
+
+def test_it_puts_a_damaged_upload_back_from_a_backup_and_asks_ember_nothing(ember, tmp_path):
+    """Found by a review: an upload damaged in place had no supported way back."""
+    flipped, lost = uploaded(1), uploaded(2)
+    backup = a_backup_holding(tmp_path, flipped, lost)
+    flip_a_byte(file_of(flipped))
+    file_of(lost).unlink()
+
+    code, out = check("--repair", "--from-backup", str(backup))
+
+    assert code == 0, out
+    assert not ember.calls
+    for asset in (flipped, lost):
+        assert f"repaired: {file_of(asset).name} (put back from the backup {backup})" in out
+        assert originals.file_sha256(file_of(asset)) == asset.sha256
+    assert check()[0] == 0
+
+
+def test_it_takes_nothing_from_a_backup_whose_copy_is_damaged_too(ember, tmp_path):
+    asset = uploaded(1)
+    backup = a_backup_holding(tmp_path, asset)
+    flip_a_byte(file_of(asset))
+    flip_a_byte(backup / "originals" / file_of(asset).name)
+    damaged = file_of(asset).read_bytes()
+
+    code, out = check("--repair", "--from-backup", str(backup))
+
+    assert code == 1
+    assert f"not repaired: {file_of(asset).name} (corrupt in the backup {backup}" in out
+    assert file_of(asset).read_bytes() == damaged  # nothing was written over it
+
+
+def test_it_falls_back_to_ember_for_a_generated_original_the_backup_lacks(ember, tmp_path):
+    asset = generated(7)
+    backup = a_backup_holding(tmp_path)
+    route = ember_sends(ember, png_bytes(7))
+    file_of(asset).unlink()
+
+    code, out = check("--repair", "--from-backup", str(backup))
+
+    assert code == 0, out
+    assert route.called
+    assert f"repaired: {file_of(asset).name} (fetched again from Ember, image img_7)" in out
+
+
 def test_it_tells_the_admin_how_the_last_scrub_went():
     assert ScrubReport.status() == "no scrub of the originals yet: run manage.py check_originals"
     file_of(generated(1)).unlink()

@@ -1,5 +1,6 @@
-"""`manage.py check_originals [--repair]`: re-hash every original (docs/operations.md)."""
+"""`manage.py check_originals [--repair [--from-backup SRC]]`: re-hash every original."""
 
+from pathlib import Path
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -19,11 +20,20 @@ class Command(BaseCommand):
             action="store_true",
             help="fetch missing or corrupt generated originals again from Ember",
         )
+        parser.add_argument(
+            "--from-backup",
+            type=Path,
+            metavar="SRC",
+            help="with --repair: put missing or corrupt originals (uploaded photos too) back "
+            "from the backup folder SRC first, each checked against its hash",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         result = scrub.check()
+        if options["from_backup"] and not options["repair"]:
+            raise CommandError("--from-backup goes with --repair.", returncode=2)
         if options["repair"]:
-            scrub.repair(result)
+            scrub.repair(result, backup=options["from_backup"])
         scrub.record(result)
         for line in result.lines():
             self.stdout.write(line)
