@@ -1,11 +1,14 @@
 """Reconcile (docs/design.md §10): an uncertain task learns from Ember's history what it is."""
 
 import contextlib
+import io
 from typing import Any
 
 import httpx
 import pytest
 from asgiref.sync import async_to_sync, sync_to_async
+from django.core.management import call_command
+from django.core.management.base import CommandError
 from django.utils import timezone
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -109,6 +112,21 @@ def test_it_hands_a_history_missing_task_with_a_row_back_to_copying(subject, emb
     assert saved.ember_job_id == "job_1"
 
 
+def test_it_says_only_the_history_is_left_when_the_original_is_already_held(subject, ember):
+    """Found by a review: the phase said "Copying the original" though nothing is fetched."""
+    task = move(a_task(subject), TaskState.RUNNING, ember_job_id="job_1")
+    task = move(task, TaskState.COPYING, result=ember_result(image_id="img_1", history_id=None))
+    held = generated_asset(task=task, ember_image_id="img_1")
+    task = move(task, TaskState.HISTORY_MISSING, asset=held, phase="History needs repair")
+    history_route(ember, task, [history_row(task, job_id="job_1", image_id="img_1")])
+
+    engine.reconcile(task=task)
+
+    saved = row_of(task)
+    assert saved.state == TaskState.COPYING
+    assert saved.phase == "Recording Ember's history entry (the original is already held)"
+
+
 def test_it_hands_a_copy_failed_task_back_to_copying_without_asking_ember(subject, ember):
     task = move(a_task(subject), TaskState.RUNNING, ember_job_id="job_1")
     answer = ember_result(image_id="img_1")
@@ -152,6 +170,23 @@ def test_it_returns_a_task_that_is_not_reconcilable_unchanged(subject, ember, st
         before.phase,
         before.result,
     )
+
+
+def test_the_command_says_a_task_is_not_reconcilable_and_exits_non_zero(subject, ember):
+    """Found by a review: it printed "done -> done: Complete" and exited 0."""
+    done = move(a_task(subject), TaskState.DONE, ember_job_id="job_1", phase="Complete")
+    route = ember.get(HISTORY).respond(200, json={"items": []})
+    out = io.StringIO()
+
+    with pytest.raises(CommandError) as failed:
+        call_command("reconcile", str(done.pk), stdout=out)
+
+    assert failed.value.returncode == 1
+    assert out.getvalue() == (
+        f"{done.pk} done: not reconcilable (only uncertain, history_missing and copy_failed "
+        "are); left as it is\n"
+    )
+    assert not route.called
 
 
 def test_it_does_not_overwrite_a_task_that_moved_while_history_was_read(subject, ember):

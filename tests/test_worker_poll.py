@@ -12,6 +12,7 @@ from studio.models import TaskState
 from studio.store import move
 from studio.worker import (
     REFERENCE_CHANGED,
+    steps,
 )
 from tests.factories import drain, plan
 from tests.fake_ember import FakeEmber
@@ -104,6 +105,45 @@ def test_it_keeps_polling_through_transient_errors(subject, ember, worker):
     task.refresh_from_db()
     assert task.state == TaskState.DONE
     assert fake.poll_route.call_count == 4
+
+
+@pytest.mark.parametrize(
+    ("trouble", "phase"),
+    [
+        (httpx.ConnectError("down"), "Ember could not be reached; still polling"),
+        (httpx.ReadError("dropped"), "Ember could not be reached; still polling"),
+        (httpx.Response(200, text="{oops"), "Ember's answer was unusable; still polling"),
+    ],
+    ids=["unreachable", "dropped", "unusable"],
+)
+def test_it_says_why_a_poll_taught_nothing(subject, ember, worker, monkeypatch, trouble, phase):
+    """Found by a review: an unreachable Ember was called an unusable answer."""
+    fake = FakeEmber(ember)
+    troubles = iter([trouble])
+    written: list[str] = []
+    real_update = steps.update
+
+    def update(obj, **fields):
+        written.append(fields.get("phase", ""))
+        return real_update(obj, **fields)
+
+    def poll(request, job_id):
+        answer = next(troubles, None)
+        if answer is None:
+            return fake._poll(request, job_id)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    monkeypatch.setattr(steps, "update", update)
+    fake.poll_route.mock(side_effect=poll)
+    [task] = plan(subject)
+
+    drain(worker)
+
+    assert written == [phase]
+    task.refresh_from_db()
+    assert task.state == TaskState.DONE
 
 
 def test_it_marks_a_job_ember_does_not_know_as_uncertain(subject, ember, worker):

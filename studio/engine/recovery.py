@@ -24,6 +24,9 @@ from studio.store import move, update
 
 REFUSED_SHOWN = 3  # unsafe ids a reconcile names on the task; the rest are counted
 
+COPYING = "Copying the original from Ember"
+RECORDING_HISTORY = "Recording Ember's history entry (the original is already held)"
+
 
 def reconcile(*, task: Task, client: EmberClient | None = None) -> Task:
     """Record what Ember's history says about a RECONCILABLE task and hand it back to the worker.
@@ -246,7 +249,8 @@ def _back_to_copying(task: Task, result: dict[str, Any], job_id: str, *, note: s
             result=result,
             # A job id the task already has is never replaced by another row's.
             ember_job_id=task.ember_job_id or job_id,
-            phase="Copying the original from Ember",
+            # With the bytes already held, only the history entry is left to record.
+            phase=RECORDING_HISTORY if task.asset_id is not None else COPYING,
             error=note,
         )
 

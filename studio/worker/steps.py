@@ -21,6 +21,8 @@ from studio.ember.client import (
     EmberError,
     EmberNotFound,
     EmberTooLarge,
+    EmberUnavailable,
+    EmberUnknownOutcome,
     EmberUnsafeId,
     Submitted,
     encode_payload,
@@ -247,9 +249,7 @@ class Steps:
             except EmberError as exc:
                 log.warning("task=%s poll failed: %s", task.pk, exc.message)
                 if task.error != exc.message:  # one write per new problem, not per poll
-                    await db(update)(
-                        task, phase="Ember's answer was unusable; still polling", error=exc.message
-                    )
+                    await db(update)(task, phase=_poll_trouble(exc), error=exc.message)
             else:
                 if job.status in ("succeeded", "failed"):
                     # A failure may come at any time; a job resumed was not watched.
@@ -345,3 +345,10 @@ class Steps:
             await asyncio.sleep(delay)
             delay *= 2
         raise AssertionError("unreachable")
+
+
+def _poll_trouble(exc: EmberError) -> str:
+    """Say on the task why a poll taught nothing: no answer, or one that could not be used."""
+    if isinstance(exc, EmberUnavailable | EmberUnknownOutcome):
+        return "Ember could not be reached; still polling"
+    return "Ember's answer was unusable; still polling"

@@ -6,7 +6,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from studio.engine import reconcile
-from studio.models import Task
+from studio.models import RECONCILABLE, Task
 from studio.store import Conflict
 
 
@@ -31,7 +31,15 @@ class Command(BaseCommand):
         if not options["all"] and len(found) != len(set(ids)):
             known = {str(t.pk) for t in found}
             raise CommandError(f"Unknown task: {next(i for i in ids if i not in known)}")
+        refused = [task for task in found if task.state not in RECONCILABLE]
+        for task in refused:
+            self.stdout.write(
+                f"{task.pk} {task.state}: not reconcilable (only uncertain, history_missing "
+                "and copy_failed are); left as it is"
+            )
         for task in found:
+            if task in refused:
+                continue
             before = task.state
             try:
                 task = reconcile(task=task)
@@ -40,3 +48,5 @@ class Command(BaseCommand):
                 self.stdout.write(f"{task.pk} moved while reconciling; left as it is")
                 continue
             self.stdout.write(f"{task.pk} {before} -> {task.state}: {task.phase}")
+        if refused:
+            raise CommandError(f"{len(refused)} task(s) were not reconcilable.", returncode=1)
