@@ -135,6 +135,9 @@ def backup(dest: Path, *, link: bool = False) -> Backup:
 
 
 def start_empty(dest: Path) -> None:
+    store = originals.originals_dir().resolve()
+    if dest.resolve().is_relative_to(store):
+        raise BackupError(f"{dest} is inside the originals store {store}: back up elsewhere.")
     if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
         raise BackupError(f"{dest} is not empty: back up into a new folder.")
     dest.mkdir(mode=0o700, parents=True, exist_ok=True)

@@ -156,6 +156,17 @@ def test_it_refuses_to_back_up_into_a_folder_that_holds_anything(tmp_path):
     assert sorted(os.listdir(dest)) == ["notes.txt"]
 
 
+def test_it_refuses_to_back_up_into_the_originals_store_itself():
+    stored(1)
+    dest = originals.originals_dir() / "backup"
+
+    code, out = run("backup", str(dest))
+
+    assert code == 1
+    assert "is inside the originals store" in out
+    assert not dest.exists()
+
+
 @sqlite_only
 def test_it_restores_a_backup_into_a_new_data_dir_whose_scrub_is_clean(tmp_path, settings):
     made = stored(1)
