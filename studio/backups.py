@@ -14,6 +14,7 @@ import json
 import os
 import shutil
 import sqlite3
+import stat
 import subprocess
 from collections.abc import Iterator
 from contextlib import closing
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
@@ -30,13 +32,36 @@ from studio.models import Asset
 MANIFEST = "manifest.json"
 SQLITE_FILE = "db.sqlite3"
 PG_DUMP_FILE = "db.pgdump"
-FORMAT = 1  # the manifest's layout
+FORMAT = 2  # the manifest's layout (2: it records the database snapshot's sha256 and size)
 # A hard link fails with these where the filesystem allows none (or DEST is on another one).
 NO_LINK = {errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EOPNOTSUPP}
 
 
 class BackupError(Exception):
     """A backup or restore cannot go on: the message says why, for people."""
+
+
+class NotAnOriginal(Exception):
+    """A file where an original should be that cannot be one; the message says why."""
+
+
+def read_original(path: Path) -> bytes:
+    """Return the bytes of the regular file at `path`, if it is no larger than the image cap.
+
+    Looked at before it is opened: a folder, a device or a pipe (even behind a symlink)
+    raises NotAnOriginal without being read, as does a file past the cap.
+    """
+    info = path.stat()
+    limit = settings.AVATARS_MAX_IMAGE_BYTES
+    if not stat.S_ISREG(info.st_mode):
+        raise NotAnOriginal("not a regular file")
+    if info.st_size > limit:
+        raise NotAnOriginal(f"{info.st_size} bytes, over the {limit}-byte cap for an image")
+    with path.open("rb") as file:
+        data = file.read(limit + 1)
+    if len(data) > limit:
+        raise NotAnOriginal(f"over the {limit}-byte cap for an image")
+    return data
 
 
 class Placer:
@@ -55,11 +80,17 @@ class Placer:
     def place(self, source: Path, target: Path, sha256: str) -> bool:
         """Put `source` at `target`; return False, placing nothing, if it fails its hash.
 
-        Raises FileNotFoundError when `source` is not there.
+        Raises FileNotFoundError when `source` is not there, NotAnOriginal when it is
+        not a regular file of at most the image cap (a folder, a device, a pipe: nothing
+        is read from those). A `target` already holding these bytes is left as it is.
         """
+        data = read_original(source)
+        if originals.sha256_of(data) != sha256:
+            return False
+        if target.is_file() and originals.file_sha256(target) == sha256:
+            self.copied += 1  # put there by an earlier run of the same restore
+            return True
         if self.link:
-            if originals.file_sha256(source) != sha256:
-                return False
             try:
                 os.link(source, target)
                 self.linked += 1
@@ -68,9 +99,6 @@ class Placer:
                 if exc.errno not in NO_LINK:
                     raise
                 self.link = False  # DEST is on another filesystem: copy from now on
-        data = source.read_bytes()  # an original is at most AVATARS_MAX_IMAGE_BYTES
-        if originals.sha256_of(data) != sha256:
-            return False
         originals.write_atomically(target, data)
         self.copied += 1
         return True
@@ -151,6 +179,10 @@ def back_up_original(result: Backup, sha256: str, mime: str) -> None:
     except FileNotFoundError:
         result.missing.append(source.name)
         result.problems.append(f"missing in the data dir: {source.name}")
+        return
+    except NotAnOriginal as exc:
+        result.corrupt.append(source.name)
+        result.problems.append(f"not an original in the data dir: {source.name} ({exc})")
         return
     if not placed:
         result.corrupt.append(source.name)

@@ -324,6 +324,7 @@ class Attempt(Versioned):
     class Outcome(models.TextChoices):
         ACCEPTED = "accepted"  # 202: Ember has the job
         UNKNOWN = "unknown"  # the request may or may not have reached Ember
+        FAILED = "failed"  # Ember had the job, and it failed: no original came of it
 
     task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="attempts")
     number = models.PositiveSmallIntegerField()

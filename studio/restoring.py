@@ -6,14 +6,16 @@ and the target (no originals, no tables). Then the originals, each copied and ch
 against its hash; then the database. If filling the database fails, what was placed is
 taken away again, so the same restore can simply be run again.
 
-Last, the tasks the snapshot holds as waiting to be sent are held back: the install
-that was lost may have sent them after the snapshot, and an image has no key to make a
-second send free. They rest `uncertain` with the send they may have had recorded as
-unknown, so the worker looks for them in Ember's history before anyone pays again.
+The tasks the snapshot holds as waiting to be sent are held back before the database
+is in place: the install that was lost may have sent them after the snapshot, and an
+image has no key to make a second send free. They rest `uncertain` with the send they
+may have had recorded as unknown, so the worker looks for them in Ember's history
+before anyone pays again. Until the restore has finished, a marker in the data dir
+keeps the worker from starting; running the same restore again finishes it.
 """
 
-import contextlib
 import json
+import os
 import shutil
 import sqlite3
 from collections.abc import Iterable
@@ -32,8 +34,10 @@ from studio.backups import (
     PG_DUMP_FILE,
     SQLITE_FILE,
     BackupError,
+    NotAnOriginal,
     Placer,
     copy_sqlite,
+    fsync_file,
     originals_in_sqlite,
     run_pg,
 )
@@ -47,6 +51,11 @@ HELD_ERROR = (
     "reached Ember. Check history before submitting again."
 )
 UNSENT = (TaskState.QUEUED, TaskState.PREPARING)
+MARKER = "RESTORE-UNFINISHED"  # in the data dir while a restore is under way
+
+
+class RestoreUnfinished(Exception):
+    """A restore into this data dir has not finished: the worker must not start."""
 
 
 @dataclass
@@ -62,8 +71,9 @@ def restore(src: Path, *, data_dir: Path | None = None, database: Path | None = 
     """Restore the backup in `src` into a new data dir (default: this install's).
 
     `database` is the SQLite file to fill (default: the configured one). Refuses a
-    target that already has a database or originals, and a backup whose snapshot is
-    missing or damaged, before placing anything.
+    target that already has a database or originals (unless an unfinished restore
+    left them), and a backup whose snapshot is missing or damaged, before placing
+    anything. A failure takes away what this run placed.
     """
     manifest = read_manifest(src)
     data_dir = data_dir or Path(settings.AVATARS_DATA_DIR)
@@ -78,15 +88,44 @@ def restore(src: Path, *, data_dir: Path | None = None, database: Path | None = 
         database = database or Path(connection.settings_dict["NAME"])
     elif shutil.which("pg_restore") is None:
         raise BackupError(pg_restore_howto(src))
-    refuse_a_used_target(data_dir, database)
+    marker = data_dir / MARKER
+    if not marker.exists():
+        refuse_a_used_target(data_dir, database)
+    elif marker.read_text().strip() != f"restoring {src}":
+        raise BackupError(
+            f"Another restore into this data dir has not finished ({marker}: "
+            f"{marker.read_text().strip()}): run that one again, or use a new data dir."
+        )
     result = Restored(database=str(database or connection.settings_dict["NAME"]))
     placed: list[Path] = []
+    mark(marker, str(src))
     try:
         fill(result, src, manifest, data_dir / "originals", placed, database)
     except BaseException:
         undo(placed, database)
+        marker.unlink(missing_ok=True)
         raise
+    marker.unlink()
+    originals.fsync_dir(data_dir)
     return result
+
+
+def unfinished(data_dir: Path | None = None) -> None:
+    """Raise RestoreUnfinished when a restore into the data dir has not finished."""
+    marker = (data_dir or Path(settings.AVATARS_DATA_DIR)) / MARKER
+    if marker.exists():
+        raise RestoreUnfinished(
+            f"A restore into this data dir has not finished ({marker} is there): run the "
+            "same `manage.py restore` again before starting the worker."
+        )
+
+
+def mark(marker: Path, src: str) -> None:
+    """Leave the marker, durably, before anything is placed."""
+    marker.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    marker.write_text(f"restoring {src}\n")
+    fsync_file(marker)
+    originals.fsync_dir(marker.parent)
 
 
 def fill(
@@ -97,28 +136,61 @@ def fill(
     placed: list[Path],
     database: Path | None,
 ) -> None:
-    """Place the originals, fill the database, check one against the other, hold back."""
+    """Place the originals, fill the database with its unsent tasks held back, check both."""
     target.mkdir(mode=0o700, parents=True, exist_ok=True)
+    names: set[str] = set()
     for entry in manifest["originals"]:
-        restore_original(result, src / "originals", target, entry, placed)
+        restore_original(result, src / "originals", target, entry, placed, names)
     originals.fsync_dir(target)
     backed_up_at = manifest_time(manifest)
     if database is not None:
-        connection.close()  # Django's connection must not hold the file while it is filled
-        copy_sqlite(src / SQLITE_FILE, database)
-        with closing(sqlite3.connect(database)) as conn:
-            named = [sha for sha, _mime in originals_in_sqlite(database)]
-            result.held_back = hold_back(conn.cursor(), backed_up_at, marker="?")
-            conn.commit()
+        named = fill_sqlite(result, src / SQLITE_FILE, database, backed_up_at)
     else:
-        restore_postgres(src / PG_DUMP_FILE)
-        named = list(Asset.objects.values_list("sha256", flat=True).distinct())
-        with transaction.atomic(), connection.cursor() as cursor:
-            result.held_back = hold_back(cursor, backed_up_at, marker="%s")
-    result.problems += unlisted(named, manifest)
+        named = fill_postgres(result, src / PG_DUMP_FILE, backed_up_at)
+    result.problems += unrestored(named, target, result.problems)
+
+
+def fill_sqlite(
+    result: Restored, snapshot: Path, database: Path, backed_up_at: datetime
+) -> list[tuple[str, str]]:
+    """Fill `database` in one rename: a copy of the snapshot, its unsent tasks held back."""
+    connection.close()  # Django's connection must not hold the file while it is filled
+    ready = database.with_name(f"{database.name}.restoring")
+    ready.unlink(missing_ok=True)
+    copy_sqlite(snapshot, ready)
+    with closing(sqlite3.connect(ready)) as conn:
+        result.held_back = hold_back(conn.cursor(), backed_up_at, marker="?")
+        conn.commit()
+    fsync_file(ready)
+    named = list(originals_in_sqlite(ready))
+    os.replace(ready, database)
+    originals.fsync_dir(database.parent)
+    return named
+
+
+def fill_postgres(result: Restored, dump: Path, backed_up_at: datetime) -> list[tuple[str, str]]:
+    """Fill the empty database from the dump, then hold back its unsent tasks."""
+    clear_postgres()  # what an unfinished run of this restore left, if anything
+    restore_postgres(dump)
+    with transaction.atomic(), connection.cursor() as cursor:
+        result.held_back = hold_back(cursor, backed_up_at, marker="%s")
+    return list(Asset.objects.values_list("sha256", "mime").distinct())
+
+
+def clear_postgres() -> None:
+    """Empty the database's public schema: only ever one this restore found empty."""
+    if connection.introspection.table_names():
+        with connection.cursor() as cursor:
+            cursor.execute("DROP SCHEMA public CASCADE")
+            cursor.execute("CREATE SCHEMA public")
 
 
 def read_manifest(src: Path) -> dict[str, Any]:
+    """Return the backup's manifest, refusing one this version cannot trust the shape of.
+
+    Format 2 records the database snapshot's sha256 and size, and must; format 1 (older
+    backups) did not, so only its readability can be checked.
+    """
     try:
         manifest = json_object((src / MANIFEST).read_text())
     except FileNotFoundError:
@@ -126,10 +198,18 @@ def read_manifest(src: Path) -> dict[str, Any]:
             f"{src} has no {MANIFEST}: it is not a finished backup "
             "(a backup writes its manifest last)."
         ) from None
-    if manifest is None or manifest.get("format") != 1:
-        raise BackupError(f"{src / MANIFEST} is not a manifest this version can read.")
+    unreadable = f"{src / MANIFEST} is not a manifest this version can read"
+    if manifest is None or manifest.get("format") not in (1, 2):
+        raise BackupError(f"{unreadable}.")
+    if manifest.get("database") not in ("sqlite", "postgresql"):
+        raise BackupError(f"{unreadable}: it names no database kind.")
     if not isinstance(manifest.get("originals"), list):
-        raise BackupError(f"{src / MANIFEST} lists no originals.")
+        raise BackupError(f"{unreadable}: it lists no originals.")
+    if manifest["format"] == 2 and not (
+        isinstance(manifest.get("database_sha256"), str)
+        and type(manifest.get("database_size")) is int
+    ):
+        raise BackupError(f"{unreadable}: it records no sha256 and size for its database.")
     return manifest
 
 
@@ -198,7 +278,12 @@ def refuse_a_used_target(data_dir: Path, database: Path | None) -> None:
 
 
 def restore_original(
-    result: Restored, source: Path, target: Path, entry: object, placed: list[Path]
+    result: Restored,
+    source: Path,
+    target: Path,
+    entry: object,
+    placed: list[Path],
+    names: set[str],
 ) -> None:
     """Put one original of the manifest into the data dir, or say why not."""
     entry = entry if isinstance(entry, dict) else {}
@@ -209,10 +294,16 @@ def restore_original(
     except ValueError:
         result.problems.append(f"not an original's name in the manifest: {name!r}")
         return
+    if name in names:
+        return  # listed twice: placed once, counted once
+    names.add(name)
     try:
         done = result.placer.place(source / name, target / name, sha256)
     except FileNotFoundError:
         result.problems.append(f"missing in the backup: {name}")
+        return
+    except NotAnOriginal as exc:
+        result.problems.append(f"not an original in the backup: {name} ({exc})")
         return
     if not done:
         result.problems.append(f"corrupt in the backup: {name}")
@@ -221,14 +312,22 @@ def restore_original(
     result.restored += 1
 
 
-def unlisted(named: Iterable[str], manifest: dict[str, Any]) -> list[str]:
-    """Say which originals the restored rows name that the manifest does not list.
+def unrestored(named: Iterable[tuple[str, str]], target: Path, said: list[str]) -> list[str]:
+    """Say which originals the restored rows name that are not in place, unless said already.
 
-    Those the backup already reported as missing or failing its hash are said again.
+    Compared by file name (hash and extension): a file under another extension is not the
+    original a row names.
     """
-    listed = {str(e.get("sha256")) for e in manifest["originals"] if isinstance(e, dict)}
-    absent = sorted(set(named) - listed)
-    return [f"named by the database, not in the backup: {sha256}" for sha256 in absent]
+    lines = []
+    for sha256, mime in sorted(set(named)):
+        try:
+            name = originals.path_for(sha256, originals.extension_for(mime)).name
+        except ValueError:
+            lines.append(f"named by the database, not an original's name: {sha256!r}")
+            continue
+        if not (target / name).is_file() and not any(name in line for line in said):
+            lines.append(f"named by the database, not in the backup: {name}")
+    return lines
 
 
 def hold_back(cursor: Any, backed_up_at: datetime, *, marker: str) -> int:
@@ -260,12 +359,17 @@ def hold_back(cursor: Any, backed_up_at: datetime, *, marker: str) -> int:
 
 
 def manifest_time(manifest: dict[str, Any]) -> datetime:
-    """Return when the backup was taken (its manifest's time; now, if it has none readable)."""
+    """Return when the backup was taken: its manifest's time, never later than now.
+
+    A time ahead of this machine's clock (a clock that ran ahead, or an edit) would put
+    the held-back tasks' history search off until then.
+    """
+    now = datetime.now(UTC)
     try:
         when = datetime.fromisoformat(str(manifest.get("created_at")))
     except ValueError:
-        return datetime.now(UTC)
-    return when if when.tzinfo else when.replace(tzinfo=UTC)
+        return now
+    return min(now, when if when.tzinfo else when.replace(tzinfo=UTC))
 
 
 def connection_time(when: datetime, marker: str) -> object:
@@ -279,10 +383,13 @@ def undo(placed: list[Path], database: Path | None) -> None:
     """Take away what a failed restore placed, so that it can be run again."""
     for path in placed:
         path.unlink(missing_ok=True)
-    if database is not None:
-        connection.close()
-        with contextlib.suppress(FileNotFoundError):
-            database.write_bytes(b"")  # as a new data dir has it: an empty file
+    connection.close()
+    if database is None:
+        clear_postgres()
+        return
+    database.with_name(f"{database.name}.restoring").unlink(missing_ok=True)
+    if database.exists():
+        database.write_bytes(b"")  # as a new data dir has it: an empty file
 
 
 def restore_postgres(dump: Path) -> None:

@@ -4,11 +4,15 @@ The worker must keep running, and the task must say what was wrong in words.
 """
 
 import hashlib
+from datetime import timedelta
 
 import httpx
 import pytest
+from asgiref.sync import async_to_sync
+from django.utils import timezone
 
 from studio import engine
+from studio.ember.client import EmberClient
 from studio.models import Asset, TaskState
 from studio.store import move
 from studio.worker import MAY_HAVE_REACHED, Worker
@@ -215,8 +219,18 @@ def test_an_image_resubmit_refused_rests_uncertain_since_the_first_may_be_paid(
     assert fake.submit_route.call_count == 2
 
 
+def collect_by_reconcile(task):
+    engine.reconcile(task=task)
+
+
+def collect_by_history_search(task):
+    later = timezone.now() + timedelta(hours=1)  # past AVATARS_ADOPT_EVERY
+    async_to_sync(engine.adopt_due)(client=EmberClient(), now=later)
+
+
+@pytest.mark.parametrize("collect", [collect_by_reconcile, collect_by_history_search])
 def test_a_resubmitted_job_that_fails_rests_uncertain_since_the_first_may_be_paid(
-    subject, ember, worker
+    subject, ember, worker, collect
 ):
     fake = FakeEmber(ember)
     fake.lose_answers = 1  # the first job is made and paid; its answer is lost
@@ -232,11 +246,21 @@ def test_a_resubmitted_job_that_fails_rests_uncertain_since_the_first_may_be_pai
 
     task.refresh_from_db()
     assert fake.charged[str(task.pk)] == 2
-    assert task.state == TaskState.UNCERTAIN  # reconcile can still collect the first job
+    assert task.state == TaskState.UNCERTAIN
     assert task.error == (
-        f"Ember's job {task.ember_job_id} failed (The provider refused this prompt.), but an "
+        "Ember's job job_2 failed (The provider refused this prompt.), but an "
         "earlier send may have reached Ember. Check history before submitting again."
     )
+    # Reconcile collects the first send's original (found by a re-review: it looked only
+    # for the failed job's row, and a resubmit would have paid a third time).
+    fake.poll_route.mock(side_effect=fake._poll)
+    del fake.history_rows["job_2"]  # as Ember: a failed job saved no image, so no history row
+    collect(task)
+    drain(worker)
+    task.refresh_from_db()
+    assert task.state == TaskState.DONE
+    assert task.ember_job_id == "job_1"
+    assert fake.charged[str(task.pk)] == 2
 
 
 UNSAFE_ROWS = {

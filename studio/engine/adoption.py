@@ -71,7 +71,12 @@ def _due_query(now: datetime) -> "QuerySet[Task, tuple[Any, int]]":
     `AVATARS_ADOPT_EVERY` after that submit (Ember writes a history row only once the job
     finished), then that long after each search.
     """
-    latest = Attempt.objects.filter(task=OuterRef("pk")).order_by("-number")
+    # A failed resubmit is not the send in question: the one before it is (recovery.py).
+    latest = (
+        Attempt.objects.filter(task=OuterRef("pk"))
+        .exclude(outcome=Attempt.Outcome.FAILED)
+        .order_by("-number")
+    )
     cutoff = now - timedelta(seconds=settings.AVATARS_ADOPT_EVERY)
     lost = Task.objects.filter(
         state=TaskState.UNCERTAIN, kind=Kind.IMAGE, ember_job_id="", asset__isnull=True
@@ -116,7 +121,7 @@ def _still_lost(task: Task, number: int) -> bool:
     """Say whether `task` still rests `uncertain` on the lost answer of attempt `number`."""
     if task.state != TaskState.UNCERTAIN or task.ember_job_id or task.asset_id is not None:
         return False
-    latest = task.attempts.order_by("-number").first()
+    latest = task.attempts.exclude(outcome=Attempt.Outcome.FAILED).order_by("-number").first()
     return latest is not None and latest.number == number and not latest.ember_job_id
 
 

@@ -19,7 +19,7 @@ from studio.ember.client import (
     shown_id,
 )
 from studio.engine.errors import RESUBMIT_TOO_EARLY, ResubmitRefused
-from studio.models import RECONCILABLE, Asset, Kind, Task, TaskState
+from studio.models import RECONCILABLE, Asset, Attempt, Kind, Task, TaskState
 from studio.store import move, update
 
 REFUSED_SHOWN = 3  # unsafe ids a reconcile names on the task; the rest are counted
@@ -168,9 +168,15 @@ def _pick_row(task: Task, rows: list[dict[str, Any]]) -> dict[str, Any] | None:
 
 
 def _unclaimed(task: Task, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Return the rows whose job no attempt but the task's latest has recorded."""
-    jobs = list(task.attempts.order_by("number").values_list("ember_job_id", flat=True))
-    claimed = {job for job in jobs[:-1] if job}
+    """Return the rows whose job no attempt but the task's latest has recorded.
+
+    An attempt whose job failed does not count as the latest (a person's resubmit
+    that failed leaves the send before it as the task's own), and its job is claimed.
+    """
+    attempts = task.attempts.order_by("number").values_list("ember_job_id", "outcome")
+    failed = {job for job, outcome in attempts if outcome == Attempt.Outcome.FAILED}
+    jobs = [job for job, outcome in attempts if outcome != Attempt.Outcome.FAILED]
+    claimed = {job for job in jobs[:-1] if job} | failed
     return [row for row in rows if row.get("job_id") not in claimed]
 
 

@@ -25,7 +25,7 @@ from django.db import (
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from studio import originals
+from studio import originals, restoring
 from studio.ember.client import EmberClient
 from studio.engine.adoption import adopt_due
 from studio.models import ACTIVE, POLL_BOUND, Task, TaskState
@@ -130,6 +130,7 @@ class Worker(Steps):
         """
         if not self._ownership.held:
             raise NotOwner()
+        restoring.unfinished()  # a half-restored install may hold tasks not yet held back
         self._stop_event = asyncio.Event()
         self._slot_freed = asyncio.Event()
         counts = await db(self.recover)()

@@ -243,15 +243,23 @@ def _record_ended(task: Task, job: Job) -> bool:
             error="",
         )
         return True
-    if task.attempts.exclude(ember_job_id=task.ember_job_id).exists():
-        # A person resubmitted it: the earlier send may still hold a paid original.
-        _rest_sent_before(task, f"Ember's job {task.ember_job_id} failed ({job.error})")
+    task.attempts.filter(ember_job_id=task.ember_job_id).update(outcome=Attempt.Outcome.FAILED)
+    earlier = task.attempts.exclude(ember_job_id=task.ember_job_id).order_by("-number").first()
+    if earlier is not None:
+        # A person resubmitted it: the earlier send may still hold a paid original, and
+        # is again the task's own (its job, or none when its answer was lost), so that
+        # reconcile takes that send's row; the failed job stays on its attempt.
+        _rest_sent_before(
+            task,
+            f"Ember's job {task.ember_job_id} failed ({job.error})",
+            ember_job_id=earlier.ember_job_id,
+        )
         return False
     move(task, TaskState.FAILED, phase="Ember could not generate this", error=job.error)
     return False
 
 
-def _rest_sent_before(task: Task, what: str) -> Task:
+def _rest_sent_before(task: Task, what: str, **fields: Any) -> Task:
     """Rest `uncertain` a task whose last send came to nothing while an earlier may be paid.
 
     Not `failed`: nothing reconciles a failed task, and the earlier send's original
@@ -263,6 +271,7 @@ def _rest_sent_before(task: Task, what: str) -> Task:
         phase=RECONCILE_PHASE,
         error=f"{what}, but an earlier send may have reached Ember. "
         "Check history before submitting again.",
+        **fields,
     )
 
 

@@ -38,7 +38,8 @@ class Command(BaseCommand):
         )
         if result.problems:
             raise CommandError(
-                f"{len(result.problems)} originals the database names were not restored: "
-                "run check_originals --repair (generated ones can be fetched from Ember again).",
+                f"{len(result.problems)} problem(s) above: run check_originals --repair "
+                "(generated originals are fetched from Ember again; --from-backup SRC takes "
+                "them from another backup).",
                 returncode=1,
             )

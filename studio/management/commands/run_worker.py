@@ -9,6 +9,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from studio import metrics
 from studio.ownership import AlreadyRunning, NotDurable, OwnershipLost, stand_by
+from studio.restoring import RestoreUnfinished
 from studio.worker import Worker
 from studio.worker.loop import tune_interpreter
 
@@ -45,8 +46,9 @@ class Command(BaseCommand):
             metrics.forget_dead_processes()
             tune_interpreter()
             asyncio.run(self._run(worker, once=options["once"]))
-        except OwnershipLost as exc:
-            raise CommandError(str(exc)) from None  # a non-zero exit: the lock is gone
+        except (OwnershipLost, RestoreUnfinished) as exc:
+            # A non-zero exit: the lock is gone, or a restore must be finished first.
+            raise CommandError(str(exc)) from None
         finally:
             worker.unlock()
 

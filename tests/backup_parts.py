@@ -1,0 +1,57 @@
+"""What the backup and restore tests share: running commands, stored originals, manifests."""
+
+import errno
+import io
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from studio import originals
+from studio.models import Asset, Origin
+from tests.factories import png_bytes
+from tests.processes import server_url
+
+# These open the SQLite files themselves; PostgreSQL's round trip is in test_backup_e2e.
+sqlite_only = pytest.mark.skipif(bool(server_url()), reason="SQLite's files")
+postgres_only = pytest.mark.skipif(
+    not server_url(), reason="PostgreSQL only: runs in `make test-postgres`"
+)
+
+
+def run(command: str, *args: str) -> tuple[int, str]:
+    """Run a command; return its exit code and everything it printed."""
+    out = io.StringIO()
+    try:
+        call_command(command, *args, stdout=out, stderr=out)
+    except CommandError as exc:
+        return exc.returncode, f"{out.getvalue()}{exc}\n"
+    return 0, out.getvalue()
+
+
+def stored(seed: int, origin: str = Origin.GENERATED) -> Asset:
+    original = originals.save(png_bytes(seed))
+    return Asset.objects.create_stored(
+        original, file_name=f"{seed}.png", origin=origin, ember_image_id=f"img_{seed}"
+    )
+
+
+def file_of(asset: Asset) -> Path:
+    return originals.path_for(asset.sha256, originals.extension_for(asset.mime))
+
+
+def rows_in(database: Path) -> list[tuple[str, str]]:
+    with sqlite3.connect(database) as conn:
+        return sorted(conn.execute("SELECT sha256, origin FROM studio_asset").fetchall())
+
+
+def cross_device(src: Path, dst: Path) -> None:
+    """Stand in for os.link when DEST is on another filesystem."""
+    raise OSError(errno.EXDEV, "Invalid cross-device link")
+
+
+def manifest(dest: Path) -> dict:
+    return json.loads((dest / "manifest.json").read_text())
