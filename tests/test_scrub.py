@@ -262,6 +262,23 @@ def test_it_takes_nothing_from_a_backup_whose_copy_is_damaged_too(ember, tmp_pat
     assert file_of(asset).read_bytes() == damaged  # nothing was written over it
 
 
+@pytest.mark.parametrize("odd", ["a folder", "a pipe"])
+def test_it_opens_nothing_but_a_regular_file_in_a_backup(ember, tmp_path, odd):
+    """Found by a re-review: a folder stopped the whole repair, a pipe hung it."""
+    asset, other = uploaded(1), uploaded(2)
+    backup = a_backup_holding(tmp_path, other)
+    copy = backup / "originals" / file_of(asset).name
+    copy.mkdir() if odd == "a folder" else os.mkfifo(copy)
+    file_of(asset).unlink()
+    file_of(other).unlink()
+
+    code, out = check("--repair", "--from-backup", str(backup))
+
+    assert code == 1
+    assert f"not repaired: {file_of(asset).name} (corrupt in the backup {backup}: not a " in out
+    assert f"repaired: {file_of(other).name} (put back from the backup" in out  # went on
+
+
 def test_it_falls_back_to_ember_for_a_generated_original_the_backup_lacks(ember, tmp_path):
     asset = generated(7)
     backup = a_backup_holding(tmp_path)
