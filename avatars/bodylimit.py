@@ -4,7 +4,8 @@ Django reads a whole body (spooling it to a temporary file) before any view or
 authentication runs, so without this a stranger's 300 MB POST would be written to disk
 before its 401. Here, before the body is read:
 
-- a `Content-Length` over `AVATARS_MAX_BODY_BYTES` is answered 413 at once;
+- a `Content-Length` over `AVATARS_MAX_BODY_BYTES` is answered 413 at once (for a signed-in
+  person's studio page, with a small page of the studio that leads back; JSON to the API);
 - an API request that carries a body but no valid token is answered 401, and one whose
   token may only read is answered 403 (every API write carries a body or none at all);
 - a studio request from someone not signed in (no session of a signed-in user) may
@@ -19,14 +20,19 @@ before its 401. Here, before the body is read:
 
 import asyncio
 import json
+import logging
 from collections.abc import Awaitable, Callable, Mapping
 from importlib import import_module
 from typing import Any, NamedTuple
+from urllib.parse import urlsplit
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.contrib.auth import SESSION_KEY
 from django.http import parse_cookie
+from django.template.loader import render_to_string
+from django.urls import reverse
+from django.utils.http import url_has_allowed_host_and_scheme
 
 from studio.api.auth import token_for_header
 from studio.api.http import READ_ONLY, UNAUTHORIZED
@@ -36,6 +42,8 @@ Message = Mapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+logger = logging.getLogger(__name__)
 
 API_PREFIX = "/api/"
 GET_ONLY = frozenset({"/metrics"})  # paths that never take a body: nothing to read
@@ -50,6 +58,7 @@ class Rule(NamedTuple):
     limit: int
     too_large: str
     deadline: float | None  # seconds the whole body may take to arrive, if bounded
+    page: bool = False  # a signed-in person's studio page: refuse with a page, not text
 
 
 class BodyLimit:
@@ -71,7 +80,10 @@ class BodyLimit:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         length = headers.get("content-length")
         if length is not None and (not length.isdigit() or int(length) > limit):
-            await _answer(send, scope, 413, "too_large", _too_large(limit))
+            page = not scope["path"].startswith(API_PREFIX) and await sync_to_async(signed_in)(
+                headers.get("cookie", "")
+            )
+            await _refuse_too_large(send, scope, _too_large(limit), page=page)
             return
         has_body = int(length or 0) > 0 or "chunked" in headers.get("transfer-encoding", "")
         too_large = _too_large(limit)
@@ -91,10 +103,12 @@ class BodyLimit:
             if length is not None and int(length) > limit:
                 await _answer(send, scope, 413, "too_large", too_large)
                 return
-        await self._run_counting(scope, receive, send, Rule(limit, too_large, deadline))
+        # A signed-in person's studio page past the limit is answered with a page of the studio.
+        page = has_body and deadline is None and not scope["path"].startswith(API_PREFIX)
+        await self._run_counting(scope, receive, send, Rule(limit, too_large, deadline, page))
 
     async def _run_counting(self, scope: Scope, receive: Receive, send: Send, rule: Rule) -> None:
-        limit, too_large, deadline = rule
+        limit, too_large, deadline, page = rule
         received = 0
         cut_off: str | None = None  # why the body was cut off: "large" or "slow"
         complete = False
@@ -134,7 +148,7 @@ class BodyLimit:
 
         await self.app(scope, counting_receive, watching_send)
         if cut_off == "large" and not started:
-            await _answer(send, scope, 413, "too_large", too_large)
+            await _refuse_too_large(send, scope, too_large, page=page)
         elif cut_off == "slow" and not started:
             await _answer(send, scope, 408, "too_slow", TOO_SLOW)
 
@@ -154,6 +168,36 @@ def signed_in(cookie_header: str) -> bool:
 
 def _too_large(limit: int) -> str:
     return TOO_LARGE.format(limit=limit / (1024 * 1024))
+
+
+async def _refuse_too_large(send: Send, scope: Scope, message: str, *, page: bool) -> None:
+    """Answer 413: JSON to the API, a page of the studio to a signed-in person, else text."""
+    if not page:
+        await _answer(send, scope, 413, "too_large", message)
+        return
+    headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+    try:
+        body = too_large_page(headers.get("referer", ""), headers.get("host", ""))
+    except Exception:  # a page that cannot be drawn (static files not collected): the sentence
+        logger.exception("The page for a body past the limit could not be rendered.")
+        await _answer(send, scope, 413, "too_large", message)
+        return
+    await _send(send, 413, body.encode(), b"text/html; charset=utf-8")
+
+
+def too_large_page(referer: str, host: str) -> str:
+    """Render the studio's page for a photo past the size limit, without the database.
+
+    Its link leads back to the page the upload came from when the Referer is a page of
+    this site, else to the subjects.
+    """
+    back = reverse("studio:subjects")
+    if referer and host and url_has_allowed_host_and_scheme(referer, allowed_hosts={host}):
+        parts = urlsplit(referer)
+        if parts.path.startswith("/"):
+            back = parts.path + (f"?{parts.query}" if parts.query else "")
+    limit = settings.AVATARS_MAX_IMAGE_BYTES / (1024 * 1024)
+    return render_to_string("studio/too_large.html", {"limit": f"{limit:g}", "back": back})
 
 
 async def _unauthorized(send: Send) -> None:

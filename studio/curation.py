@@ -1,10 +1,16 @@
-"""Renaming and removing subjects and their reference photos, never an original still in use.
+"""Renaming and removing subjects and their reference photos, never an original still needed.
 
-A reference photo is in use once a task froze it among its references (the worker sends
-it to Ember, and the task's record names it) or a set holds it. Such a photo, and a
-subject with such photos, is kept; the refusal names what uses it.
+A reference photo is one asset, shared by every subject it was uploaded for. Taking it
+off a subject detaches it from that subject whenever anything else still needs it:
+another subject, a task that froze it among its references (the worker sends it to
+Ember, and the task's record names it), or a set. Only a photo nothing needs is deleted,
+its original and thumbnails with it. Detaching changes no batch: a task's references
+are frozen copies (asset id, sha256, name, mime) of the photo as it was planned.
+
+A subject a batch was made of stays: the batch's results name them.
 """
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from django.db import transaction
@@ -12,22 +18,67 @@ from django.db.models import F, Q
 
 from studio import originals, thumbs
 from studio.engine import InvalidRequest
-from studio.models import Asset, AvatarSet, Batch, Origin, Subject, Task
+from studio.models import Asset, AvatarSet, Batch, Origin, SetItem, Subject, Task
 from studio.store import update
 
-NAMED = 3  # users a refusal names; the rest are counted
+NAMED = 3  # users a sentence names; the rest are counted
+CHUNK = 100  # asset ids per narrowing query: SQLite caps an expression's depth at 1,000
 
 
 class InUse(InvalidRequest):
-    """A photo (or a subject's photo) a task or a set uses; the message names them."""
+    """A subject a batch was made of; the message names the batches."""
+
+
+@dataclass(frozen=True)
+class Users:
+    """The batches and sets that use something, said for people ("the batch “A” and 2 more")."""
+
+    named: tuple[str, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.named)
+
+    def __str__(self) -> str:
+        shown = list(self.named[:NAMED])
+        if len(self.named) > NAMED:
+            shown.append(f"{len(self.named) - NAMED} more")
+        return shown[0] if len(shown) == 1 else ", ".join(shown[:-1]) + " and " + shown[-1]
+
+    @property
+    def verb(self) -> str:
+        """The verb that agrees with the sentence: one user "uses", several "use"."""
+        return "uses" if len(self.named) == 1 else "use"
 
 
 @dataclass
-class Removed:
-    """What a removal took away: photo rows deleted, and the subjects a shared one kept."""
+class PhotoRemoval:
+    """What taking `photo` off `subject` does: delete it, or detach it and keep it for others."""
 
-    photos: list[Asset] = field(default_factory=list)
-    kept_by: list[Subject] = field(default_factory=list)
+    photo: Asset
+    subject: Subject
+    others: list[Subject] = field(default_factory=list)  # other subjects that have it
+    users: Users = field(default_factory=Users)  # the batches and sets that use it
+
+    @property
+    def deletes(self) -> bool:
+        return not self.others and not self.users
+
+
+@dataclass
+class SubjectRemoval:
+    """What removing `subject` does: the photos deleted and those kept (detached) for others.
+
+    `batches` names the batches made of the subject: while there is one, nothing is removed.
+    """
+
+    subject: Subject
+    deleted: list[Asset] = field(default_factory=list)
+    kept: list[Asset] = field(default_factory=list)
+    batches: Users = field(default_factory=Users)
+
+    def refusal(self) -> str:
+        name = self.subject.name
+        return f"{name} cannot be removed: {self.batches} {self.batches.verb} {name}."
 
 
 def rename_subject(*, subject: Subject, name: str) -> Subject:
@@ -48,83 +99,135 @@ def rename_subject(*, subject: Subject, name: str) -> Subject:
 
 
 def rename_photo(*, photo: Asset, file_name: str) -> Asset:
-    """Give a reference photo a new file name (the name it is downloaded under)."""
+    """Give a reference photo a new file name (the name it is downloaded under).
+
+    The name is the photo's, so every subject that has the photo sees the new one; the
+    batches that froze it keep the name they were planned with.
+    """
     file_name = file_name.strip() if isinstance(file_name, str) else ""
     if not file_name:
         raise InvalidRequest("A photo needs a file name.")
     return update(photo, file_name=file_name[:255])
 
 
-def remove_photo(*, photo: Asset, subject: Subject) -> Removed:
-    """Take `photo` off `subject`; delete it (and its file) once no subject has it.
+def plan_photo_removal(*, photo: Asset, subject: Subject) -> PhotoRemoval:
+    """Say what `remove_photo` would do now, without changing anything."""
+    return PhotoRemoval(
+        photo=photo,
+        subject=subject,
+        others=list(photo.subjects.exclude(pk=subject.pk).order_by("name", "pk")),
+        users=_users({photo.pk}),
+    )
 
-    Raises InUse while a task or a set uses it. The check and the delete share one
-    transaction: on SQLite it holds the write lock, so no batch can freeze the photo
-    in between; the file goes only after the commit.
+
+def remove_photo(*, photo: Asset, subject: Subject) -> PhotoRemoval:
+    """Take `photo` off `subject`; delete it (and, after the commit, its file) if nothing needs it.
+
+    The check and the change share one transaction: on SQLite it holds the write lock,
+    so no batch can freeze the photo between the check and the delete.
     """
     with transaction.atomic():
-        users = _users([photo])
-        if users:
-            raise InUse(f"{photo.file_name} cannot be removed: {users} uses it.")
-        others = list(photo.subjects.exclude(pk=subject.pk))
-        if others:
+        removal = plan_photo_removal(photo=photo, subject=subject)
+        if removal.deletes:
+            _delete([photo])
+        else:
             photo.subjects.remove(subject)
-            return Removed(kept_by=others)
-        _delete([photo])
-    return Removed(photos=[photo])
+    return removal
 
 
-def remove_subject(*, subject: Subject) -> Removed:
-    """Delete `subject` and the photos only it has; raise InUse while any is used."""
-    with transaction.atomic():
-        photos = list(subject.assets.filter(origin=Origin.UPLOADED).order_by("pk"))
-        for photo in photos:
-            users = _users([photo])
-            if users:
-                raise InUse(f"{subject.name} cannot be removed: {users} uses {photo.file_name}.")
-        shared = set(
-            Asset.subjects.through.objects.filter(asset__in=photos)
-            .exclude(subject=subject)
-            .values_list("asset_id", flat=True)
-        )
-        only_theirs = [photo for photo in photos if photo.pk not in shared]
-        subject.delete()
-        _delete(only_theirs)
-    return Removed(photos=only_theirs)
-
-
-def _users(photos: list[Asset]) -> str:
-    """Name, for people, the batches whose tasks froze any of `photos` and the sets holding them."""
+def plan_subject_removal(*, subject: Subject) -> SubjectRemoval:
+    """Say what `remove_subject` would do now, without changing anything."""
+    photos = list(subject.assets.filter(origin=Origin.UPLOADED).order_by("pk"))
     ids = {photo.pk for photo in photos}
-    if not ids:
-        return ""
-    batches = Batch.objects.filter(pk__in=_freezing_batches(ids)).order_by("created_at")
+    shared = set(
+        Asset.subjects.through.objects.filter(asset__in=ids)
+        .exclude(subject=subject)
+        .values_list("asset_id", flat=True)
+    )
+    needed = shared | _frozen(ids) | _held(ids)
+    batches = Batch.objects.filter(pk__in=_batches_of(subject.pk)).order_by("created_at")
+    return SubjectRemoval(
+        subject=subject,
+        deleted=[photo for photo in photos if photo.pk not in needed],
+        kept=[photo for photo in photos if photo.pk in needed],
+        batches=Users(tuple(f"the batch “{batch.title}”" for batch in batches)),
+    )
+
+
+def remove_subject(*, subject: Subject) -> SubjectRemoval:
+    """Delete `subject` and the photos nothing else needs; the others are only detached.
+
+    Raises InUse while a batch was made of the subject.
+    """
+    with transaction.atomic():
+        removal = plan_subject_removal(subject=subject)
+        if removal.batches:
+            raise InUse(removal.refusal())
+        subject.delete()  # detaches every photo, kept or not
+        _delete(removal.deleted)
+    return removal
+
+
+def _users(ids: set[int]) -> Users:
+    """Name the batches whose tasks froze any of the assets `ids`, then the sets holding them."""
+    batch_ids = {batch for batch, _asset in _freezing(ids)}
+    batches = Batch.objects.filter(pk__in=batch_ids).order_by("created_at")
     sets = AvatarSet.objects.filter(items__asset__in=ids).distinct().order_by("created_at")
-    named = [f"the batch “{b.title}”" for b in batches] + [f"the set “{s.name}”" for s in sets]
-    if not named:
-        return ""
-    shown = named[:NAMED]
-    if len(named) > NAMED:
-        shown.append(f"{len(named) - NAMED} more")
-    return shown[0] if len(shown) == 1 else ", ".join(shown[:-1]) + " and " + shown[-1]
+    return Users(
+        tuple(f"the batch “{b.title}”" for b in batches)
+        + tuple(f"the set “{s.name}”" for s in sets)
+    )
 
 
-def _freezing_batches(ids: set[int]) -> set[object]:
-    """Return the batches with a task whose frozen references name any asset in `ids`.
+def _frozen(ids: set[int]) -> set[int]:
+    """Return those of the assets `ids` that some task froze among its references."""
+    return {asset for _batch, asset in _freezing(ids)}
+
+
+def _held(ids: set[int]) -> set[int]:
+    """Return those of the assets `ids` that some set holds."""
+    return set(SetItem.objects.filter(asset__in=ids).values_list("asset_id", flat=True))
+
+
+def _freezing(ids: set[int]) -> set[tuple[object, int]]:
+    """Return (batch, asset) for every task whose frozen references name an asset in `ids`.
 
     The JSON text is narrowed first (both spellings of `"asset": N` that databases
     write), then each candidate's list is read, so "asset": 12 never matches 123.
     """
-    narrow = Q()
-    for pk in ids:
-        narrow |= Q(references__icontains=f'"asset": {pk}') | Q(
-            references__icontains=f'"asset":{pk}'
-        )
-    found: set[object] = set()
-    for batch_id, references in Task.objects.filter(narrow).values_list("batch_id", "references"):
-        if any(isinstance(r, dict) and r.get("asset") in ids for r in references or []):
-            found.add(batch_id)
+    found: set[tuple[object, int]] = set()
+    for chunk in _chunks(sorted(ids)):
+        narrow = Q()
+        for pk in chunk:
+            narrow |= Q(references__icontains=f'"asset": {pk}')
+            narrow |= Q(references__icontains=f'"asset":{pk}')
+        rows = Task.objects.filter(narrow).values_list("batch_id", "references")
+        for batch_id, references in rows:
+            for reference in references or []:
+                if isinstance(reference, dict) and reference.get("asset") in ids:
+                    found.add((batch_id, reference["asset"]))
     return found
+
+
+def _batches_of(subject_id: int) -> set[object]:
+    """Return the batches with a task whose subjects (a JSON list of ids) name `subject_id`.
+
+    Narrowed on the list's text as databases write it ("[1, 2]", "[1,2]"), then read.
+    """
+    narrow = Q()
+    for before in ("[", " ", ","):
+        for after in ("]", ","):
+            narrow |= Q(subjects__icontains=f"{before}{subject_id}{after}")
+    return {
+        batch_id
+        for batch_id, subjects in Task.objects.filter(narrow).values_list("batch_id", "subjects")
+        if subject_id in (subjects or [])
+    }
+
+
+def _chunks(ids: list[int]) -> Iterable[list[int]]:
+    for start in range(0, len(ids), CHUNK):
+        yield ids[start : start + CHUNK]
 
 
 def _delete(photos: list[Asset]) -> None:

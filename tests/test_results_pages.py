@@ -217,7 +217,8 @@ def test_it_downloads_the_original_as_an_attachment(signed_in: Client, subject):
     assert response.status_code == 200
     assert response.content == png_bytes(9)
     assert response["Content-Type"] == "image/png"
-    assert response["Content-Disposition"] == f'attachment; filename="{asset.file_name}"'
+    saved = f"Ada-{task.provider}-{task.frame}-{task.ordinal}-{asset.sha256[:8]}.png"
+    assert response["Content-Disposition"] == f'attachment; filename="{saved}"'
 
 
 def test_it_adds_an_image_to_a_set_from_the_viewer_and_stays_there(signed_in: Client, subject):

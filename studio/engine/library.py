@@ -2,6 +2,7 @@
 
 import re
 import secrets
+from dataclasses import dataclass
 
 from django.db import IntegrityError, transaction
 from django.db.models import BigIntegerField, Count, Max, Q
@@ -62,10 +63,24 @@ def _create_subject_as(*, name: str, slug: str) -> Subject | None:
         return None
 
 
-def add_reference(*, subject: Subject, data: bytes, file_name: str) -> Asset:
-    """Store an uploaded reference photo for `subject` (raises originals.NotAnImage).
+@dataclass(frozen=True)
+class Upload:
+    """A stored reference photo, and whether its bytes were already a known photo."""
 
-    The same photo uploaded twice is one reference: the existing upload gains the
+    asset: Asset
+    known: bool  # the same bytes were already uploaded (for this subject or another)
+
+
+def add_reference(*, subject: Subject, data: bytes, file_name: str) -> Asset:
+    """Store an uploaded reference photo for `subject` (raises originals.NotAnImage)."""
+    return upload_reference(subject=subject, data=data, file_name=file_name).asset
+
+
+def upload_reference(*, subject: Subject, data: bytes, file_name: str) -> Upload:
+    """Store an uploaded reference photo for `subject`, saying whether it was already known.
+
+    The same photo uploaded twice is one reference: the existing upload, under the name
+    it already has (a photo's name is shared by every subject that has it), gains the
     subject. Bytes that only a generated asset has so far become a new reference row
     (sharing the file); the generated row is left as it is.
     """
@@ -74,7 +89,7 @@ def add_reference(*, subject: Subject, data: bytes, file_name: str) -> Asset:
     # millions of tiny JPEG segments would cost seconds before the store refused it.
     original = originals.save(metadata.strip_location(originals.precheck(data)))
     with transaction.atomic():
-        asset, _created = Asset.objects.get_or_create(
+        asset, created = Asset.objects.get_or_create(
             sha256=original.sha256,
             origin=Origin.UPLOADED,
             defaults={
@@ -84,4 +99,4 @@ def add_reference(*, subject: Subject, data: bytes, file_name: str) -> Asset:
             },
         )
         asset.subjects.add(subject)
-    return asset
+    return Upload(asset=asset, known=not created)

@@ -284,3 +284,31 @@ def test_a_signed_in_person_uploads_a_photo_larger_than_a_stranger_may_send(serv
         "result = list(Asset.objects.filter(file_name='big.png').values_list('size', flat=True))"
     )
     assert stored, "the photo was not stored"
+
+
+def test_a_signed_in_upload_past_the_limit_gets_a_page_of_the_studio_leading_back(served):
+    """Found by a review: the studio gave way to a bare text page about the request body."""
+    web, _stack, spool, _token, subject_id = served
+    cookie = "; ".join(f"{k}={v}" for k, v in signed_in_cookies(web).items())
+    headers = {
+        "Cookie": cookie,
+        "Referer": f"{web.url}/subjects/{subject_id}/",
+        "Content-Length": str(27 * MB),
+        "Content-Type": "multipart/form-data; boundary=x",
+    }
+
+    with socket.create_connection(("127.0.0.1", web.port), timeout=10) as sock:
+        head = f"POST /subjects/{subject_id}/ HTTP/1.1\r\nHost: 127.0.0.1:{web.port}\r\n"
+        head += "".join(f"{k}: {v}\r\n" for k, v in headers.items()) + "\r\n"
+        sock.sendall(head.encode() + b"\0" * (64 * 1024))
+        received = b""
+        while chunk := sock.recv(65536):  # the page may follow in a packet of its own
+            received += chunk
+    answer = received.decode()
+    status, rest = answer.split("\r\n", 1)
+
+    assert status.split()[1] == "413", answer[:300]
+    assert "content-type: text/html; charset=utf-8" in rest.lower()
+    assert "That photo is too large: the limit is 25 MB." in answer
+    assert f'<a class="button" href="/subjects/{subject_id}/">Go back</a>' in answer
+    assert spooled_bytes(spool) < 2 * MB

@@ -1,6 +1,9 @@
 """The image routes: originals and thumbnails, immutable and checked, to signed-in people."""
 
+import re
+import unicodedata
 from collections.abc import Callable
+from pathlib import Path
 
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotModified
@@ -9,12 +12,14 @@ from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_GET
 
 from studio import originals, thumbs
-from studio.models import (
-    Asset,
-)
+from studio.models import Asset, Origin
 
 # A year: an image under these URLs never changes (it is named by its original's hash).
 IMMUTABLE = "private, max-age=31536000, immutable"
+MAX_NAME = 120  # characters of a download's file name, its extension included
+UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+SEPARATORS = re.compile(r"[-._]{2,}")
+ALL_EXTENSIONS = originals.EXTENSIONS | {".jpeg", ".jpe"}
 
 
 def _image_response(
@@ -73,12 +78,60 @@ def asset_original(request: HttpRequest, asset_id: int) -> HttpResponse:
 @login_required
 @require_GET
 def asset_download(request: HttpRequest, asset_id: int) -> HttpResponse:
-    """Send an asset's original as a file to save, under its file name."""
-    found = get_object_or_404(Asset.objects.only("sha256", "mime", "file_name"), pk=asset_id)
+    """Send an asset's original as a file to save, under a name that says what it is."""
+    found = get_object_or_404(Asset.objects.select_related("task"), pk=asset_id)
     response = _image_response(
         request, found.sha256, found.mime, lambda: originals.read(found.sha256, found.mime)
     )
     if response.status_code in (200, 304):
-        name = found.file_name or f"{found.sha256}{originals.extension_for(found.mime)}"
+        name = download_name(found)
         response["Content-Disposition"] = content_disposition_header(True, name) or "attachment"
     return response
+
+
+def download_name(asset: Asset) -> str:
+    """Name an asset's download: safe characters only, at most `MAX_NAME` of them.
+
+    A reference photo is saved under its name, with its type's extension when the name
+    lacks it. A result says who is in it and where it came from, and ends with the start
+    of its hash, so the first GPT Image result of two batches are two files:
+    "Ada-Bo-openai-image-1-3f2a9c1e.png".
+    """
+    extension = originals.extension_for(asset.mime)
+    if asset.origin == Origin.UPLOADED:
+        stem = _safe(asset.file_name)
+        suffix = Path(stem).suffix.lower()
+        if suffix in _extensions_of(asset.mime):
+            stem, extension = stem[: -len(suffix)], suffix
+        elif suffix in ALL_EXTENSIONS:  # the name of another type: say the type it is
+            stem = stem[: -len(suffix)]
+        return _bounded(stem or "photo", "", extension)
+    task = asset.task
+    tail = [asset.provider or (task.provider if task else "") or "result"]
+    if task is not None:
+        tail += [task.frame, str(task.ordinal)]
+    tail.append(asset.sha256[:8])
+    names = asset.subjects.order_by("name", "pk").values_list("name", flat=True)
+    head = "-".join(filter(None, (_safe(name) for name in names)))
+    return _bounded(head, "-".join(filter(None, (_safe(part)[:40] for part in tail))), extension)
+
+
+def _safe(text: str) -> str:
+    """Keep ASCII letters, digits, '-', '_' and '.'; accents dropped, the rest become '-'."""
+    ascii_text = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode()
+    dashed = UNSAFE.sub("-", ascii_text)
+    # No "..", no leading dot (a hidden file), no run of separators.
+    return SEPARATORS.sub(lambda run: run.group(0)[0], dashed).strip("-._")
+
+
+def _bounded(head: str, tail: str, extension: str) -> str:
+    """Join `head`, `tail` and `extension`, cutting `head` so the whole fits `MAX_NAME`."""
+    room = MAX_NAME - len(extension) - (len(tail) + 1 if tail and head else len(tail))
+    head = head[: max(room, 0)].rstrip("-._")
+    return "-".join(filter(None, (head, tail)))[: MAX_NAME - len(extension)] + extension
+
+
+def _extensions_of(mime: str) -> set[str]:
+    """The extensions a file of `mime` may carry (".jpg" and ".jpeg" are both JPEG)."""
+    extension = originals.extension_for(mime)
+    return {extension, ".jpeg", ".jpe"} if extension == ".jpg" else {extension}

@@ -1,16 +1,19 @@
 """The subjects with their reference photos: added, renamed and removed."""
 
-from collections.abc import Callable
+from dataclasses import dataclass
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.db.models import Count, OuterRef, Q, Subquery
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.template.defaultfilters import pluralize
+from django.urls import reverse
 from django.views.decorators.http import require_http_methods, require_POST
 
 from studio import curation, engine, originals, uploads
+from studio.engine.library import Upload, upload_reference
 from studio.models import (
     Asset,
     Origin,
@@ -75,6 +78,15 @@ def _count_photos_and_find_faces(page: Window) -> None:
         listed.photos, listed.face = found.get(listed.pk, (0, None))
 
 
+@dataclass(frozen=True)
+class Renaming:
+    """A refused rename, shown again beside its field: what was typed and why it was refused."""
+
+    value: str
+    error: str
+    photo: int | None = None  # the photo renamed, or None for the subject
+
+
 @login_required
 @require_http_methods(["GET", "POST"])
 def subject_detail(request: HttpRequest, subject_id: int) -> HttpResponse:
@@ -87,58 +99,75 @@ def subject_detail(request: HttpRequest, subject_id: int) -> HttpResponse:
         data, file_name = form.read()
         had = set(found.assets.filter(origin=Origin.UPLOADED).values_list("pk", flat=True))
         try:
-            asset = engine.add_reference(subject=found, data=data, file_name=file_name)
+            upload = upload_reference(subject=found, data=data, file_name=file_name)
         except (originals.NotAnImage, originals.ChecksumFailed) as exc:
             form.add_error("photo", str(exc))
         else:
-            # The same bytes again come back as the subject's existing photo.
-            if asset.pk in had:
-                messages.info(request, ALREADY_THERE)
-            else:
-                messages.success(request, f"Added {asset.file_name} to {found.name}'s photos.")
+            _say_added(request, found, upload, had)
             return redirect("studio:subject", subject_id=found.pk)
-    photos = found.assets.filter(origin=Origin.UPLOADED).order_by("-created_at", "-id")
-    return render(
-        request,
-        "studio/subject.html",
-        {"subject": found, "page": page_of(request, photos, PHOTOS_PAGE), "form": form},
-        status=400 if form.errors else 200,
+    return _subject_page(request, found, form=form)
+
+
+def _say_added(request: HttpRequest, subject: Subject, upload: Upload, had: set[int]) -> None:
+    """Say what an upload did: a new photo, one the subject has, or one known by another name."""
+    asset = upload.asset
+    if asset.pk in had:
+        messages.info(request, ALREADY_THERE)
+    elif upload.known:
+        # The photo keeps the name it is known by: a name is the photo's, not a subject's.
+        messages.success(
+            request,
+            f"Added to {subject.name}'s photos: it is the same photo already known as "
+            f"“{asset.file_name}”.",
+        )
+    else:
+        messages.success(request, f"Added {asset.file_name} to {subject.name}'s photos.")
+
+
+def _subject_page(
+    request: HttpRequest,
+    subject: Subject,
+    *,
+    form: ReferenceForm | None = None,
+    renaming: Renaming | None = None,
+) -> HttpResponse:
+    """Render a subject's page; 400 when it shows a refused upload or rename."""
+    form = form or ReferenceForm()
+    # How many other subjects share each photo (and so its name). A subquery: a Count over
+    # `subjects` would reuse the join that picks this subject's photos and always say 1.
+    sharing = Asset.objects.filter(pk=OuterRef("pk")).annotate(n=Count("subjects")).values("n")
+    photos = (
+        subject.assets.filter(origin=Origin.UPLOADED)
+        .annotate(others=Subquery(sharing) - 1)
+        .order_by("-created_at", "-id")
     )
+    context = {
+        "subject": subject,
+        "page": page_of(request, photos, PHOTOS_PAGE),
+        "form": form,
+        "renaming": renaming,
+        "limit_mb": f"{settings.AVATARS_MAX_IMAGE_BYTES / (1024 * 1024):g}",
+    }
+    refused = bool(form.errors) or renaming is not None
+    return render(request, "studio/subject.html", context, status=400 if refused else 200)
 
 
 @login_required
 @require_POST
 def subject_rename(request: HttpRequest, subject_id: int) -> HttpResponse:
-    """Rename a subject, or say why the name was refused."""
+    """Rename a subject, or show the page again with the refusal beside the typed name."""
     found = get_object_or_404(Subject, pk=subject_id)
     name = request.POST.get("name", "")
-    _rename(request, found.name, lambda: curation.rename_subject(subject=found, name=name).name)
+    old = found.name
+    try:
+        curation.rename_subject(subject=found, name=name)
+    except engine.InvalidRequest as exc:
+        return _subject_page(request, found, renaming=Renaming(value=name, error=str(exc)))
+    _say_renamed(request, old, found.name)
     return redirect("studio:subject", subject_id=found.pk)
 
 
-@login_required
-@require_POST
-def subject_remove(request: HttpRequest, subject_id: int) -> HttpResponse:
-    """Remove a subject and the photos only it has, unless a task or a set uses one."""
-    found = get_object_or_404(Subject, pk=subject_id)
-    name = found.name
-    try:
-        removed = curation.remove_subject(subject=found)
-    except curation.InUse as exc:
-        messages.error(request, str(exc))
-        return redirect("studio:subject", subject_id=subject_id)
-    n = len(removed.photos)
-    messages.success(request, f"Removed {name} and {n} photo{pluralize(n)}.")
-    return redirect("studio:subjects")
-
-
-def _rename(request: HttpRequest, old: str, rename: Callable[[], str]) -> None:
-    """Rename through `rename` (which returns the new name) and say what happened."""
-    try:
-        new = rename()
-    except engine.InvalidRequest as exc:
-        messages.error(request, str(exc))
-        return
+def _say_renamed(request: HttpRequest, old: str, new: str) -> None:
     said = f"Renamed {old} to {new}"
     # One full stop, even when the new name ends with one ("Ada L.").
     messages.success(request, said if said.endswith(".") else f"{said}.")
@@ -150,37 +179,91 @@ def _photo_of(subject_id: int, asset_id: int) -> tuple[Subject, Asset]:
     return found, photo
 
 
+def _subject_url(subject: Subject, request: HttpRequest) -> str:
+    """Return the subject's page, at the page of photos the request came from."""
+    url = reverse("studio:subject", kwargs={"subject_id": subject.pk})
+    number = page_of(request, [], PHOTOS_PAGE).number
+    return f"{url}?page={number}" if number > 1 else url
+
+
 @login_required
 @require_POST
 def photo_rename(request: HttpRequest, subject_id: int, asset_id: int) -> HttpResponse:
-    """Rename one of a subject's reference photos."""
+    """Rename one of a subject's reference photos (the name every subject that has it sees)."""
     found, photo = _photo_of(subject_id, asset_id)
     name = request.POST.get("name", "")
-    _rename(
-        request,
-        photo.file_name,
-        lambda: curation.rename_photo(photo=photo, file_name=name).file_name,
-    )
-    return redirect("studio:subject", subject_id=found.pk)
+    old = photo.file_name
+    try:
+        curation.rename_photo(photo=photo, file_name=name)
+    except engine.InvalidRequest as exc:
+        refused = Renaming(value=name, error=str(exc), photo=photo.pk)
+        return _subject_page(request, found, renaming=refused)
+    _say_renamed(request, old, photo.file_name)
+    return redirect(_subject_url(found, request))
 
 
 @login_required
-@require_POST
-def photo_remove(request: HttpRequest, subject_id: int, asset_id: int) -> HttpResponse:
-    """Take a photo off a subject (deleting it once nobody has it), unless it is used."""
-    found, photo = _photo_of(subject_id, asset_id)
+@require_http_methods(["GET", "POST"])
+def subject_remove(request: HttpRequest, subject_id: int) -> HttpResponse:
+    """Ask before removing a subject; remove it once the person says so (`confirm`).
+
+    The photos nothing else needs go with the subject; those another subject, a batch
+    or a set uses stay. A subject a batch was made of is not removed.
+    """
+    found = get_object_or_404(Subject, pk=subject_id)
+    if not _confirmed(request):
+        removal = curation.plan_subject_removal(subject=found)
+        return render(request, "studio/remove.html", {"subject": found, "removal": removal})
+    name = found.name
     try:
-        removed = curation.remove_photo(photo=photo, subject=found)
+        removal = curation.remove_subject(subject=found)
     except curation.InUse as exc:
         messages.error(request, str(exc))
+        return redirect("studio:subject", subject_id=subject_id)
+    n, kept = len(removal.deleted), len(removal.kept)
+    said = f"Removed {name} and {n} photo{pluralize(n)}."
+    if kept:
+        said += (
+            f" {kept} shared photo{pluralize(kept)} {'stays' if kept == 1 else 'stay'} "
+            f"for the others that use {'it' if kept == 1 else 'them'}."
+        )
+    messages.success(request, said)
+    return redirect("studio:subjects")
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def photo_remove(request: HttpRequest, subject_id: int, asset_id: int) -> HttpResponse:
+    """Ask before taking a photo off a subject; do it once the person says so (`confirm`).
+
+    The photo is deleted only when nothing else (another subject, a batch, a set) needs it.
+    """
+    found, photo = _photo_of(subject_id, asset_id)
+    if not _confirmed(request):
+        removal = curation.plan_photo_removal(photo=photo, subject=found)
+        context = {"subject": found, "photo_removal": removal, "back": _subject_url(found, request)}
+        return render(request, "studio/remove.html", context)
+    removal = curation.remove_photo(photo=photo, subject=found)
+    if removal.deletes:
+        messages.success(request, f"Removed {photo.file_name}.")
     else:
-        if removed.kept_by:
-            others = ", ".join(s.name for s in removed.kept_by)
-            verb = "has" if len(removed.kept_by) == 1 else "have"
-            said = (
-                f"Removed {photo.file_name} from {found.name}'s photos; {others} still {verb} it."
-            )
-            messages.success(request, said)
-        else:
-            messages.success(request, f"Removed {photo.file_name}.")
-    return redirect("studio:subject", subject_id=found.pk)
+        messages.success(
+            request, f"Removed {photo.file_name} from {found.name}'s photos; {_kept(removal)}."
+        )
+    return redirect(_subject_url(found, request))
+
+
+def _kept(removal: curation.PhotoRemoval) -> str:
+    """Say who keeps a photo taken off one subject: "Bo still has it and the set “A” uses it"."""
+    parts = []
+    if removal.others:
+        names = ", ".join(subject.name for subject in removal.others)
+        parts.append(f"{names} still {'has' if len(removal.others) == 1 else 'have'} it")
+    if removal.users:
+        parts.append(f"{removal.users} still {removal.users.verb} it")
+    return " and ".join(parts)
+
+
+def _confirmed(request: HttpRequest) -> bool:
+    """Say whether the person confirmed a removal: the confirm page's own POST."""
+    return request.method == "POST" and request.POST.get("confirm") == "yes"

@@ -1,0 +1,83 @@
+"""A subject and their photo, renamed and removed at a phone's size: asked first, every step.
+
+Found by a review: removing happened at one click, and a refused rename closed its panel.
+"""
+
+import re
+from pathlib import Path
+
+from playwright.sync_api import Page, expect
+
+from tests.e2e.studio import PHONE, audit, go, portrait_png, screenshot, sign_in
+
+
+def check(page: Page, name: str) -> None:
+    """Audit the page as it is now, keep its screenshot, and refuse sideways scrolling."""
+    page.wait_for_load_state()
+    audit(page)
+    screenshot(page, name)
+    scroll = page.evaluate("document.documentElement.scrollWidth")
+    assert scroll <= PHONE["width"], f"{name} scrolls sideways ({scroll} px wide)"
+
+
+def test_it_asks_before_removing_a_photo_and_a_subject_at_phone_size(phone: Page, tmp_path: Path):
+    page = phone
+    sign_in(page)
+    go(page, "Subjects")
+    page.get_by_label("New subject").fill("Dee")
+    page.get_by_role("button", name="Add subject").click()
+    expect(page.get_by_role("heading", name="Dee", exact=True)).to_be_visible()
+    expect(page.get_by_text("up to 25 MB")).to_be_visible()
+    page.get_by_label("Add a reference photo").set_input_files(portrait_png(tmp_path / "dee.png"))
+    page.get_by_role("button", name="Upload").click()
+    expect(page.get_by_text("Added dee.png to Dee's photos.")).to_be_visible()
+
+    remove_photo = page.get_by_role("button", name=re.compile(r"^Remove… dee\.png"))
+    page.locator(".tile summary").click()
+    remove_photo.click()
+    expect(page.get_by_role("heading", name="Remove dee.png?")).to_be_visible()
+    check(page, "photo-remove")
+    page.get_by_role("link", name="Keep it").click()
+    expect(page.get_by_role("img", name="dee.png")).to_be_visible()
+
+    page.locator(".tile summary").click()
+    remove_photo.click()
+    page.get_by_role("button", name="Remove dee.png").click()
+    expect(page.get_by_text("Removed dee.png.")).to_be_visible()
+    expect(page.get_by_text("No reference photos yet.")).to_be_visible()
+
+    page.get_by_text("Rename or remove Dee").click()
+    page.get_by_label("New name").fill("   ")
+    page.get_by_role("button", name="Rename", exact=True).click()
+    expect(page.get_by_role("alert")).to_have_text("A subject needs a name.")
+    expect(page.get_by_label("New name")).to_have_value("   ")
+    check(page, "subject-rename-refused")
+
+    page.get_by_role("button", name="Remove Dee…").click()
+    expect(page.get_by_role("heading", name="Remove Dee?")).to_be_visible()
+    expect(page.get_by_text("This cannot be undone.")).to_be_visible()
+    check(page, "subject-remove")
+    page.get_by_role("button", name="Remove Dee", exact=True).click()
+    expect(page.get_by_role("heading", name="Subjects")).to_be_visible()
+    expect(page.get_by_text("Removed Dee and 0 photos.")).to_be_visible()
+    expect(page.get_by_role("link", name="Dee", exact=True)).to_have_count(0)
+
+
+def test_a_photo_past_the_limit_gets_a_page_of_the_studio_leading_back(page: Page, tmp_path: Path):
+    """Found by a review: a bare text page about "the request body" left the studio."""
+    sign_in(page)
+    go(page, "Subjects")
+    page.get_by_role("link", name="Bo", exact=True).click()
+    subject_url = page.url
+    huge = tmp_path / "huge.png"
+    huge.write_bytes(b"\0" * (27 * 1024 * 1024))
+
+    page.get_by_label("Add a reference photo").set_input_files(huge)
+    page.get_by_role("button", name="Upload").click()
+
+    expect(page.get_by_role("heading", name="That photo is too large")).to_be_visible()
+    expect(page.get_by_text("That photo is too large: the limit is 25 MB.")).to_be_visible()
+    audit(page)
+    screenshot(page, "too-large")
+    page.get_by_role("link", name="Go back").click()
+    expect(page).to_have_url(subject_url)

@@ -1,0 +1,133 @@
+"""A studio upload past the body limit is answered with a page of the studio, not bare text.
+
+The ASGI door (avatars/bodylimit.py) answers before Django reads the body; these drive it
+directly with a fake application behind it. The same over uvicorn: tests/e2e/test_limits.py.
+"""
+
+import json
+import re
+from typing import Any
+
+import pytest
+from asgiref.sync import async_to_sync
+from django.conf import settings
+from django.test import Client
+
+from avatars.bodylimit import BodyLimit
+
+pytestmark = pytest.mark.django_db
+
+HUGE = 300 * 1024 * 1024
+SAID = "That photo is too large: the limit is 25 MB."
+
+
+def knock(path: str, headers: dict[str, str], *, chunks: int = 0) -> tuple[int, dict, str, int]:
+    """Send a POST through the door; return its status, headers, body and chunks read.
+
+    With `chunks`, the body streams (chunked) in pieces of 1 MiB and Django's stand-in
+    reads until told the client went away; without, it announces `HUGE` bytes.
+    """
+    sent: list[dict[str, Any]] = []
+    read: list[int] = []
+    piece = b"\0" * (1024 * 1024)
+
+    async def receive() -> dict[str, Any]:
+        read.append(len(piece))
+        return {"type": "http.request", "body": piece, "more_body": len(read) < chunks}
+
+    async def send(message: Any) -> None:
+        sent.append(dict(message))
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        assert chunks, "the body reached Django"
+        while (await receive())["type"] != "http.disconnect":
+            pass
+
+    framing = {"transfer-encoding": "chunked"} if chunks else {"content-length": str(HUGE)}
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": path,
+        "headers": [(k.encode(), v.encode()) for k, v in {**headers, **framing}.items()],
+    }
+    async_to_sync(BodyLimit(app))(scope, receive, send)
+    start, body = sent[0], sent[1]["body"].decode()
+    return start["status"], {k.decode(): v.decode() for k, v in start["headers"]}, body, len(read)
+
+
+@pytest.fixture
+def cookie(signed_in: Client) -> str:
+    return f"{settings.SESSION_COOKIE_NAME}={signed_in.cookies[settings.SESSION_COOKIE_NAME].value}"
+
+
+def test_it_answers_a_signed_in_upload_past_the_limit_with_a_page_leading_back(cookie):
+    """Found by a review: the studio gave way to "The request body is too large …" as text."""
+    status, headers, body, read = knock(
+        "/subjects/7/",
+        {
+            "cookie": cookie,
+            "host": "studio.example",
+            "referer": "https://studio.example/subjects/7/",
+        },
+    )
+
+    assert status == 413
+    assert headers["content-type"] == "text/html; charset=utf-8"
+    assert SAID in body
+    assert '<a class="button" href="/subjects/7/">Go back</a>' in body
+    assert re.search(r'<link rel="stylesheet" href="/static/studio/studio[^"]*\.css">', body)
+    assert read == 0
+
+
+@pytest.mark.parametrize(
+    "referer",
+    ["", "https://elsewhere.example/subjects/7/", "//elsewhere.example/x", "javascript:alert(1)"],
+)
+def test_it_leads_back_to_the_subjects_unless_the_referer_is_a_page_of_the_site(cookie, referer):
+    headers = {"cookie": cookie, "host": "studio.example"}
+    if referer:
+        headers["referer"] = referer
+
+    _status, _headers, body, _read = knock("/subjects/7/", headers)
+
+    assert '<a class="button" href="/subjects/">Go back</a>' in body
+
+
+def test_it_cuts_off_a_signed_in_streamed_upload_with_the_same_page(cookie):
+    status, headers, body, read = knock(
+        "/subjects/7/", {"cookie": cookie, "host": "studio.example"}, chunks=400
+    )
+
+    assert status == 413
+    assert headers["content-type"] == "text/html; charset=utf-8"
+    assert SAID in body
+    assert read < 40  # cut off a little past the 26 MiB limit, not at 400 MiB
+
+
+def test_it_keeps_answering_the_api_in_json(cookie):
+    status, headers, body, _read = knock("/api/v1/subjects/7/references", {"cookie": cookie})
+
+    assert status == 413
+    assert headers["content-type"] == "application/json"
+    assert json.loads(body)["error"]["code"] == "too_large"
+
+
+def test_it_answers_someone_not_signed_in_in_plain_text():
+    status, headers, body, _read = knock("/subjects/7/", {"host": "studio.example"})
+
+    assert status == 413
+    assert headers["content-type"] == "text/plain; charset=utf-8"
+    assert "<" not in body
+
+
+def test_it_falls_back_to_the_sentence_when_the_page_cannot_be_drawn(cookie, monkeypatch):
+    def broken(*args: Any, **kwargs: Any) -> str:
+        raise ValueError("Missing staticfiles manifest entry for 'studio/studio.css'")
+
+    monkeypatch.setattr("avatars.bodylimit.render_to_string", broken)
+
+    status, headers, body, _read = knock("/subjects/7/", {"cookie": cookie})
+
+    assert status == 413
+    assert headers["content-type"] == "text/plain; charset=utf-8"
+    assert "too large" in body
