@@ -156,7 +156,11 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # A studio address opened that only takes a form's button press: a page, not an empty 405.
+    "studio.web.refusals.MethodNotAllowedPage",
 ]
+# A form refused for its CSRF token gets the studio's page, with its navigation.
+CSRF_FAILURE_VIEW = "studio.web.refusals.csrf_failure"
 
 ROOT_URLCONF = "avatars.urls"
 

@@ -52,6 +52,31 @@ def test_it_says_how_many_minutes_ago_the_same_batch_was_started(signed_in: Clie
     assert Batch.objects.count() == 1
 
 
+def hidden_in_the_notice(response: Any) -> dict[str, str]:
+    """The hidden fields the same-batch notice adds to the form, as a browser sends them back."""
+    notice = re.search(r'data-testid="twin">(.*?)</div>', response.content.decode(), re.S)
+    assert notice, "the page does not say the same batch was started"
+    return dict(re.findall(r'<input type="hidden" name="(\w+)" value="([^"]*)"', notice.group(1)))
+
+
+def test_it_says_to_tick_the_box_when_the_button_is_pressed_again_without_it(
+    signed_in: Client, subject
+):
+    signed_in.post("/batches/new/", batch_form(subject))
+    asked = signed_in.post("/batches/new/", batch_form(subject))
+    assert "To start it anyway" not in text(asked)
+
+    again = signed_in.post("/batches/new/", {**batch_form(subject), **hidden_in_the_notice(asked)})
+
+    assert again.status_code == 200
+    assert "You started the same batch 1 minute ago" in text(again)
+    assert (
+        "To start it anyway, tick “Start it again on purpose”, then press “Start 6 paid jobs”."
+        in text(again)
+    )
+    assert Batch.objects.count() == 1
+
+
 def test_it_starts_the_same_batch_again_when_the_person_says_so(signed_in: Client, subject):
     signed_in.post("/batches/new/", batch_form(subject))
 

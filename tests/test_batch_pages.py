@@ -1,7 +1,7 @@
 """The batch pages as a family uses them: honest outcomes, plain words, progress in place."""
 
 import re
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -75,6 +75,13 @@ def test_it_shows_each_batchs_outcome_and_four_of_its_images(signed_in: Client, 
     shown = re.findall(r'src="/assets/(\d+)/thumb/128/"', response.content.decode())
     tasks = [Task.objects.get(pk=t.pk) for t in tasks]
     assert shown == [str(t.asset_id) for t in tasks[:4]]
+
+
+def test_it_says_the_time_a_batch_was_started_is_utc(signed_in: Client, subject):
+    batch = plan(subject, candidates=1)
+    Batch.objects.filter(pk=batch.pk).update(created_at=datetime(2025, 3, 4, 5, 6, tzinfo=UTC))
+
+    assert "2025-03-04 05:06 UTC" in text(signed_in.get("/"))
 
 
 # --- 4. honest progress --------------------------------------------------------------------
@@ -174,7 +181,7 @@ def test_it_links_staff_to_the_admin_list_of_this_batchs_stuck_tasks(
     person.save()
 
     body = signed_in.get(f"/batches/{batch.pk}/").content.decode()
-    link = re.search(r'<a href="([^"]+)">Repair in admin</a>', body)
+    link = re.search(r'<a [^>]*href="([^"]+)"[^>]*>Repair in admin</a>', body)
 
     assert link, "no repair link for staff"
     listed = signed_in.get(link.group(1).replace("&amp;", "&"))

@@ -1,6 +1,7 @@
 """Sets that are easy: ticking order kept, dragging into order, publishing asked once."""
 
 import re
+from datetime import UTC, datetime
 
 import pytest
 from django.test import Client
@@ -186,3 +187,16 @@ def test_it_sends_a_refused_add_back_with_the_reason(signed_in: Client):
     response = signed_in.post(f"/sets/{avatar_set.pk}/", {"action": "order"}, follow=True)
 
     assert messages_of(response) == ["Say the new order of the chosen images."]
+
+
+def test_it_says_the_time_a_set_was_published_is_utc(signed_in: Client):
+    avatar_set = engine.create_set(name="Family", asset_ids=[stored_asset(1).pk])
+    engine.publish(avatar_set=avatar_set)
+    AvatarSet.objects.filter(pk=avatar_set.pk).update(
+        published_at=datetime(2025, 3, 4, 5, 6, tzinfo=UTC)
+    )
+
+    listed, shown = signed_in.get("/sets/"), signed_in.get(f"/sets/{avatar_set.pk}/")
+
+    assert "2025-03-04 05:06 UTC" in text(listed)
+    assert "Published 2025-03-04 05:06 UTC" in text(shown)

@@ -115,6 +115,10 @@ def test_it_says_the_same_batch_was_started_minutes_ago_and_starts_it_again_on_p
         "href", urlparse(first).path
     )
     audit(page)
+    start_button(page).click()  # again, without ticking: the notice says what to do
+    expect(page.get_by_test_id("tick-to-start")).to_have_text(
+        "To start it anyway, tick “Start it again on purpose”, then press “Start 1 paid job”."
+    )
     page.get_by_label("Start it again on purpose").check()
     start_button(page).click()
     expect(page.get_by_role("heading", name="Bo, the same again")).to_be_visible()

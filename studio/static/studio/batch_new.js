@@ -1,11 +1,13 @@
 // The new-batch form: the paid-job total as the person types, reference photos that follow
-// the ticked subjects, and a button that says what it is doing once pressed.
+// the ticked subjects, Enter in a field that starts nothing, and a button that says what it
+// is doing once pressed.
 // The server counts the same way (BatchForm.job_factors) and has the last word.
 (function () {
   "use strict";
   var form = document.querySelector("form.batch-form");
   if (!form) return;
-  var button = form.querySelector("button[type=submit]");
+  // The button that names the spend (the form's first, hidden one keeps Enter from paying).
+  var button = form.querySelector(".submit button[type=submit]");
   var total = form.querySelector("output.jobs");
 
   function plural(n, word) {
@@ -50,6 +52,12 @@
     if (hint) hint.hidden = any || !form.querySelector(".pick");
   }
 
+  // Enter in a field (a count, the title, a ticked box) sends nothing: only the button that
+  // names the spend starts paid jobs. Without this script the form's first, disabled button
+  // does the same for the text and number fields.
+  form.addEventListener("keydown", function (event) {
+    if (event.key === "Enter" && event.target instanceof HTMLInputElement) event.preventDefault();
+  });
   form.addEventListener("input", recount);
   form.addEventListener("change", function (event) {
     if (event.target.name === "subjects") followSubjects();

@@ -1,6 +1,7 @@
 // Avatars studio: small helpers for pages of pictures. Every page works without them.
 // - a selection bar counts the ticked images and keeps the order they were ticked in,
-//   and, where the pictures come a page at a time, the ticks of the other pages;
+//   and, where the pictures come a page at a time, the ticks of the other pages; what gets
+//   focus is scrolled clear of it;
 // - a set's chosen images can be dragged into a new order (the move buttons stay);
 // - the viewer steps through a batch's results with the arrow keys;
 // - the "Task details" section stays open across the progress section's live updates.
@@ -94,7 +95,22 @@
     root.querySelectorAll("[data-selection]").forEach(function (bar) {
       var form = bar.closest("form");
       if (form) setUpSelection(form);
+      roomForBar(bar);
     });
+  }
+
+  // The stylesheet keeps what gets focus clear of the bar at the screen's foot (scroll
+  // padding); the bar grows with what it says and as the screen narrows, so it is measured.
+  function roomForBar(bar) {
+    if (!window.ResizeObserver || bar.hasAttribute("data-measured")) return;
+    bar.setAttribute("data-measured", "");
+    var watch = new ResizeObserver(function () {
+      if (!bar.isConnected) { watch.disconnect(); return; }  // swapped out by htmx
+      var gap = parseFloat(getComputedStyle(bar).bottom) || 0;
+      document.documentElement.style.setProperty(
+        "--selection-bar-room", Math.ceil(bar.offsetHeight + gap + 8) + "px");
+    });
+    watch.observe(bar);
   }
 
   document.addEventListener("change", function (event) {

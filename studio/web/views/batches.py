@@ -85,6 +85,8 @@ def batch_new(request: HttpRequest) -> HttpResponse:
         "candidates": candidates,
         "frames": frames,
         "ask": form.is_bound and not form.errors and form.asks_to_confirm(),
+        # The same batch again, and the button pressed again without ticking "again".
+        "pressed_again": form.twin is not None and bool(request.POST.get("twin_asked")),
         "bare": form.subjects_without_photos(),
         "max_candidates": engine.MAX_CANDIDATES,
         "max_references": settings.AVATARS_MAX_REFERENCES,

@@ -1,5 +1,8 @@
 """The gallery of every asset and the sets chosen from it."""
 
+from typing import Any
+from urllib.parse import urlencode
+
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.db.models import Count
@@ -22,6 +25,7 @@ from studio.web.views.common import LIST_PAGE, page_of, posted
 
 GALLERY_PAGE = 60  # thumbnails per gallery page
 PICKER_PAGE = 48  # thumbnails offered per page when adding to a set
+MOVES = ("up", "down")  # the buttons that move one chosen image
 CAPTION_FIELDS = ("pk", "label", "file_name", "origin", "ember_history_id", "created_at", "batch")
 
 
@@ -124,8 +128,9 @@ def set_detail(request: HttpRequest, set_id: int) -> HttpResponse:
     items = list(found.items.select_related("asset").prefetch_related("asset__subjects"))
     chosen = [item.asset_id for item in items]
     if request.method == "POST":
-        _change_choice(request, found, chosen)
-        return redirect("studio:set", set_id=found.pk)
+        # Back to the image that moved, its button focused (the page says which, below).
+        back = _change_choice(request, found, chosen)
+        return redirect(reverse("studio:set", args=[found.pk]) + back)
     candidates = (
         Asset.objects.exclude(pk__in=chosen)
         .select_related("batch")
@@ -147,21 +152,45 @@ def set_detail(request: HttpRequest, set_id: int) -> HttpResponse:
             "page": page_of(request, candidates, PICKER_PAGE),
             # The picker's ticks are kept across its pages, apart from other sets' (pictures.js).
             "picker_keep": f"set-{found.pk}",
+            **_moved(request, chosen),
         },
     )
 
 
-def _change_choice(request: HttpRequest, found: AvatarSet, chosen: list[int]) -> None:
-    """Apply one posted change to the set's choice, or say why it was not made."""
+def _change_choice(request: HttpRequest, found: AvatarSet, chosen: list[int]) -> str:
+    """Apply one posted change to the set's choice, or say why it was not made.
+
+    Return the query that brings the page back to a moved image ("" for other changes).
+    """
     form = ChooseForm(request.POST)
     if not form.is_valid():
         errors = form.non_field_errors() or ["That change to the set was not understood."]
         messages.error(request, str(errors[0]))
-        return
+        return ""
     try:
         engine.choose_assets(avatar_set=found, asset_ids=form.reorder(chosen))
     except engine.InvalidRequest as exc:
         messages.error(request, str(exc))
+        return ""
+    action = form.cleaned_data["action"]
+    if action not in MOVES:
+        return ""
+    return "?" + urlencode({"moved": form.cleaned_data["asset"], "by": action})
+
+
+def _moved(request: HttpRequest, chosen: list[int]) -> dict[str, Any]:
+    """Return the image that just moved and which of its buttons to focus, if any.
+
+    The button pressed, or the other one when the move took the image to the end of the
+    set where the pressed one is off.
+    """
+    moved, by = row_id(request.GET.get("moved", "")), request.GET.get("by", "")
+    if moved is None or moved not in chosen or by not in MOVES or len(chosen) < 2:
+        return {"moved": None, "focus": ""}
+    at = chosen.index(moved)
+    if (by, at) in (("up", 0), ("down", len(chosen) - 1)):
+        by = "down" if by == "up" else "up"
+    return {"moved": moved, "focus": by}
 
 
 @login_required

@@ -1,0 +1,43 @@
+"""The studio's own pages for two refusals Django answers before a studio view does.
+
+A form whose CSRF token no longer holds (open too long, or its person signed in again
+elsewhere) and an address opened in the browser that only takes a form's button press
+(405) would otherwise get Django's bare page or an empty body, which a browser shows as
+its own error: no way back, no navigation, not sized for a phone.
+"""
+
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.utils.deprecation import MiddlewareMixin
+
+API_PREFIX = "/api/"  # the JSON API answers its own 405s, in JSON (studio/api/door.py)
+
+
+def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:
+    """Answer a form Django refused for its CSRF token with the studio's page (403).
+
+    Django's own view renders the template without the request, so the page would lose
+    its navigation; this one is named by CSRF_FAILURE_VIEW.
+    """
+    return render(request, "403_csrf.html", status=403)
+
+
+class MethodNotAllowedPage(MiddlewareMixin):
+    """Give the studio's empty 405 answers a page that says what the address is for.
+
+    The status and the `Allow` header stay; answers with a body of their own (the API's
+    JSON) are left as they are.
+    """
+
+    def process_response(self, request: HttpRequest, response: HttpResponse) -> HttpResponse:
+        if (
+            response.status_code != 405
+            or request.path.startswith(API_PREFIX)
+            or getattr(response, "streaming", False)
+            or response.content
+        ):
+            return response
+        page = render(request, "405.html", status=405)
+        if response.has_header("Allow"):
+            page["Allow"] = response["Allow"]
+        return page

@@ -1,0 +1,88 @@
+"""Long names without a space in a real browser at a phone's size: a 120-character subject,
+a long photo file name, batch title and set name wrap; no page grows wider than the screen.
+"""
+
+import pytest
+from playwright.sync_api import Page, expect
+
+from tests.e2e.studio import Studio, audit, go, sign_in
+
+NAME = ("Maximiliana" * 11)[:120]
+NEW_NAME = ("Bartholomew" * 11)[:120]
+FILE = "holiday-" + "x" * 200 + ".png"
+TITLE = ("Bytheseaside" * 17)[:200]
+SET = ("Favourites" * 12)[:120]
+
+SEED = f"""
+from studio import engine
+from tests.factories import batch_request, png_bytes
+long = engine.create_subject(name={NAME!r})
+photo = engine.add_reference(subject=long, data=png_bytes(4000), file_name={FILE!r})
+batch = engine.generate(request=batch_request(long, title={TITLE!r}))
+avatar_set = engine.create_set(name={SET!r}, asset_ids=[photo.pk])
+result = {{"subject": long.pk, "batch": str(batch.pk), "set": avatar_set.pk}}
+"""
+
+# What reaches past the screen's right edge, for the failure's message.
+WIDE = """width => [...document.querySelectorAll("body *")]
+  .filter(e => e.getBoundingClientRect().right > width + 1)
+  .slice(-6)
+  .map(e => `${e.tagName.toLowerCase()}.${e.className} ${e.getBoundingClientRect().right}px`)"""
+
+
+@pytest.fixture(scope="module")
+def named(studio: Studio) -> dict[str, str]:
+    """Add a subject, a photo, a batch and a set with long names; return their ids."""
+    return dict(studio.stack.django(SEED))
+
+
+@pytest.fixture
+def person(phone: Page, named: dict[str, str]) -> Page:
+    sign_in(phone)
+    return phone
+
+
+def fits(page: Page) -> None:
+    width = (page.viewport_size or {"width": 0})["width"]
+    scroll = page.evaluate("document.documentElement.scrollWidth")
+    assert scroll <= width, (
+        f"{page.url} is {scroll} px wide at {width} px: {page.evaluate(WIDE, width)}"
+    )
+
+
+def test_the_subjects_list_fits_a_phone(person: Page):
+    go(person, "Subjects")
+
+    expect(person.get_by_role("link", name=NAME)).to_be_visible()
+    fits(person)
+
+
+def test_the_new_batch_forms_subjects_and_photos_fit_a_phone(person: Page):
+    go(person, "New batch")
+    person.get_by_label(NAME, exact=True).check()
+
+    expect(person.locator(".pick", has_text=FILE)).to_be_visible()
+    fits(person)
+    audit(person)
+
+
+def test_a_long_rename_message_fits_a_phone(person: Page, named: dict[str, str]):
+    person.goto(f"/subjects/{named['subject']}/")
+    person.get_by_text(f"Rename or remove {NAME}").click()
+    person.get_by_label("New name").fill(NEW_NAME)
+    person.get_by_role("button", name="Rename", exact=True).click()
+
+    expect(person.get_by_text(f"Renamed {NAME} to {NEW_NAME}")).to_be_visible()
+    fits(person)
+
+
+@pytest.mark.parametrize(
+    "where",
+    ["/", "/batches/{batch}/", "/gallery/", "/sets/", "/sets/{set}/", "/subjects/{subject}/"],
+)
+def test_the_pages_that_show_long_names_fit_a_phone(
+    person: Page, named: dict[str, str], where: str
+):
+    person.goto(where.format(**named))
+
+    fits(person)

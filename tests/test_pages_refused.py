@@ -1,0 +1,90 @@
+"""The pages a person meets when the studio refuses a request before any page of its own
+answers: a form that stayed open too long (CSRF), an address that only takes a button press
+(405). Each is the studio's page, with its navigation and a way back; the API keeps its JSON.
+"""
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+from django.urls import reverse
+from pytest_django.fixtures import Settings
+
+from studio.api.auth import issue_token
+from studio.models import Subject
+from tests.api.calls import API, bearing
+from tests.factories import a_batch
+from tests.studio_pages import text
+
+pytestmark = pytest.mark.django_db
+
+VIEWPORT = '<meta name="viewport" content="width=device-width, initial-scale=1">'
+
+
+@pytest.fixture(autouse=True)
+def production(settings: Settings) -> None:
+    """As the studio runs for the family: DEBUG off."""
+    settings.DEBUG = False
+
+
+@pytest.fixture
+def strict(person: User) -> Client:
+    """A signed-in browser whose forms are checked for their CSRF token, as a real one's are."""
+    browser = Client(enforce_csrf_checks=True)
+    browser.force_login(person)
+    return browser
+
+
+def test_a_stale_form_gets_the_studios_page_saying_to_go_back_and_try_again(strict: Client):
+    response = strict.post(reverse("studio:subjects"), {"name": "Ada"})
+
+    assert response.status_code == 403
+    page = text(response)
+    assert "This form could not be sent" in page
+    assert "open for a long time, or you signed in again" in page
+    assert "Go back, reload the page so the form is fresh, and try again." in page
+    assert "New batch" in page and "Back to the batches" in page  # the studio's navigation
+    assert VIEWPORT in response.content.decode()
+    assert "CSRF verification failed" not in page
+    assert not Subject.objects.filter(name="Ada").exists()
+
+
+def test_a_stale_sign_in_form_gets_the_studios_page_too():
+    response = Client(enforce_csrf_checks=True).post(
+        reverse("login"), {"username": "grace", "password": "not-a-real-password"}
+    )
+
+    assert response.status_code == 403
+    assert "This form could not be sent" in text(response)
+    assert VIEWPORT in response.content.decode()
+
+
+@pytest.mark.parametrize("name", ["logout", "studio:subject-rename", "studio:batch-cancel"])
+def test_an_address_that_only_takes_a_button_press_gets_a_page_saying_so(
+    signed_in: Client, subject: Subject, name: str
+):
+    args = {
+        "logout": [],
+        "studio:subject-rename": [subject.pk],
+        "studio:batch-cancel": [a_batch(subject).pk],
+    }[name]
+
+    response = signed_in.get(reverse(name, args=args))
+
+    assert response.status_code == 405
+    assert "POST" in response["Allow"]
+    page = text(response)
+    assert "This address only takes a form's button press" in page
+    assert "Nothing was changed." in page
+    assert "Back to the batches" in page and "New batch" in page
+    assert VIEWPORT in response.content.decode()
+
+
+def test_the_api_still_answers_405_in_json(subject: Subject):
+    api = bearing(issue_token(user=User.objects.create_user("family-script")))
+
+    response = api.get(f"{API}/batches")
+
+    assert response.status_code == 405
+    assert response["Allow"] == "POST"
+    assert response["Content-Type"] == "application/json"
+    assert response.json()["error"]["code"] == "method_not_allowed"
