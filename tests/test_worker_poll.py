@@ -7,7 +7,7 @@ import pytest
 from asgiref.sync import async_to_sync
 from django.utils import timezone
 
-from studio import originals
+from studio import engine, originals
 from studio.models import TaskState
 from studio.store import move
 from studio.worker import (
@@ -105,6 +105,25 @@ def test_it_keeps_polling_through_transient_errors(subject, ember, worker):
     task.refresh_from_db()
     assert task.state == TaskState.DONE
     assert fake.poll_route.call_count == 4
+
+
+def test_a_resubmit_whose_reference_changed_rests_uncertain_not_failed(subject, ember, worker):
+    """The first send may be a paid original: a failed task would never collect it."""
+    fake = FakeEmber(ember)
+    fake.lose_answers = 1
+    [task] = plan(subject)
+    drain(worker)
+    task.refresh_from_db()
+    engine.resubmit(task=task, confirmed_not_received=True)
+    ref = task.references[0]
+    originals.path_for(ref["sha256"], ".png").write_bytes(b"someone edited this photo")
+
+    drain(worker)
+
+    task.refresh_from_db()
+    assert task.state == TaskState.UNCERTAIN
+    assert task.error.startswith(REFERENCE_CHANGED + " The previous submit may have reached")
+    assert len(fake.submits) == 1
 
 
 @pytest.mark.parametrize(

@@ -32,7 +32,6 @@ from studio.store import Conflict, move, update
 from studio.worker.pacing import Pacing
 from studio.worker.transitions import (
     RECONCILE_PHASE,
-    REFERENCE_CHANGED,
     Answer,
     _attempt_number,
     _postpone,
@@ -40,6 +39,7 @@ from studio.worker.transitions import (
     _record_accepted,
     _record_ended,
     _record_refusal,
+    _reference_changed,
     _rest,
     _rest_unknown,
     _rest_unsafe,
@@ -106,13 +106,7 @@ class Steps:
         references = await self.load_references(task)
         if references is None:
             # Versioned: a cancel that won while the references were read stands.
-            await db(move)(
-                task,
-                TaskState.FAILED,
-                expected=task.version,
-                phase="Failed",
-                error=REFERENCE_CHANGED,
-            )
+            await db(_reference_changed)(task)
             return None
         if self.stopping:
             # Nothing has been sent: a stopping worker does not start a paid request.

@@ -259,6 +259,26 @@ def _record_ended(task: Task, job: Job) -> bool:
     return False
 
 
+def _reference_changed(task: Task) -> Task:
+    """Stop a task whose frozen reference no longer matches: nothing more is sent for it.
+
+    `failed`, unless an earlier send (a resubmit's, a clip's under its key) may have made
+    a paid job: then `uncertain`, where reconcile can still collect it. Versioned: a
+    cancel that won while the references were read stands.
+    """
+    if task.attempts.exists():
+        return move(
+            task,
+            TaskState.UNCERTAIN,
+            expected=task.version,
+            phase=RECONCILE_PHASE,
+            error=f"{REFERENCE_CHANGED} {MAY_HAVE_REACHED}",
+        )
+    return move(
+        task, TaskState.FAILED, expected=task.version, phase="Failed", error=REFERENCE_CHANGED
+    )
+
+
 def _rest_sent_before(task: Task, what: str, **fields: Any) -> Task:
     """Rest `uncertain` a task whose last send came to nothing while an earlier may be paid.
 
