@@ -12,6 +12,7 @@ import contextlib
 import hashlib
 import io
 import os
+import stat
 import threading
 import time
 import warnings
@@ -305,9 +306,20 @@ def file_sha256(path: Path) -> str:
 
 
 def read(sha256: str, mime: str) -> bytes:
-    """Return a stored original's bytes, checked against their hash."""
-    data = path_for(sha256, extension_for(mime)).read_bytes()
-    if sha256_of(data) != sha256:
+    """Return a stored original's bytes, checked against their hash.
+
+    FileNotFoundError when it is not there; ChecksumFailed when what is there is not
+    its bytes, including a folder or a device in its place, or a file past the image
+    cap (looked at before it is read, so neither hangs nor fills memory).
+    """
+    path = path_for(sha256, extension_for(mime))
+    info = path.stat()
+    limit = settings.AVATARS_MAX_IMAGE_BYTES
+    if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
+        raise ChecksumFailed()
+    with path.open("rb") as file:
+        data = file.read(limit + 1)
+    if len(data) > limit or sha256_of(data) != sha256:
         raise ChecksumFailed()
     return data
 

@@ -58,6 +58,21 @@ def _decode(cursor: str) -> tuple[str, int]:
     except (binascii.Error, ValueError):  # UnicodeDecodeError and JSONDecodeError included
         raise ApiError(400, "invalid_cursor", BAD_CURSOR) from None
     match decoded:
-        case [str() as value, int() as pk] if row_id(pk) is not None:
+        case [str() as value, int() as pk] if row_id(pk) is not None and _storable(value):
             return value, pk
     raise ApiError(400, "invalid_cursor", BAD_CURSOR)
+
+
+def _storable(text: str) -> bool:
+    """Say whether a database can compare against `text`: no NUL, no lone surrogate.
+
+    Only a forged cursor holds either (this API never gives one out): PostgreSQL
+    refuses NUL in text, and a lone surrogate cannot be encoded for either database.
+    """
+    if "\x00" in text:
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

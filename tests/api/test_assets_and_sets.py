@@ -78,6 +78,23 @@ def test_it_answers_503_rather_than_serve_an_original_that_fails_its_checksum(ap
     }
 
 
+@pytest.mark.parametrize("damage", ["a folder", "past the cap"])
+def test_it_answers_503_for_something_else_in_an_originals_place(api, subject, settings, damage):
+    """Found by a review: a folder where the file should be answered a bare 500."""
+    asset = subject.assets.get()
+    path = originals.path_for(asset.sha256, ".png")
+    if damage == "a folder":
+        path.unlink()
+        path.mkdir()
+    else:
+        settings.AVATARS_MAX_IMAGE_BYTES = asset.size - 1
+
+    response = api.get(f"{API}/assets/{asset.pk}/original")
+
+    assert response.status_code == 503
+    assert error(response)["message"] == "Stored original failed its checksum."
+
+
 def test_it_answers_503_when_an_original_is_missing_from_the_store(api, subject):
     asset = subject.assets.get()
     originals.path_for(asset.sha256, ".png").unlink()

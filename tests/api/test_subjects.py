@@ -160,6 +160,9 @@ def encoded(value: object) -> str:
         encoded(["Ada", 1, 2]),
         encoded({"a": 1}),
         "x" * 5000,
+        # Found by a review: a forged name no database can compare against was a 500.
+        encoded(["\ud800", 1]),
+        encoded(["\u0000", 1]),
     ],
 )
 def test_it_refuses_a_bad_cursor_with_a_400(api, make_subject, cursor):
