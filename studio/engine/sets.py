@@ -15,6 +15,7 @@ from studio.models import Asset, AvatarSet, Origin, SetItem
 from studio.store import Conflict, update
 
 MAX_NAME = 120  # characters of a set's name (the studio's form says so too)
+MAX_ITEMS = 1000  # assets one set may hold
 PUBLISH_TRIES = 3  # checks of a set whose choice keeps changing under the publish
 
 
@@ -37,7 +38,7 @@ def choose_assets(*, avatar_set: AvatarSet, asset_ids: list[Any]) -> AvatarSet:
     The write is versioned against the row that was seen to be a draft: a publish
     that lands in between moves the version, and the choice is then judged again.
     """
-    ids = id_list(asset_ids, "Assets")
+    ids = id_list(asset_ids, "Assets", most=MAX_ITEMS)
     found = set(Asset.objects.filter(pk__in=existing_ids(ids)).values_list("pk", flat=True))
     missing = [i for i in ids if i not in found]
     if missing:

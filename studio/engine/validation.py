@@ -16,6 +16,8 @@ FRAMES = ("image", "headshot", "full-body", "clip")
 MAX_CANDIDATES = 8  # per provider, however a request splits them over its models
 MAX_PROMPT = 4000
 MAX_TITLE = 200
+MAX_SUBJECTS = 100  # subjects one batch names: a family's, with room to spare
+MAX_LISTED = 1000  # items of a list of reference photos read at all
 
 
 def validate(request: object) -> dict[str, Any]:
@@ -67,14 +69,18 @@ def validate(request: object) -> dict[str, Any]:
     }
 
 
-def id_list(value: object, what: str) -> list[int]:
+def id_list(value: object, what: str, *, most: int) -> list[int]:
     """Return the distinct ids in `value`: whole numbers or ASCII digit strings, nothing else.
 
     An id no row can have (0, or past the database's range) is kept, so that the caller
     answers "Unknown ..." for it; only `existing_ids` ids are ever put to the database.
+    More than `most` items are refused before anything is asked of the database (whose
+    parameters per query are bounded).
     """
     if not isinstance(value, list):
         raise InvalidRequest(f"{what} must be a list of ids.")
+    if len(value) > most:
+        raise InvalidRequest(f"{what} may name at most {most} ids, not {len(value)}.")
     ids = []
     for item in value:
         if not ids_module.looks_like_id(item):
@@ -90,7 +96,7 @@ def existing_ids(ids: list[int]) -> list[int]:
 
 def _subjects(value: object) -> list[Subject]:
     """Return the subjects `value` names, in its order; at least one, every one known."""
-    ids = id_list(value if value is not None else [], "Subjects")
+    ids = id_list(value if value is not None else [], "Subjects", most=MAX_SUBJECTS)
     if not ids:
         raise InvalidRequest("Choose at least one subject.")
     found = {s.pk: s for s in Subject.objects.filter(pk__in=existing_ids(ids))}
@@ -106,7 +112,8 @@ def _references(value: object, subjects: list[Subject]) -> list[dict[str, Any]]:
     if value is None:
         assets = list(uploaded.filter(subjects__in=subjects).distinct().order_by("pk"))
     else:
-        ids = id_list(value, "References")
+        # The cap on photos is judged below, on the distinct ones found.
+        ids = id_list(value, "References", most=MAX_LISTED)
         found = {a.pk: a for a in uploaded.filter(pk__in=existing_ids(ids))}
         missing = [i for i in ids if i not in found]
         if missing:

@@ -108,6 +108,15 @@ def test_it_answers_503_when_an_original_is_missing_from_the_store(api, subject)
 # --- sets -----------------------------------------------------------------------
 
 
+def test_it_refuses_a_set_of_more_assets_than_it_looks_up_with_a_400(api):
+    """Found by a review: 250,001 ids were a 500 (too many SQL variables)."""
+    response = post_json(api, f"{API}/sets", {"name": "many", "assets": list(range(1, 300_002))})
+
+    assert response.status_code == 400
+    assert error(response)["message"] == "Assets may name at most 1000 ids, not 300001."
+    assert not AvatarSet.objects.exists()
+
+
 def test_it_creates_a_set_in_the_order_given(api, make_subject, make_reference):
     ada = make_subject("Ada")
     first, second, third = make_reference(ada), make_reference(ada), generated_asset()

@@ -217,6 +217,26 @@ def test_it_refuses_a_bad_batch_and_creates_nothing(api, subject, ember, make_bo
     assert len(ember.calls) == 0
 
 
+MANY = list(range(1, 300_002))  # past any database's parameters for one query
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"subjects": MANY}, "Subjects may name at most 100 ids, not 300001."),
+        ({"references": MANY}, "References may name at most 1000 ids, not 300001."),
+    ],
+    ids=["subjects", "references"],
+)
+def test_it_refuses_a_list_of_ids_too_long_to_look_up_with_a_400(api, subject, overrides, message):
+    """Found by a review: 250,001 ids were a 500 (too many SQL variables)."""
+    response = post_json(api, f"{API}/batches", {**batch_request(subject), **overrides})
+
+    assert response.status_code == 400
+    assert error(response)["message"] == message
+    assert not Batch.objects.exists()
+
+
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
