@@ -124,9 +124,12 @@ def remove_photo(*, photo: Asset, subject: Subject) -> PhotoRemoval:
     """Take `photo` off `subject`; delete it (and, after the commit, its file) if nothing needs it.
 
     The check and the change share one transaction: on SQLite it holds the write lock,
-    so no batch can freeze the photo between the check and the delete.
+    and elsewhere the photo's row is locked first, as planning locks the photos it
+    froze (studio/engine/planning.py), so no batch can freeze the photo between the
+    check and the delete.
     """
     with transaction.atomic():
+        Asset.objects.select_for_update().filter(pk=photo.pk).first()
         removal = plan_photo_removal(photo=photo, subject=subject)
         if removal.deletes:
             _delete([photo])
@@ -160,6 +163,8 @@ def remove_subject(*, subject: Subject) -> SubjectRemoval:
     Raises InUse while a batch was made of the subject.
     """
     with transaction.atomic():
+        # Its photos' rows first, as planning locks the photos it froze (remove_photo).
+        list(Asset.objects.select_for_update().filter(subjects=subject).values_list("pk"))
         removal = plan_subject_removal(subject=subject)
         if removal.batches:
             raise InUse(removal.refusal())

@@ -9,6 +9,7 @@ import pytest
 from django.test import Client
 
 from studio import curation, engine, originals, thumbs
+from studio.engine import planning
 from studio.models import Asset, Origin, Subject, Task
 from tests.factories import batch_request, png_bytes
 from tests.studio_pages import messages_of, text
@@ -351,3 +352,24 @@ def test_a_photo_detached_and_uploaded_again_is_the_same_photo(subject):
 
     assert again.pk == photo.pk and again.file_name == "ada.png"
     assert list(again.subjects.all()) == [subject]
+
+
+def test_a_batch_planned_while_its_photo_is_removed_is_refused_not_accepted(subject, monkeypatch):
+    """Found by a review: the API answered 202 for a batch whose photo was deleted between
+    reading its references and planning, and its tasks then failed."""
+    photo = subject.assets.get()
+    read = planning.validate
+
+    def a_person_removes_the_photo_meanwhile(request):
+        plan = read(request)
+        curation.remove_photo(photo=photo, subject=subject)
+        return plan
+
+    monkeypatch.setattr(planning, "validate", a_person_removes_the_photo_meanwhile)
+
+    with pytest.raises(engine.InvalidRequest) as refused:
+        engine.generate(request=batch_request(subject))
+
+    assert "was removed while this batch was planned; nothing was planned." in str(refused.value)
+    assert not Task.objects.exists()
+    assert not Asset.objects.filter(pk=photo.pk).exists()

@@ -16,9 +16,9 @@ from django.db import IntegrityError, transaction
 from django.db.models import Count
 from django.utils import timezone
 
-from studio.engine.errors import SPEND_WINDOW_HOURS, KeyReused, SpendCapReached
+from studio.engine.errors import SPEND_WINDOW_HOURS, InvalidRequest, KeyReused, SpendCapReached
 from studio.engine.validation import validate
-from studio.models import FINAL, Attempt, Batch, BatchKey, Kind, Task, TaskState
+from studio.models import FINAL, Asset, Attempt, Batch, BatchKey, Kind, Task, TaskState
 
 
 def generate(*, request: dict[str, Any], user: User | None = None, key: str = "") -> Batch:
@@ -104,6 +104,7 @@ def _write_plan(plan: dict[str, Any], user: User | None) -> Batch:
     """
     if user is not None:
         _check_daily_cap(user, plan["tasks"])
+    _check_references_stand(plan["references"])
     now = timezone.now()
     batch = Batch.objects.create(title=plan["title"], request=plan["request"], created_by=user)
     Task.objects.bulk_create(
@@ -130,6 +131,26 @@ def _write_plan(plan: dict[str, Any], user: User | None) -> Batch:
         for ordinal in range(1, provider["candidates"] + 1)
     )
     return batch
+
+
+def _check_references_stand(references: list[dict[str, Any]]) -> None:
+    """Refuse a plan whose frozen photos were removed since they were read (InvalidRequest).
+
+    Read in the planning transaction, the rows locked where the database can: a removal
+    either committed before (and the plan is refused) or waits, then sees the tasks
+    that froze its photo and only detaches it (studio/curation.py).
+    """
+    ids = [ref["asset"] for ref in references]
+    standing = set(
+        Asset.objects.select_for_update().filter(pk__in=ids).values_list("sha256", flat=True)
+    )
+    gone = [ref["name"] for ref in references if ref["sha256"] not in standing]
+    if gone:
+        raise InvalidRequest(
+            f"The reference photo {gone[0]} was removed while this batch was planned; "
+            "nothing was planned.",
+            field="references",
+        )
 
 
 def _check_daily_cap(user: User, more: int) -> None:
