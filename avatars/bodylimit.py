@@ -4,10 +4,12 @@ Django reads a whole body (spooling it to a temporary file) before any view or
 authentication runs, so without this a stranger's 300 MB POST would be written to disk
 before its 401. Here, before the body is read:
 
-- a `Content-Length` over `AVATARS_MAX_BODY_BYTES` is answered 413 at once (for a signed-in
-  person's studio page, with a small page of the studio that leads back; JSON to the API);
 - an API request that carries a body but no valid token is answered 401, and one whose
-  token may only read is answered 403 (every API write carries a body or none at all);
+  token may only read is answered 403 (every API write carries a body or none at all),
+  whatever the body's size;
+- a `Content-Length` over `AVATARS_MAX_BODY_BYTES` is answered 413 at once (for a signed-in
+  person's studio page, with a small page of the studio that leads back; JSON to the API,
+  and a reference photo's API upload 400 `too_large`, as the store answers a large file);
 - a studio request from someone not signed in (no session of a signed-in user) may
   carry at most `AVATARS_ANONYMOUS_BODY_BYTES` (a sign-in form is a few hundred bytes),
   and must send it within `AVATARS_ANONYMOUS_BODY_SECONDS`;
@@ -21,6 +23,7 @@ before its 401. Here, before the body is read:
 import asyncio
 import json
 import logging
+import re
 from collections.abc import Awaitable, Callable, Mapping
 from importlib import import_module
 from typing import Any, NamedTuple
@@ -34,6 +37,7 @@ from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 
+from studio import originals
 from studio.api.auth import token_for_header
 from studio.api.http import READ_ONLY, UNAUTHORIZED
 
@@ -47,6 +51,7 @@ logger = logging.getLogger(__name__)
 
 API_PREFIX = "/api/"
 GET_ONLY = frozenset({"/metrics"})  # paths that never take a body: nothing to read
+UPLOAD = re.compile(r"/api/v1/subjects/[^/]+/references/?")  # a reference photo's upload
 TOO_LARGE = "The request body is too large (the limit is {limit:g} MB)."
 SIGN_IN_FIRST = "Sign in first: a request from someone not signed in may carry at most {kb:g} KB."
 TOO_SLOW = "The request body did not arrive in time."
@@ -79,16 +84,12 @@ class BodyLimit:
         limit = settings.AVATARS_MAX_BODY_BYTES
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         length = headers.get("content-length")
-        if length is not None and (not length.isdigit() or int(length) > limit):
-            page = not scope["path"].startswith(API_PREFIX) and await sync_to_async(signed_in)(
-                headers.get("cookie", "")
-            )
-            await _refuse_too_large(send, scope, _too_large(limit), page=page)
-            return
-        has_body = int(length or 0) > 0 or "chunked" in headers.get("transfer-encoding", "")
-        too_large = _too_large(limit)
-        deadline = None
-        if has_body and scope["path"].startswith(API_PREFIX):
+        declared_past = length is not None and (not length.isdigit() or int(length) > limit)
+        has_body = declared_past or int(length or 0) > 0
+        has_body = has_body or "chunked" in headers.get("transfer-encoding", "")
+        api = scope["path"].startswith(API_PREFIX)
+        if has_body and api:
+            # A missing or wrong token gets its 401 first, whatever the body (API.md).
             token = await sync_to_async(token_for_header)(headers.get("authorization", ""))
             if token is None:
                 await _unauthorized(send)
@@ -96,7 +97,13 @@ class BodyLimit:
             if scope["method"] != "GET" and not token.may_write:
                 await _send_json(send, 403, "read_only", READ_ONLY)
                 return
-        elif has_body and not await sync_to_async(signed_in)(headers.get("cookie", "")):
+        if declared_past:
+            page = not api and await sync_to_async(signed_in)(headers.get("cookie", ""))
+            await _refuse_too_large(send, scope, _too_large(limit), page=page)
+            return
+        too_large = _too_large(limit)
+        deadline = None
+        if has_body and not api and not await sync_to_async(signed_in)(headers.get("cookie", "")):
             limit = min(limit, settings.AVATARS_ANONYMOUS_BODY_BYTES)
             too_large = SIGN_IN_FIRST.format(kb=limit / 1024)
             deadline = settings.AVATARS_ANONYMOUS_BODY_SECONDS
@@ -171,7 +178,14 @@ def _too_large(limit: int) -> str:
 
 
 async def _refuse_too_large(send: Send, scope: Scope, message: str, *, page: bool) -> None:
-    """Answer 413: JSON to the API, a page of the studio to a signed-in person, else text."""
+    """Answer 413: JSON to the API, a page of the studio to a signed-in person, else text.
+
+    A reference photo's upload through the API is answered as the store would answer a
+    file past its cap (400 `too_large`, API.md): a body past the limit holds one.
+    """
+    if UPLOAD.fullmatch(scope["path"]):
+        await _send_json(send, 400, "too_large", originals.too_large())
+        return
     if not page:
         await _answer(send, scope, 413, "too_large", message)
         return
