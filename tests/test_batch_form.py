@@ -105,6 +105,17 @@ def test_it_plans_a_different_batch_without_asking(signed_in: Client, subject):
     assert Batch.objects.count() == 2
 
 
+def test_a_form_sent_by_enter_in_a_field_plans_nothing_and_asks_for_the_button(
+    signed_in: Client, subject
+):
+    """Enter submits through the form's first button (`enter`), never the one naming the spend."""
+    response = signed_in.post("/batches/new/", batch_form(subject, enter="1"))
+
+    assert response.status_code == 200
+    assert "Nothing was started: press “Start 6 paid jobs” to start them." in text(response)
+    assert not Batch.objects.exists()
+
+
 def test_it_does_not_ask_about_another_persons_batch(signed_in: Client, subject):
     someone = User.objects.create_user("ada", password="another-password-entirely")
     form = BatchForm(batch_form(subject))

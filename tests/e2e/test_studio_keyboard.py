@@ -166,6 +166,36 @@ def test_enter_in_a_field_of_the_new_batch_form_starts_nothing(person: Page):
     assert person.evaluate("window.sent") == 1
 
 
+@pytest.mark.parametrize("field", ["subject box", "frame box", "count"])
+def test_enter_without_script_comes_back_asking_for_the_button(
+    browser: Browser, studio: Studio, field: str
+):
+    """Found by a re-review: without script, Enter on a box pressed the Start button."""
+    context = browser.new_context(base_url=studio.url, viewport=DESKTOP, java_script_enabled=False)
+    page = context.new_page()
+    try:
+        sign_in(page)
+        fill_batch(page, prompt=f"Bo, no script, Enter on the {field}", candidates=2)
+        target = {
+            "subject box": page.get_by_label("Bo", exact=True),
+            "frame box": page.get_by_label("image", exact=True),
+            "count": page.locator('input[name="candidates_openai"]'),
+        }[field]
+
+        target.press("Enter")
+
+        expect(page.get_by_test_id("entered")).to_have_text(
+            "Nothing was started: press “Start 2 paid jobs” to start them."
+        )
+        assert page.url.endswith("/batches/new/"), page.url
+        start_button(page).click()
+        expect(
+            page.get_by_role("heading", name=f"Bo, no script, Enter on the {field}")
+        ).to_be_visible()
+    finally:
+        context.close()
+
+
 def test_space_on_the_button_still_starts_the_batch(person: Page):
     prompt = f"Bo, started with the space bar, {size(person)}"
     fill_batch(person, prompt=prompt, candidates=1)

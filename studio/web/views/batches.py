@@ -72,7 +72,10 @@ def batch_new(request: HttpRequest) -> HttpResponse:
     started minutes ago, or when it starts more jobs than AVATARS_CONFIRM_JOBS_ABOVE.
     """
     form = BatchForm(*posted(request))
-    if request.method == "POST" and form.is_valid():
+    # Enter in a field submits through the form's first button (`enter`), never the one
+    # that names the spend: the form comes back saying so, and nothing is planned.
+    entered = request.method == "POST" and bool(request.POST.get("enter"))
+    if request.method == "POST" and not entered and form.is_valid():
         answer = _plan(request, form)
         if answer is not None:
             return answer
@@ -84,7 +87,8 @@ def batch_new(request: HttpRequest) -> HttpResponse:
         "jobs": candidates * frames,
         "candidates": candidates,
         "frames": frames,
-        "ask": form.is_bound and not form.errors and form.asks_to_confirm(),
+        "ask": form.is_bound and not form.errors and not entered and form.asks_to_confirm(),
+        "entered": entered,
         # The same batch again, and the button pressed again without ticking "again".
         "pressed_again": form.twin is not None and bool(request.POST.get("twin_asked")),
         "bare": form.subjects_without_photos(),
