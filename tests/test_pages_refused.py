@@ -13,7 +13,7 @@ from studio.api.auth import issue_token
 from studio.models import Subject
 from tests.api.calls import API, bearing
 from tests.factories import a_batch
-from tests.studio_pages import text
+from tests.studio_pages import messages_of, text
 
 pytestmark = pytest.mark.django_db
 
@@ -58,17 +58,8 @@ def test_a_stale_sign_in_form_gets_the_studios_page_too():
     assert VIEWPORT in response.content.decode()
 
 
-@pytest.mark.parametrize("name", ["logout", "studio:subject-rename", "studio:batch-cancel"])
-def test_an_address_that_only_takes_a_button_press_gets_a_page_saying_so(
-    signed_in: Client, subject: Subject, name: str
-):
-    args = {
-        "logout": [],
-        "studio:subject-rename": [subject.pk],
-        "studio:batch-cancel": [a_batch(subject).pk],
-    }[name]
-
-    response = signed_in.get(reverse(name, args=args))
+def test_an_address_that_only_takes_a_button_press_gets_a_page_saying_so(signed_in: Client):
+    response = signed_in.get(reverse("logout"))
 
     assert response.status_code == 405
     assert "POST" in response["Allow"]
@@ -77,6 +68,38 @@ def test_an_address_that_only_takes_a_button_press_gets_a_page_saying_so(
     assert "Nothing was changed." in page
     assert "Back to the batches" in page and "New batch" in page
     assert VIEWPORT in response.content.decode()
+
+
+@pytest.mark.parametrize("name", ["studio:subject-rename", "studio:batch-cancel"])
+def test_an_actions_address_opened_leads_to_its_page_saying_so(
+    signed_in: Client, subject: Subject, name: str
+):
+    batch = a_batch(subject)
+    row = subject if name == "studio:subject-rename" else batch
+    action = reverse(name, args=[row.pk])
+    home = action.removesuffix("rename/").removesuffix("cancel/")
+
+    response = signed_in.get(action, follow=True)
+
+    assert response.redirect_chain == [(home, 302)]
+    assert messages_of(response) == [
+        "That address only takes a form's button press, so here is its page: nothing was "
+        "changed."
+    ]
+
+
+def test_a_form_sent_after_signing_out_returns_to_its_page_once_signed_in_again(
+    client: Client, person, subject: Subject
+):
+    """Found by a re-review: signing in again ended on the 405 page, the form's page lost."""
+    sent = client.post(reverse("studio:subject-rename", args=[subject.pk]), {"name": "Bea"})
+    assert sent.status_code == 302 and "next=" in sent["Location"]
+    client.force_login(person)
+
+    response = client.get(sent["Location"].split("next=")[1].replace("%2F", "/"), follow=True)
+
+    assert response.redirect_chain[-1] == (f"/subjects/{subject.pk}/", 302)
+    assert response.status_code == 200
 
 
 def test_the_api_still_answers_405_in_json(subject: Subject):

@@ -6,11 +6,16 @@ elsewhere) and an address opened in the browser that only takes a form's button 
 its own error: no way back, no navigation, not sized for a phone.
 """
 
+from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
+from django.shortcuts import redirect, render
+from django.urls import Resolver404, resolve
 from django.utils.deprecation import MiddlewareMixin
 
 API_PREFIX = "/api/"  # the JSON API answers its own 405s, in JSON (studio/api/door.py)
+ACTION_OPENED = (
+    "That address only takes a form's button press, so here is its page: nothing was changed."
+)
 
 
 def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:
@@ -25,8 +30,11 @@ def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:
 class MethodNotAllowedPage(MiddlewareMixin):
     """Give the studio's empty 405 answers a page that says what the address is for.
 
-    The status and the `Allow` header stay; answers with a body of their own (the API's
-    JSON) are left as they are.
+    An action's address opened in the browser (`/subjects/2/rename/`), typed or reached
+    after signing in again (the sign-in page returns to the address a form was sent
+    to), leads to the page the action belongs to, with a word about it. Others get a
+    page: the status and the `Allow` header stay. Answers with a body of their own (the
+    API's JSON) are left as they are.
     """
 
     def process_response(self, request: HttpRequest, response: HttpResponse) -> HttpResponse:
@@ -37,7 +45,27 @@ class MethodNotAllowedPage(MiddlewareMixin):
             or response.content
         ):
             return response
+        home = page_of_action(request.path) if request.method == "GET" else None
+        if home is not None:
+            messages.info(request, ACTION_OPENED)
+            return redirect(home)
         page = render(request, "405.html", status=405)
         if response.has_header("Allow"):
             page["Allow"] = response["Allow"]
         return page
+
+
+def page_of_action(path: str) -> str | None:
+    """Return the nearest page above an action's address (`/subjects/2/` for its rename).
+
+    None when no address above it is a page of the studio (sign-out's, say).
+    """
+    parts = path.strip("/").split("/")
+    for end in range(len(parts) - 1, 0, -1):
+        above = "/" + "/".join(parts[:end]) + "/"
+        try:
+            resolve(above)
+        except Resolver404:
+            continue
+        return above
+    return None

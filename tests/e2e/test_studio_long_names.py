@@ -66,6 +66,15 @@ def test_the_new_batch_forms_subjects_and_photos_fit_a_phone(person: Page):
     audit(person)
 
 
+def test_a_long_names_rename_and_remove_panel_fits_a_phone(person: Page, named: dict[str, str]):
+    """Found by a re-review: its hint, naming the subject, widened the page to 1,699 px."""
+    person.goto(f"/subjects/{named['subject']}/")
+    person.locator("summary", has_text="Rename or remove").first.click()
+
+    expect(person.get_by_label("New name")).to_be_visible()
+    fits(person)
+
+
 def test_a_long_rename_message_fits_a_phone(person: Page, named: dict[str, str]):
     person.goto(f"/subjects/{named['subject']}/")
     person.get_by_text(f"Rename or remove {NAME}").click()
