@@ -141,7 +141,9 @@ def test_it_cancels_what_it_can_in_a_batch_and_counts_what_it_kept(signed_in: Cl
 def test_it_refuses_to_cancel_by_get(signed_in: Client, subject):
     batch = a_batch(subject, candidates=2)
 
-    assert signed_in.get(f"/batches/{batch.pk}/cancel/").status_code == 405
+    opened = signed_in.get(f"/batches/{batch.pk}/cancel/")
+
+    assert (opened.status_code, opened["Location"]) == (302, f"/batches/{batch.pk}/")
     assert not batch.tasks.filter(state=TaskState.CANCELLED).exists()
 
 

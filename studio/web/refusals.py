@@ -13,6 +13,7 @@ from django.urls import Resolver404, resolve
 from django.utils.deprecation import MiddlewareMixin
 
 API_PREFIX = "/api/"  # the JSON API answers its own 405s, in JSON (studio/api/door.py)
+ADMIN_PREFIX = "/admin/"  # the admin's actions keep their 405: its pages are its own
 ACTION_OPENED = (
     "That address only takes a form's button press, so here is its page: nothing was changed."
 )
@@ -45,7 +46,8 @@ class MethodNotAllowedPage(MiddlewareMixin):
             or response.content
         ):
             return response
-        home = page_of_action(request.path) if request.method == "GET" else None
+        studio_get = request.method == "GET" and not request.path.startswith(ADMIN_PREFIX)
+        home = page_of_action(request.path) if studio_get else None
         if home is not None:
             messages.info(request, ACTION_OPENED)
             return redirect(home)

@@ -131,6 +131,32 @@ def test_focus_stays_on_a_tasks_cancel_button_when_its_row_is_updated(
     expect(cancel).to_be_focused()
 
 
+END_ONE = """
+from django.db.models import F
+from studio.models import Task
+result = Task.objects.filter(batch__title={title!r}, ordinal=2).update(
+    state="failed", phase="Failed", error="Ember could not", next_attempt_at=None,
+    version=F("version") + 1,
+)
+"""
+
+
+def test_focus_goes_to_the_progress_when_its_control_goes_away(
+    person: Page, studio: Studio, no_worker: None
+):
+    """Found by a re-review: a task's Cancel gone (the task ended) left focus on the page."""
+    title = f"Bo, a task ends under the focus, {size(person)}"
+    plan_batch(person, prompt=title, candidates=2)
+    cancel = person.get_by_role("button", name="Cancel GPT Image image #2")
+    cancel.focus()
+    person.evaluate("window.before = document.activeElement")
+
+    assert studio.stack.django(END_ONE.format(title=title)) == 1
+    replaced(person)
+
+    expect(person.get_by_test_id("progress-text")).to_be_focused()
+
+
 def test_focus_stays_on_a_result_when_the_results_are_reloaded(person: Page, finished: str):
     person.goto(finished)
     second = person.locator(RESULTS).nth(1)

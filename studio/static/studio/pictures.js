@@ -226,11 +226,33 @@
     keepDetails();
   }
 
+  // A focused control that an update took away (a task's Cancel, once the task ended): htmx
+  // keeps focus only on a control that comes back with the same id. Focus goes instead to
+  // what the control names in data-focus-after (the task's new picture), else to the
+  // progress in words, never to the top of the page.
+  var lostFocus = null;
+  document.addEventListener("htmx:beforeSwap", function () {
+    var active = document.activeElement;
+    lostFocus = active && active !== document.body && active.id
+      ? { id: active.id, after: active.getAttribute("data-focus-after") } : null;
+  });
+
+  function findFocusAgain() {
+    var lost = lostFocus;
+    lostFocus = null;
+    if (!lost || document.getElementById(lost.id)) return;
+    if (document.activeElement && document.activeElement !== document.body) return;
+    var next = (lost.after && document.getElementById(lost.after)) ||
+      document.querySelector("[data-focus-fallback]");
+    if (next) next.focus();
+  }
+
   document.addEventListener("DOMContentLoaded", function () { setUp(document); });
   // Sections htmx swaps in (the progress and results sections) are set up again.
   document.addEventListener("htmx:afterSettle", function (event) {
     setUpSelections(document);
     keepDetails();
+    findFocusAgain();
   });
   window.addEventListener("pageshow", function () { setUpSelections(document); });
 })();
