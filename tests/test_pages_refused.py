@@ -83,8 +83,7 @@ def test_an_actions_address_opened_leads_to_its_page_saying_so(
 
     assert response.redirect_chain == [(home, 302)]
     assert messages_of(response) == [
-        "That address only takes a form's button press, so here is its page: nothing was "
-        "changed."
+        "That address only takes a form's button press, so here is its page: nothing was changed."
     ]
 
 
