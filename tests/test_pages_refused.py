@@ -48,6 +48,22 @@ def test_a_stale_form_gets_the_studios_page_saying_to_go_back_and_try_again(stri
     assert not Subject.objects.filter(name="Ada").exists()
 
 
+def test_a_stale_form_leads_back_to_its_page_but_never_elsewhere(strict: Client):
+    """Found by a re-review: the page said "go back" and linked only to the batches."""
+    mine = strict.post(
+        reverse("studio:subjects"),
+        {"name": "Ada"},
+        HTTP_REFERER="http://testserver/subjects/?page=2",
+    )
+    theirs = strict.post(
+        reverse("studio:subjects"), {"name": "Ada"}, HTTP_REFERER="https://evil.example/x"
+    )
+
+    assert '<a href="/subjects/?page=2">Back to the form\'s page</a>' in mine.content.decode()
+    assert "evil.example" not in theirs.content.decode()
+    assert "Back to the form's page" not in text(theirs)
+
+
 def test_a_stale_sign_in_form_gets_the_studios_page_too():
     response = Client(enforce_csrf_checks=True).post(
         reverse("login"), {"username": "grace", "password": "not-a-real-password"}

@@ -6,11 +6,14 @@ elsewhere) and an address opened in the browser that only takes a form's button 
 its own error: no way back, no navigation, not sized for a phone.
 """
 
+from urllib.parse import urlsplit
+
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import Resolver404, resolve
 from django.utils.deprecation import MiddlewareMixin
+from django.utils.http import url_has_allowed_host_and_scheme
 
 API_PREFIX = "/api/"  # the JSON API answers its own 405s, in JSON (studio/api/door.py)
 ADMIN_PREFIX = "/admin/"  # the admin's actions keep their 405: its pages are its own
@@ -25,7 +28,18 @@ def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:
     Django's own view renders the template without the request, so the page would lose
     its navigation; this one is named by CSRF_FAILURE_VIEW.
     """
-    return render(request, "403_csrf.html", status=403)
+    return render(request, "403_csrf.html", {"back": form_page(request)}, status=403)
+
+
+def form_page(request: HttpRequest) -> str:
+    """Return the path of the page the refused form was on (its Referer, if this site's)."""
+    referer = request.headers.get("referer", "")
+    if not url_has_allowed_host_and_scheme(referer, allowed_hosts={request.get_host()}):
+        return ""
+    parts = urlsplit(referer)
+    if not parts.path.startswith("/"):
+        return ""
+    return parts.path + (f"?{parts.query}" if parts.query else "")
 
 
 class MethodNotAllowedPage(MiddlewareMixin):
