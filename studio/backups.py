@@ -123,14 +123,6 @@ class Backup:
     placer: Placer = field(default_factory=Placer)
 
 
-@dataclass
-class Restored:
-    database: str  # what was filled: the SQLite file, or the PostgreSQL database's name
-    restored: int = 0
-    problems: list[str] = field(default_factory=list)
-    placer: Placer = field(default_factory=Placer)
-
-
 def backup(dest: Path, *, link: bool = False) -> Backup:
     """Snapshot the database into `dest`, then the originals its rows name, then a manifest.
 
@@ -239,18 +231,6 @@ def write_manifest(result: Backup) -> None:
 def dump_postgres(target: Path) -> None:
     run_pg("pg_dump", "--format=custom", "--no-owner", f"--file={target}")
     fsync_file(target)
-
-
-def restore_postgres(dump: Path) -> None:
-    name = connection.settings_dict["NAME"]
-    run_pg(
-        "pg_restore",
-        "--no-owner",
-        "--no-privileges",
-        "--exit-on-error",
-        f"--dbname={name}",
-        str(dump),
-    )
 
 
 def run_pg(tool: str, *args: str) -> None:

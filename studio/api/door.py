@@ -30,6 +30,7 @@ from studio.api.http import (
     ApiError,
     error_response,
     refusal,
+    storable_text,
 )
 from studio.models import ApiToken
 
@@ -80,27 +81,13 @@ class JsonObject(Parser):
 
 
 def _storable(value: object) -> bool:
-    """Say whether every text in `value` can be stored: no NUL, no lone surrogate.
-
-    PostgreSQL refuses NUL in text, and a lone surrogate (which JSON's escapes allow)
-    cannot be encoded as UTF-8 by either database: both would be a 500 deep in a query.
-    """
+    """Say whether every text in `value` can be stored (`storable_text`)."""
     if isinstance(value, str):
-        return _encodes(value)
+        return storable_text(value)
     if isinstance(value, dict):
         return all(_storable(k) and _storable(v) for k, v in value.items())
     if isinstance(value, list):
         return all(_storable(item) for item in value)
-    return True
-
-
-def _encodes(text: str) -> bool:
-    if "\x00" in text:
-        return False
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
     return True
 
 

@@ -69,3 +69,18 @@ def find(queryset: QuerySet[M], pk: str) -> M:
         name = queryset.model._meta.verbose_name
         raise ApiError(404, "not_found", f"No {name} with id {pk!r}.")
     return row
+
+
+def storable_text(text: str) -> bool:
+    """Say whether a database can store (and compare against) `text`: no NUL, no lone surrogate.
+
+    PostgreSQL refuses NUL in text, and a lone surrogate (which JSON's escapes allow)
+    cannot be encoded as UTF-8 by either database: both would be a 500 deep in a query.
+    """
+    if "\x00" in text:
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

@@ -15,7 +15,7 @@ from urllib.parse import urlencode
 from django.db.models import Model, Q, QuerySet
 from django.http import HttpRequest
 
-from studio.api.http import ApiError
+from studio.api.http import ApiError, storable_text
 from studio.ids import row_id
 
 M = TypeVar("M", bound=Model)
@@ -58,21 +58,6 @@ def _decode(cursor: str) -> tuple[str, int]:
     except (binascii.Error, ValueError):  # UnicodeDecodeError and JSONDecodeError included
         raise ApiError(400, "invalid_cursor", BAD_CURSOR) from None
     match decoded:
-        case [str() as value, int() as pk] if row_id(pk) is not None and _storable(value):
+        case [str() as value, int() as pk] if row_id(pk) is not None and storable_text(value):
             return value, pk
     raise ApiError(400, "invalid_cursor", BAD_CURSOR)
-
-
-def _storable(text: str) -> bool:
-    """Say whether a database can compare against `text`: no NUL, no lone surrogate.
-
-    Only a forged cursor holds either (this API never gives one out): PostgreSQL
-    refuses NUL in text, and a lone surrogate cannot be encoded for either database.
-    """
-    if "\x00" in text:
-        return False
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True

@@ -15,7 +15,7 @@ import pytest
 from playwright.sync_api import Browser, Page, sync_playwright
 
 from tests import browsers
-from tests.e2e.studio import CHROMIUM_ARGS, DESKTOP, PHONE, Studio
+from tests.e2e.studio import CHROMIUM_ARGS, DESKTOP, PHONE, Studio, sign_in
 from tests.processes import Simulator, Stack, Template, migrated_template, new_stack, simulator
 
 HERE = Path(__file__).parent
@@ -100,3 +100,21 @@ def phone(browser: Browser, studio: Studio) -> Iterator[Page]:
         yield opened
     finally:
         context.close()
+
+
+@pytest.fixture(params=["desktop", "phone"])
+def person(request: pytest.FixtureRequest) -> Page:
+    """A signed-in person at either size."""
+    page: Page = request.getfixturevalue("page" if request.param == "desktop" else "phone")
+    sign_in(page)
+    return page
+
+
+@pytest.fixture
+def no_worker(studio: Studio) -> Iterator[None]:
+    """Nothing is sent to Ember while the test runs: tasks stay where they were planned."""
+    studio.stop_worker()
+    try:
+        yield
+    finally:
+        studio.start_worker()

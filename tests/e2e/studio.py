@@ -256,3 +256,8 @@ def screenshot(page: Page, name: str) -> Path:
     path = SCREENSHOTS / f"{name}-{width}.png"
     page.screenshot(path=str(path), full_page=True)
     return path
+
+
+def size(page: Page) -> str:
+    """Name the page's size as the tests' ids do: "phone" below 600 px wide, else "desktop"."""
+    return "phone" if (page.viewport_size or {"width": 0})["width"] < 600 else "desktop"

@@ -5,10 +5,8 @@ in words and keeps the person's place, and every page passes the accessibility a
 """
 
 import re
-from collections.abc import Iterator
 from urllib.parse import urlparse
 
-import pytest
 from playwright.sync_api import Page, expect
 
 from tests.e2e.studio import (
@@ -20,37 +18,16 @@ from tests.e2e.studio import (
     plan_batch,
     screenshot,
     sign_in,
+    size,
     start_button,
 )
 
 DASH, TIMES = "\u2013", "\u00d7"  # as the pages write them
 
 
-@pytest.fixture(params=["desktop", "phone"])
-def person(request: pytest.FixtureRequest) -> Page:
-    """A signed-in person at either size."""
-    page: Page = request.getfixturevalue("page" if request.param == "desktop" else "phone")
-    sign_in(page)
-    return page
-
-
-@pytest.fixture
-def no_worker(studio: Studio) -> Iterator[None]:
-    """Nothing is sent to Ember while the test runs: tasks stay where they were planned."""
-    studio.stop_worker()
-    try:
-        yield
-    finally:
-        studio.start_worker()
-
-
 def fits(page: Page) -> None:
     width = (page.viewport_size or {"width": 0})["width"]
     assert page.evaluate("document.documentElement.scrollWidth") <= width
-
-
-def size(page: Page) -> str:
-    return "phone" if (page.viewport_size or {"width": 0})["width"] < 600 else "desktop"
 
 
 # --- 1, 2, 9: the new-batch form ----------------------------------------------------------

@@ -17,6 +17,7 @@ from tests.e2e.studio import (
     fill_batch,
     plan_batch,
     sign_in,
+    size,
     start_button,
     wait_until_finished,
 )
@@ -84,28 +85,6 @@ def finished(browser: Browser, studio: Studio) -> Iterator[str]:
         yield url
     finally:
         context.close()
-
-
-@pytest.fixture(params=["desktop", "phone"])
-def person(request: pytest.FixtureRequest) -> Page:
-    """A signed-in person at either size."""
-    page: Page = request.getfixturevalue("page" if request.param == "desktop" else "phone")
-    sign_in(page)
-    return page
-
-
-@pytest.fixture
-def no_worker(studio: Studio) -> Iterator[None]:
-    """Nothing is sent to Ember while the test runs: tasks stay where they were planned."""
-    studio.stop_worker()
-    try:
-        yield
-    finally:
-        studio.start_worker()
-
-
-def size(page: Page) -> str:
-    return "phone" if (page.viewport_size or {"width": 0})["width"] < 600 else "desktop"
 
 
 def replaced(page: Page) -> None:
