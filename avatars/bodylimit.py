@@ -27,7 +27,6 @@ import re
 from collections.abc import Awaitable, Callable, Mapping
 from importlib import import_module
 from typing import Any, NamedTuple
-from urllib.parse import urlsplit
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
@@ -35,11 +34,11 @@ from django.contrib.auth import SESSION_KEY
 from django.http import parse_cookie
 from django.template.loader import render_to_string
 from django.urls import reverse
-from django.utils.http import url_has_allowed_host_and_scheme
 
 from studio import originals
 from studio.api.auth import token_for_header
 from studio.api.http import READ_ONLY, UNAUTHORIZED
+from studio.web.refusals import same_site_path
 
 Scope = dict[str, Any]
 Message = Mapping[str, Any]
@@ -205,11 +204,7 @@ def too_large_page(referer: str, host: str) -> str:
     Its link leads back to the page the upload came from when the Referer is a page of
     this site, else to the subjects.
     """
-    back = reverse("studio:subjects")
-    if referer and host and url_has_allowed_host_and_scheme(referer, allowed_hosts={host}):
-        parts = urlsplit(referer)
-        if parts.path.startswith("/"):
-            back = parts.path + (f"?{parts.query}" if parts.query else "")
+    back = same_site_path(referer, host) or reverse("studio:subjects")
     limit = settings.AVATARS_MAX_IMAGE_BYTES / (1024 * 1024)
     return render_to_string("studio/too_large.html", {"limit": f"{limit:g}", "back": back})
 

@@ -14,7 +14,6 @@ import json
 import os
 import shutil
 import sqlite3
-import stat
 import subprocess
 from collections.abc import Iterator
 from contextlib import closing
@@ -22,7 +21,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
@@ -39,29 +37,6 @@ NO_LINK = {errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EOPNOTSU
 
 class BackupError(Exception):
     """A backup or restore cannot go on: the message says why, for people."""
-
-
-class NotAnOriginal(Exception):
-    """A file where an original should be that cannot be one; the message says why."""
-
-
-def read_original(path: Path) -> bytes:
-    """Return the bytes of the regular file at `path`, if it is no larger than the image cap.
-
-    Looked at before it is opened: a folder, a device or a pipe (even behind a symlink)
-    raises NotAnOriginal without being read, as does a file past the cap.
-    """
-    info = path.stat()
-    limit = settings.AVATARS_MAX_IMAGE_BYTES
-    if not stat.S_ISREG(info.st_mode):
-        raise NotAnOriginal("not a regular file")
-    if info.st_size > limit:
-        raise NotAnOriginal(f"{info.st_size} bytes, over the {limit}-byte cap for an image")
-    with path.open("rb") as file:
-        data = file.read(limit + 1)
-    if len(data) > limit:
-        raise NotAnOriginal(f"over the {limit}-byte cap for an image")
-    return data
 
 
 class Placer:
@@ -84,7 +59,7 @@ class Placer:
         not a regular file of at most the image cap (a folder, a device, a pipe: nothing
         is read from those). A `target` already holding these bytes is left as it is.
         """
-        data = read_original(source)
+        data = originals.read_regular(source)
         if originals.sha256_of(data) != sha256:
             return False
         if target.is_file() and originals.file_sha256(target) == sha256:
@@ -172,7 +147,7 @@ def back_up_original(result: Backup, sha256: str, mime: str) -> None:
         result.missing.append(source.name)
         result.problems.append(f"missing in the data dir: {source.name}")
         return
-    except NotAnOriginal as exc:
+    except originals.NotAnOriginal as exc:
         result.corrupt.append(source.name)
         result.problems.append(f"not an original in the data dir: {source.name} ({exc})")
         return

@@ -59,6 +59,10 @@ class NotDurable(OSError):
     """
 
 
+class NotAnOriginal(Exception):
+    """A file where an original should be that cannot be one; the message says why."""
+
+
 class ChecksumFailed(Exception):
     """A stored original no longer hashes to its name."""
 
@@ -312,15 +316,32 @@ def read(sha256: str, mime: str) -> bytes:
     its bytes, including a folder or a device in its place, or a file past the image
     cap (looked at before it is read, so neither hangs nor fills memory).
     """
-    path = path_for(sha256, extension_for(mime))
+    try:
+        data = read_regular(path_for(sha256, extension_for(mime)))
+    except NotAnOriginal:
+        raise ChecksumFailed() from None
+    if sha256_of(data) != sha256:
+        raise ChecksumFailed()
+    return data
+
+
+def read_regular(path: Path) -> bytes:
+    """Return the bytes of the regular file at `path`, if it is no larger than the image cap.
+
+    Looked at before it is opened: a folder, a device or a pipe (even behind a symlink)
+    raises NotAnOriginal without being read, as does a file past the cap.
+    FileNotFoundError when nothing is there.
+    """
     info = path.stat()
     limit = settings.AVATARS_MAX_IMAGE_BYTES
-    if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
-        raise ChecksumFailed()
+    if not stat.S_ISREG(info.st_mode):
+        raise NotAnOriginal("not a regular file")
+    if info.st_size > limit:
+        raise NotAnOriginal(f"{info.st_size} bytes, over the {limit}-byte cap for an image")
     with path.open("rb") as file:
         data = file.read(limit + 1)
-    if len(data) > limit or sha256_of(data) != sha256:
-        raise ChecksumFailed()
+    if len(data) > limit:
+        raise NotAnOriginal(f"over the {limit}-byte cap for an image")
     return data
 
 

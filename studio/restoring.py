@@ -34,7 +34,6 @@ from studio.backups import (
     PG_DUMP_FILE,
     SQLITE_FILE,
     BackupError,
-    NotAnOriginal,
     Placer,
     copy_sqlite,
     fsync_file,
@@ -302,7 +301,7 @@ def restore_original(
     except FileNotFoundError:
         result.problems.append(f"missing in the backup: {name}")
         return
-    except NotAnOriginal as exc:
+    except originals.NotAnOriginal as exc:
         result.problems.append(f"not an original in the backup: {name} ({exc})")
         return
     if not done:

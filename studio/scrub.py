@@ -19,7 +19,6 @@ from pathlib import Path
 from django.utils import timezone
 
 from studio import originals
-from studio.backups import NotAnOriginal, read_original
 from studio.ember.client import EmberClient, EmberError, EmberNotFound
 from studio.models import Asset, Origin, ScrubReport
 
@@ -210,11 +209,16 @@ def repair(scrub: Scrub, *, backup: Path | None = None) -> None:
 def from_backup(finding: Finding, backup: Path) -> tuple[bool, str] | None:
     """Put one original back from a backup folder; None when the backup cannot (say why later)."""
     try:
-        data = read_original(backup / "originals" / finding.name)
+        data = originals.read_regular(backup / "originals" / finding.name)
         originals.put_back(data, sha256=finding.sha256, mime=finding.mime)
     except FileNotFoundError:
         return None if finding.image_ids else (False, f"not in the backup {backup} either")
-    except (originals.ChecksumFailed, originals.NotAnImage, NotAnOriginal, OSError) as exc:
+    except (
+        originals.ChecksumFailed,
+        originals.NotAnImage,
+        originals.NotAnOriginal,
+        OSError,
+    ) as exc:
         return None if finding.image_ids else (False, f"corrupt in the backup {backup}: {exc}")
     return True, f"put back from the backup {backup}"
 

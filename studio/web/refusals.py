@@ -33,8 +33,14 @@ def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:
 
 def form_page(request: HttpRequest) -> str:
     """Return the path of the page the refused form was on (its Referer, if this site's)."""
-    referer = request.headers.get("referer", "")
-    if not url_has_allowed_host_and_scheme(referer, allowed_hosts={request.get_host()}):
+    return same_site_path(request.headers.get("referer", ""), request.get_host())
+
+
+def same_site_path(referer: str, host: str) -> str:
+    """Return `referer`'s path and query when it is a page of `host`, else ""."""
+    if not referer or not host:
+        return ""
+    if not url_has_allowed_host_and_scheme(referer, allowed_hosts={host}):
         return ""
     parts = urlsplit(referer)
     if not parts.path.startswith("/"):
