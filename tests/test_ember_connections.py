@@ -12,8 +12,7 @@ import socket
 import socketserver
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 
 import pytest
 from asgiref.sync import async_to_sync
@@ -23,6 +22,7 @@ from studio.ember.client import EmberClient, EmberError, Job, Submitted
 from studio.ember.errors import EmberUnknownOutcome
 from studio.ember.simulator import Simulator
 from tests.ember_client.calls import PAYLOAD
+from tests.loopback import serving
 
 JOBS = "/api/v1/api-generators/jobs"
 CLOSE_AFTER = 0.3  # seconds the test server keeps a connection open after its one answer
@@ -83,17 +83,8 @@ class OneAnswerServer(socketserver.ThreadingTCPServer):
             return self.jobs[-1]
 
 
-@contextmanager
-def one_answer_server() -> Iterator[OneAnswerServer]:
-    server = OneAnswerServer()
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
-    thread.start()
-    try:
-        yield server
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
+def one_answer_server() -> AbstractContextManager[OneAnswerServer]:
+    return serving(OneAnswerServer())
 
 
 async def poll_until_answered(client: EmberClient, job_id: str, tries: int = 3) -> Job:

@@ -11,8 +11,8 @@ import json
 import socket
 import socketserver
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 import pytest
@@ -27,6 +27,7 @@ from studio.ember.errors import (
     EmberUnknownOutcome,
 )
 from tests.ember_client.calls import PAYLOAD
+from tests.loopback import serving
 
 FLOOD = 256 * 1024 * 1024  # bytes a flooding server would send: far beyond any buffer
 Answer = Callable[[socketserver.StreamRequestHandler, "Request"], bool]
@@ -94,17 +95,8 @@ def accepted(handler: socketserver.StreamRequestHandler, request: Request) -> bo
     return reply(handler, "200 OK", b'{"id": "job_1", "status": "running"}')
 
 
-@contextmanager
-def scripted(answer: Answer) -> Iterator[Scripted]:
-    server = Scripted(answer)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
-    thread.start()
-    try:
-        yield server
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
+def scripted(answer: Answer) -> AbstractContextManager[Scripted]:
+    return serving(Scripted(answer))
 
 
 def call(url: str, action: Callable[[EmberClient], Any]) -> Any:
