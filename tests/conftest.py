@@ -75,7 +75,7 @@ def signed_in(client: Client, person: User) -> Client:
 @pytest.fixture
 def ember() -> Iterator[respx.Router]:
     """Ember, mocked at the HTTP boundary; nothing unmocked may be called."""
-    with respx.mock(base_url=EMBER, assert_all_called=False) as router:
+    with respx.mock(base_url=EMBER, assert_all_called=False, using="httpx") as router:
         yield router
 
 

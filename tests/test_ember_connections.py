@@ -17,7 +17,7 @@ from contextlib import AbstractContextManager
 import pytest
 from asgiref.sync import async_to_sync
 
-from studio.ember import streams
+from studio.ember import transport
 from studio.ember.client import EmberClient, EmberError, Job, Submitted
 from studio.ember.errors import EmberUnknownOutcome
 from studio.ember.simulator import Simulator
@@ -147,13 +147,13 @@ def test_it_never_reuses_a_kept_alive_connection_the_server_closed_while_idle(mo
     # The server closes each connection at once after its answer, keep-alive advertised.
     monkeypatch.setattr(f"{__name__}.CLOSE_AFTER", 0)
     checked: list[bool] = []
-    readable = streams.readable
+    readable = transport.readable
 
     def seen_readable(sock: socket.socket | None) -> bool:
         checked.append(readable(sock))
         return checked[-1]
 
-    monkeypatch.setattr(streams, "readable", seen_readable)
+    monkeypatch.setattr(transport, "readable", seen_readable)
     with one_answer_server() as server:
 
         async def go() -> tuple[list[Job], list[bool]]:
@@ -174,21 +174,21 @@ def test_it_never_reuses_a_kept_alive_connection_the_server_closed_while_idle(mo
 
     assert [j.status for j in polled] == ["running"] * 3
     assert released == [True] * 3
-    # The pool's idle check went through the client's own streams and saw each close.
-    assert True in checked, f"idle checks through studio.ember.streams: {checked}"
+    # The pool's idle check went through the client's own transport and saw each close.
+    assert True in checked, f"idle checks through studio.ember.transport: {checked}"
 
 
 def test_a_socket_is_readable_once_its_peer_wrote_or_closed():
     ours, theirs = socket.socketpair()
     with ours, theirs:
-        assert not streams.readable(ours), "an open, quiet connection can be reused"
+        assert not transport.readable(ours), "an open, quiet connection can be reused"
         theirs.sendall(b"x")
-        assert streams.readable(ours), "bytes nobody asked for: the connection is spoiled"
+        assert transport.readable(ours), "bytes nobody asked for: the connection is spoiled"
         ours.recv(1)
         theirs.close()
-        assert streams.readable(ours), "the peer closed it"
-    assert streams.readable(ours), "a closed socket is never reused"
-    assert streams.readable(None)
+        assert transport.readable(ours), "the peer closed it"
+    assert transport.readable(ours), "a closed socket is never reused"
+    assert transport.readable(None)
 
 
 class Trickle(socketserver.StreamRequestHandler):

@@ -8,15 +8,10 @@ each wrong thing on a real socket and record what the client sent.
 
 import gzip
 import json
-import socket
 import socketserver
-import threading
-from collections.abc import Callable
-from contextlib import AbstractContextManager
 from typing import Any
 
 import pytest
-from asgiref.sync import async_to_sync
 
 from studio.ember.client import EmberClient
 from studio.ember.errors import (
@@ -27,97 +22,9 @@ from studio.ember.errors import (
     EmberUnknownOutcome,
 )
 from tests.ember_client.calls import PAYLOAD
-from tests.loopback import serving
+from tests.scripted_ember import Request, accepted, call, free_port, reply, scripted
 
 FLOOD = 256 * 1024 * 1024  # bytes a flooding server would send: far beyond any buffer
-Answer = Callable[[socketserver.StreamRequestHandler, "Request"], bool]
-
-
-class Request:
-    """One request as the server read it."""
-
-    def __init__(self, line: str, headers: dict[str, str], body: bytes) -> None:
-        self.method, self.path, _version = line.split(" ", 2)
-        self.headers = headers
-        self.body = body
-
-
-class Scripted(socketserver.ThreadingTCPServer):
-    """A server that reads each request and answers it with `answer` (False: hang up)."""
-
-    daemon_threads = True
-    allow_reuse_address = True
-
-    def __init__(self, answer: Answer) -> None:
-        super().__init__(("127.0.0.1", 0), Handler)
-        self.answer = answer
-        self.requests: list[Request] = []
-        self.connections = 0
-        self.lock = threading.Lock()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}"
-
-
-class Handler(socketserver.StreamRequestHandler):
-    server: Scripted
-
-    def handle(self) -> None:
-        with self.server.lock:
-            self.server.connections += 1
-        while line := self.rfile.readline().decode("latin-1").strip():
-            headers = {}
-            while (raw := self.rfile.readline()) not in (b"\r\n", b"\n", b""):
-                name, _, value = raw.decode("latin-1").partition(":")
-                headers[name.strip().lower()] = value.strip()
-            body = self.rfile.read(int(headers.get("content-length", "0")))
-            request = Request(line, headers, body)
-            with self.server.lock:
-                self.server.requests.append(request)
-            if not self.server.answer(self, request):
-                return
-
-
-def reply(
-    handler: socketserver.StreamRequestHandler, status: str, body: bytes, **extra: str
-) -> bool:
-    head = f"HTTP/1.1 {status}\r\nContent-Length: {len(body)}\r\n"
-    head += "".join(f"{name.replace('_', '-')}: {value}\r\n" for name, value in extra.items())
-    handler.wfile.write(head.encode() + b"\r\n" + body)
-    handler.wfile.flush()
-    return True
-
-
-def accepted(handler: socketserver.StreamRequestHandler, request: Request) -> bool:
-    if request.method == "POST":
-        return reply(handler, "202 Accepted", b'{"id": "job_1", "status": "queued"}')
-    return reply(handler, "200 OK", b'{"id": "job_1", "status": "running"}')
-
-
-def scripted(answer: Answer) -> AbstractContextManager[Scripted]:
-    return serving(Scripted(answer))
-
-
-def call(url: str, action: Callable[[EmberClient], Any]) -> Any:
-    """Run `action` with a fresh client on `url`; return its result or the EmberError raised."""
-
-    async def go() -> Any:
-        client = EmberClient(base_url=url, token="test-token")
-        try:
-            return await action(client)
-        except EmberError as exc:
-            return exc
-        finally:
-            await client.aclose()
-
-    return async_to_sync(go)()
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def test_a_submit_nobody_listens_for_was_not_sent():

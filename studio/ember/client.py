@@ -22,7 +22,6 @@ from django.conf import settings
 from django.utils import timezone
 
 from studio import metrics, originals
-from studio.ember import streams
 from studio.ember.errors import (
     EmberAuthError,
     EmberBadAnswer,
@@ -35,6 +34,7 @@ from studio.ember.errors import (
     EmberUnknownOutcome,
     EmberUnsafeId,
 )
+from studio.ember.transport import Transport
 
 SUBMIT_PATH = "/api/v1/api-generators/jobs"
 HISTORY_PATH = "/api/v1/history"
@@ -54,8 +54,7 @@ DEFAULT_RETRY_AFTER = 30.0  # seconds, when a 429/503 names no usable Retry-Afte
 MIN_RETRY_AFTER = 1.0  # seconds: one pump tick, whatever Ember says
 MAX_RETRY_AFTER = 3600.0  # seconds: a busy Ember is asked again within the hour
 MAX_ANSWER_BYTES = 1024 * 1024  # bytes; Ember's JSON answers are a few kilobytes
-MIN_CONNECTIONS = 100  # connections per pool at least (httpx's default), more with more slots
-KEPT = 8  # kept-alive connections: httpx looks at each idle one on every request
+KEPT = 8  # idle connections kept alive at least, more with more slots
 # Ember's ids go into URL paths (/jobs/{id}, /images/{id}/file): one of another shape
 # ("../history", "img/../../x", "img?x=1") would point a request at another route.
 SAFE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}")
@@ -102,27 +101,24 @@ class EmberClient:
         transport: httpx.AsyncBaseTransport | None = None,
         slots: int = 0,
     ) -> None:
-        """Open the client; `slots` is how many requests may be in flight at once.
+        """Open the client; `transport` replaces the network (tests pass a mock's).
 
-        A pool with fewer connections than the worker has slots would queue (and fail)
-        requests. Only 8 connections are kept alive (httpx keeps 20): httpx looks at each
-        idle one as each request is placed and ends, and at 64 slots 20 cost more CPU
-        than they spared (measured, `make bench` slots row).
+        `slots` is how many requests the caller keeps in flight at once: as many idle
+        connections are kept alive for the next ones (studio/ember/transport.py).
         """
         self.base_url = (base_url or settings.EMBER_URL).rstrip("/")
-        connections = max(MIN_CONNECTIONS, slots)
         headers = {
             "Authorization": f"Bearer {token or settings.EMBER_TOKEN}",
             # Answers are bounded by the bytes they decode to, counted a chunk at a time;
             # one compressed chunk could decode to far more than a chunk.
             "Accept-Encoding": "identity",
         }
+        tls = httpx.create_ssl_context() if self.base_url.startswith("https:") else None
         self._http = httpx.AsyncClient(
             base_url=self.base_url,
             headers=headers,
             timeout=TIMEOUT,
-            transport=transport,
-            limits=httpx.Limits(max_connections=connections, max_keepalive_connections=KEPT),
+            transport=transport or Transport(keep=max(KEPT, slots), ssl_context=tls),
         )
         # Paid submits never ride a kept-alive connection: the server may close an idle
         # one just as we send, and that failure cannot tell "never read" from "lost
@@ -132,11 +128,8 @@ class EmberClient:
             base_url=self.base_url,
             headers=headers,
             timeout=TIMEOUT,
-            transport=transport,
-            limits=httpx.Limits(max_connections=connections, max_keepalive_connections=0),
+            transport=transport or Transport(keep=0, ssl_context=tls),
         )
-        for pool in (self._http, self._submit_http):
-            streams.install(pool)
 
     async def aclose(self) -> None:
         await self._http.aclose()

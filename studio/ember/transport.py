@@ -1,0 +1,259 @@
+"""Ember's connections: HTTP/1.1 over asyncio streams, under httpx's client (docs/design.md §6.5).
+
+httpx's own pool (httpcore) looks at every connection it holds as each request is
+placed and as each ends, and builds a few dozen objects a request; at 64 slots
+that was most of the worker's CPU. This transport does only what the Ember client
+needs: one request at a time per connection, framed by h11 (the parser httpx
+itself uses); idle connections kept last-in, first-out, each looked at with one
+poll(2) before it is reused, none looked at otherwise.
+
+What a failure proves is what the client's `_exchange` reads from its type: only
+`httpx.ConnectError`/`ConnectTimeout` say the request never left; anything that
+goes wrong once a connection is open is a `WriteError`, `ReadError`, timeout or
+`RemoteProtocolError`, which say it may have arrived.
+"""
+
+import asyncio
+import contextlib
+import select
+import socket
+import ssl
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import h11
+import httpx
+
+READ_SIZE = 64 * 1024  # bytes asked of the socket at a time
+COALESCE = 64 * 1024  # bytes: a body up to this size is sent in one write with its head
+KEEP_IDLE = 5.0  # seconds an idle connection may wait to be reused (httpx's default)
+PORTS = {"http": 80, "https": 443}
+
+Origin = tuple[str, str, int]
+
+
+def readable(sock: socket.socket | None) -> bool:
+    """Return whether a read on `sock` would not block (data, or the peer's close).
+
+    An idle connection the server wrote to or closed must not carry another request.
+    """
+    if sock is None or sock.fileno() < 0:
+        return True
+    poller = select.poll()
+    poller.register(sock, select.POLLIN)
+    return bool(poller.poll(0))
+
+
+class Connection:
+    """One HTTP/1.1 connection: a stream pair and h11's view of it."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+        self.h11 = h11.Connection(h11.CLIENT)
+        self.idle_since = 0.0  # time.monotonic() it was last given back
+
+    @property
+    def socket(self) -> socket.socket | None:
+        return self.writer.get_extra_info("socket")
+
+    async def send(self, request: httpx.Request, seconds: float | None) -> None:
+        """Write the request, head and body; WriteError/WriteTimeout when it cannot.
+
+        A head and a small body go out in one write (each write is a system call, and
+        on loopback the receiver's work with it); a large body is written as it is,
+        never copied.
+        """
+        head = h11.Request(
+            method=request.method,
+            target=request.url.raw_path,
+            headers=request.headers.raw,
+        )
+        queued: list[bytes] = []
+        try:
+            async with asyncio.timeout(seconds):
+                self._queue(queued, head)
+                async for chunk in request.stream:  # type: ignore[union-attr]
+                    if self._queue(queued, h11.Data(data=chunk)):
+                        await self.writer.drain()
+                self._queue(queued, h11.EndOfMessage())
+                self.writer.write(b"".join(queued))
+                await self.writer.drain()
+        except TimeoutError as exc:
+            raise httpx.WriteTimeout("Writing the request timed out.", request=request) from exc
+        except (OSError, h11.LocalProtocolError) as exc:
+            raise httpx.WriteError(str(exc) or type(exc).__name__, request=request) from exc
+
+    def _queue(self, queued: list[bytes], event: h11.Event) -> bool:
+        """Frame `event` after `queued`; write out what is queued once a large piece comes.
+
+        Return whether anything was written (the caller then waits for the socket).
+        """
+        wrote = False
+        for piece in self.h11.send_with_data_passthrough(event) or ():
+            if len(piece) <= COALESCE:
+                queued.append(piece)
+                continue
+            if queued:
+                self.writer.write(b"".join(queued))
+                queued.clear()
+            self.writer.write(piece)
+            wrote = True
+        return wrote
+
+    async def next_event(self, seconds: float | None, request: httpx.Request) -> h11.Event:
+        """Return the answer's next event, reading as needed; ReadError/ReadTimeout/protocol."""
+        try:
+            while True:
+                event = self.h11.next_event()
+                if event is not h11.NEED_DATA:
+                    return event  # type: ignore[return-value]
+                async with asyncio.timeout(seconds):
+                    data = await self.reader.read(READ_SIZE)
+                self.h11.receive_data(data)
+        except TimeoutError as exc:
+            raise httpx.ReadTimeout("Reading the answer timed out.", request=request) from exc
+        except h11.RemoteProtocolError as exc:
+            raise httpx.RemoteProtocolError(str(exc), request=request) from exc
+        except OSError as exc:
+            raise httpx.ReadError(str(exc) or type(exc).__name__, request=request) from exc
+
+    def reusable(self) -> bool:
+        """Say whether both sides ended their message and the server did not ask to close."""
+        if self.h11.our_state is h11.DONE and self.h11.their_state is h11.DONE:
+            self.h11.start_next_cycle()
+            return True
+        return False
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+class Body(httpx.AsyncByteStream):
+    """An answer's body, read as it is iterated; gives its connection back when closed."""
+
+    def __init__(
+        self, transport: "Transport", origin: Origin, connection: Connection, request: httpx.Request
+    ) -> None:
+        self._transport = transport
+        self._origin = origin
+        self._connection: Connection | None = connection
+        self._request = request
+        self._ended = False
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        connection = self._connection
+        if connection is None:
+            raise httpx.StreamClosed()
+        timeout = _timeouts(self._request).get("read")
+        try:
+            while True:
+                event = await connection.next_event(timeout, self._request)
+                if isinstance(event, h11.Data):
+                    yield bytes(event.data)
+                elif isinstance(event, h11.EndOfMessage):
+                    self._ended = True
+                    return
+                else:
+                    raise httpx.RemoteProtocolError(
+                        f"Unexpected {type(event).__name__} in an answer.", request=self._request
+                    )
+        except BaseException:
+            await self.aclose()
+            raise
+
+    async def aclose(self) -> None:
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            self._transport.give_back(self._origin, connection, ended=self._ended)
+
+
+class Transport(httpx.AsyncBaseTransport):
+    """Connections to Ember: kept alive up to `keep` idle per origin (0: one per request)."""
+
+    def __init__(self, *, keep: int, ssl_context: ssl.SSLContext | None = None) -> None:
+        self.keep = keep
+        self._ssl = ssl_context
+        self._idle: dict[Origin, list[Connection]] = {}
+        self._open: set[Connection] = set()
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        url = request.url
+        origin = (url.scheme, url.host, url.port or PORTS.get(url.scheme, 80))
+        connection = self._reuse(origin) or await self._connect(origin, request)
+        try:
+            await connection.send(request, _timeouts(request).get("write"))
+            read = _timeouts(request).get("read")
+            event = await connection.next_event(read, request)
+            while isinstance(event, h11.InformationalResponse):
+                event = await connection.next_event(read, request)
+            if not isinstance(event, h11.Response):
+                raise httpx.RemoteProtocolError("Ember closed without answering.", request=request)
+        except BaseException:
+            self._forget(connection)
+            raise
+        return httpx.Response(
+            event.status_code,
+            headers=event.headers.raw_items(),
+            stream=Body(self, origin, connection, request),
+            extensions={"http_version": b"HTTP/1.1", "reason_phrase": event.reason},
+        )
+
+    def _reuse(self, origin: Origin) -> Connection | None:
+        """Return the idle connection last given back, if one is fit to carry a request."""
+        idle = self._idle.get(origin)
+        while idle:
+            connection = idle.pop()
+            if time.monotonic() - connection.idle_since <= KEEP_IDLE and not readable(
+                connection.socket
+            ):
+                return connection
+            self._forget(connection)
+        return None
+
+    async def _connect(self, origin: Origin, request: httpx.Request) -> Connection:
+        """Open a connection; ConnectError/ConnectTimeout when none opens (nothing was sent)."""
+        scheme, host, port = origin
+        tls = self._ssl if scheme == "https" else None
+        try:
+            async with asyncio.timeout(_timeouts(request).get("connect")):
+                reader, writer = await asyncio.open_connection(
+                    host, port, ssl=tls, server_hostname=host if tls else None, limit=READ_SIZE
+                )
+        except TimeoutError as exc:
+            raise httpx.ConnectTimeout("Connecting to Ember timed out.", request=request) from exc
+        except OSError as exc:  # refused, unreachable, unresolvable, a TLS handshake refused
+            raise httpx.ConnectError(str(exc) or type(exc).__name__, request=request) from exc
+        sock = writer.get_extra_info("socket")
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        connection = Connection(reader, writer)
+        self._open.add(connection)
+        return connection
+
+    def give_back(self, origin: Origin, connection: Connection, *, ended: bool) -> None:
+        """Keep a connection whose exchange ended cleanly for the next request; close others."""
+        idle = self._idle.setdefault(origin, [])
+        if ended and len(idle) < self.keep and connection.reusable():
+            connection.idle_since = time.monotonic()
+            idle.append(connection)
+        else:
+            self._forget(connection)
+
+    def _forget(self, connection: Connection) -> None:
+        self._open.discard(connection)
+        connection.close()
+
+    async def aclose(self) -> None:
+        connections, self._open = list(self._open), set()
+        self._idle.clear()
+        for connection in connections:
+            connection.close()
+        for connection in connections:
+            with contextlib.suppress(Exception):
+                await connection.writer.wait_closed()
+
+
+def _timeouts(request: httpx.Request) -> dict[str, Any]:
+    return request.extensions.get("timeout", {})
