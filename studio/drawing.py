@@ -12,7 +12,6 @@ import io
 import math
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
 
 from PIL import Image, ImageDraw, ImageFont
 
@@ -83,45 +82,61 @@ def _draw_figure(draw: ImageDraw.ImageDraw, size: int, colours: tuple[RGB, ...],
     draw.arc(box(0.44, 0.47, 0.56, 0.55), 20, 160, fill=(120, 40, 40), width=max(1, size // 128))
 
 
-def _draw_labels(draw: ImageDraw.ImageDraw, size: int, picture: Picture) -> None:
+def _draw_labels(image: Image.Image, size: int, picture: Picture) -> None:
     """Write provider, frame, #candidate and the job stamp, outlined so any colour reads."""
     pad = size // 32
-    style: dict[str, Any] = {"fill": (255, 255, 255), "stroke_fill": (0, 0, 0)}
-    draw.text(
-        (pad, pad), printable(picture.provider), font=_font(size // 14), stroke_width=2, **style
-    )
-    draw.text(
-        (pad, pad + size // 11),
-        printable(picture.frame),
-        font=_font(size // 20),
-        stroke_width=2,
-        **style,
-    )
-    draw.text(
-        (size - pad, pad),
-        picture.candidate,
-        font=_font(size // 7),
-        anchor="ra",
-        stroke_width=3,
-        **style,
-    )
-    draw.text(
+    _put(image, (pad, pad), _label(printable(picture.provider), size // 14, 2, "la"))
+    _put(image, (pad, pad + size // 11), _label(printable(picture.frame), size // 20, 2, "la"))
+    _put(image, (size - pad, pad), _label(picture.candidate, size // 7, 3, "ra"))
+    # The stamp differs for every job: drawn in place, never kept.
+    ImageDraw.Draw(image).text(
         (pad, size - pad),
         picture.stamp,
         font=_font(max(8, size // 36)),
         anchor="ls",
         stroke_width=1,
-        **style,
+        fill=(255, 255, 255),
+        stroke_fill=(0, 0, 0),
     )
+
+
+Label = tuple[tuple[int, int], Image.Image, Image.Image]
+
+
+@lru_cache(maxsize=256)
+def _label(text: str, font_size: int, stroke: int, anchor: str) -> Label:
+    """Return a label's outline and letters as masks, and their corner from the anchor point.
+
+    Outlined text (FreeType) was most of what a picture cost, and a label's masks depend
+    only on its text, size, outline and anchor: each is drawn once and pasted after.
+    """
+    font = _font(font_size)
+    measure = ImageDraw.Draw(Image.new("L", (1, 1)))
+    left, top, right, bottom = measure.textbbox(
+        (0, 0), text, font=font, anchor=anchor, stroke_width=stroke
+    )
+    outline = Image.new("L", (max(1, right - left), max(1, bottom - top)))
+    letters = outline.copy()
+    at = (-left, -top)
+    ImageDraw.Draw(outline).text(at, text, font=font, anchor=anchor, fill=255, stroke_width=stroke)
+    ImageDraw.Draw(letters).text(at, text, font=font, anchor=anchor, fill=255)
+    return (left, top), outline, letters
+
+
+def _put(image: Image.Image, at: tuple[int, int], label: Label) -> None:
+    """Paste a label's black outline, then its white letters, with its anchor at `at`."""
+    (left, top), outline, letters = label
+    corner = (at[0] + left, at[1] + top)
+    image.paste((0, 0, 0), corner, outline)
+    image.paste((255, 255, 255), corner, letters)
 
 
 def _portrait(picture: Picture, size: int, bob: int = 0) -> Image.Image:
     """Draw one portrait frame."""
     colours = _palette(picture.seed)
     image = Image.new("RGB", (size, size), colours[0])
-    draw = ImageDraw.Draw(image)
-    _draw_figure(draw, size, colours, bob)
-    _draw_labels(draw, size, picture)
+    _draw_figure(ImageDraw.Draw(image), size, colours, bob)
+    _draw_labels(image, size, picture)
     return image
 
 
