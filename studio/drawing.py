@@ -112,9 +112,9 @@ def _label(text: str, font_size: int, stroke: int, anchor: str) -> Label:
     """
     font = _font(font_size)
     measure = ImageDraw.Draw(Image.new("L", (1, 1)))
-    left, top, right, bottom = measure.textbbox(
-        (0, 0), text, font=font, anchor=anchor, stroke_width=stroke
-    )
+    box = measure.textbbox((0, 0), text, font=font, anchor=anchor, stroke_width=stroke)
+    left, top = math.floor(box[0]), math.floor(box[1])
+    right, bottom = math.ceil(box[2]), math.ceil(box[3])
     outline = Image.new("L", (max(1, right - left), max(1, bottom - top)))
     letters = outline.copy()
     at = (-left, -top)

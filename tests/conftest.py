@@ -19,6 +19,7 @@ from studio.models import Asset, Origin, Subject
 from studio.worker import Worker
 from tests import browsers
 from tests.factories import EMBER, stored_asset
+from tests.respx_ember import USING
 
 
 @pytest.fixture(autouse=True)
@@ -75,7 +76,7 @@ def signed_in(client: Client, person: User) -> Client:
 @pytest.fixture
 def ember() -> Iterator[respx.Router]:
     """Ember, mocked at the HTTP boundary; nothing unmocked may be called."""
-    with respx.mock(base_url=EMBER, assert_all_called=False, using="httpx") as router:
+    with respx.mock(base_url=EMBER, assert_all_called=False, using=USING) as router:
         yield router
 
 
