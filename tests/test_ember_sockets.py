@@ -9,6 +9,8 @@ each wrong thing on a real socket and record what the client sent.
 import gzip
 import json
 import socketserver
+import tracemalloc
+import zlib
 from typing import Any
 
 import pytest
@@ -97,6 +99,64 @@ def test_a_compressed_answer_is_read_though_none_was_asked_for():
         job = call(server.url, lambda c: c.poll("job_1"))
 
     assert job.status == "running"
+
+
+BOMB = 256 * 1024 * 1024  # bytes of zeros a small gzipped answer inflates to
+
+
+@pytest.mark.parametrize(
+    ("encoding", "body", "says"),
+    [
+        ("gzip, gzip", gzip.compress(gzip.compress(b"{}")), "does not read: 'gzip, gzip'"),
+        ("br", b"\x0b\x01\x80{}\x03", "does not read: 'br'"),
+        ("gzip", b"this is not gzip", "could not be read"),
+        ("gzip", gzip.compress(b'{"id": "job_1", "status": "running"}')[:-12], "cut short"),
+    ],
+    ids=["gzip twice", "brotli", "not gzip", "gzip cut short"],
+)
+def test_an_answer_in_an_encoding_it_cannot_read_is_a_bad_answer(encoding, body, says):
+    """Found by a review: httpx's own decoding error escaped the client, and layered gzip
+    inflated in one piece (1.8 KB to 2.1 GB). Only gzip is read, and only once."""
+
+    def encoded(handler: socketserver.StreamRequestHandler, request: Request) -> bool:
+        return reply(handler, "200 OK", body, Content_Encoding=encoding)
+
+    with scripted(encoded) as server:
+        error = call(server.url, lambda c: c.poll("job_1"))
+
+    assert isinstance(error, EmberBadAnswer), error
+    assert says in error.message
+
+
+def test_a_gzipped_image_past_the_cap_is_refused_without_inflating_it(settings):
+    settings.AVATARS_MAX_IMAGE_BYTES = 10 * 1024 * 1024
+    packer = zlib.compressobj(9, zlib.DEFLATED, zlib.MAX_WBITS | 16)
+    zeros = b"\0" * (16 * 1024 * 1024)
+    bomb = b"".join([packer.compress(zeros) for _ in range(BOMB // len(zeros))] + [packer.flush()])
+
+    def inflating(handler: socketserver.StreamRequestHandler, request: Request) -> bool:
+        return reply(handler, "200 OK", bomb, Content_Encoding="gzip")
+
+    with scripted(inflating) as server:
+        tracemalloc.start()
+        try:
+            error = call(server.url, lambda c: c.fetch("img_1"))
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+
+    assert isinstance(error, EmberTooLarge), error
+    assert peak < 40 * 1024 * 1024, f"{peak / 2**20:.0f} MiB held for a {len(bomb)}-byte answer"
+
+
+def test_json_nested_deeper_than_python_goes_is_a_bad_answer():
+    def nested(handler: socketserver.StreamRequestHandler, request: Request) -> bool:
+        return reply(handler, "200 OK", b"[" * 200_000)
+
+    with scripted(nested) as server:
+        error = call(server.url, lambda c: c.poll("job_1"))
+
+    assert isinstance(error, EmberBadAnswer), error
 
 
 def test_an_image_larger_than_allowed_is_not_read_and_its_connection_not_reused(settings):

@@ -8,14 +8,18 @@ bodies byte for byte, and speaks TLS with the machine's trusted certificates.
 import asyncio
 import hashlib
 import json
+import socket
 import socketserver
+import time
+from typing import Any
 
 import pytest
 from asgiref.sync import async_to_sync
 
+from studio.ember import client as ember_client
 from studio.ember import transport
 from studio.ember.client import EmberClient
-from studio.ember.errors import EmberUnavailable
+from studio.ember.errors import EmberBadAnswer, EmberUnavailable, EmberUnknownOutcome
 from tests.ember_client.calls import PAYLOAD
 from tests.scripted_ember import TLS, Request, accepted, call, reply, scripted, server_tls
 
@@ -129,3 +133,104 @@ def test_closing_the_client_closes_every_connection_it_kept(keep):
 
     assert len(closed) == keep
     assert all(closed)
+
+
+STRAY = b'{"id": "job_1", "status": "succeeded", "result": {"image": {"id": "img_stray"}}}'
+
+
+def stray_answer() -> bytes:
+    return b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(STRAY), STRAY)
+
+
+@pytest.mark.parametrize("tls", [False, True], ids=["plain", "tls"])
+@pytest.mark.parametrize("when", ["after a pause", "with the answer"])
+def test_bytes_after_an_answer_never_answer_the_next_request(when, tls, monkeypatch):
+    """Found by a review: a stray second answer was read as the next poll's (another job's
+    image). Whatever follows an answer on its connection, the next request gets its own."""
+    served = []
+
+    def answer(handler: socketserver.StreamRequestHandler, request: Request) -> bool:
+        job = request.path.rsplit("/", 1)[-1]
+        served.append(job)
+        body = json.dumps({"id": job, "status": "running"}).encode()
+        own = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+        if len(served) > 1:
+            handler.wfile.write(own)
+        elif when == "after a pause":
+            handler.wfile.write(own)
+            handler.wfile.flush()
+            time.sleep(0.05)
+            handler.wfile.write(stray_answer())
+        elif when == "with the answer":
+            handler.wfile.write(own + stray_answer())
+        else:  # declares less than it sends
+            handler.wfile.write(
+                own.replace(b"Content-Length: %d" % len(body), b"Content-Length: 20")
+            )
+        handler.wfile.flush()
+        return True
+
+    monkeypatch.setenv("SSL_CERT_FILE", str(TLS / "ember.pem"))
+    with scripted(answer, tls=server_tls() if tls else None) as server:
+
+        async def two(client: EmberClient) -> list[Any]:
+            first = await client.poll("job_1")
+            await asyncio.sleep(0.2)
+            return [first, await client.poll("job_2")]
+
+        _first, second = call(server.url, two)
+
+    assert (second.id, second.status, second.result) == ("job_2", "running", None), second
+    assert server.connections == 2, "the connection the stray bytes came on was not reused"
+
+
+def test_a_poll_answered_about_another_job_is_a_bad_answer():
+    def other(handler: socketserver.StreamRequestHandler, request: Request) -> bool:
+        return reply(handler, "200 OK", STRAY)
+
+    with scripted(other) as server:
+        error = call(server.url, lambda c: c.poll("job_2"))
+
+    assert isinstance(error, EmberBadAnswer), error
+    assert "job_1" in error.message and "job_2" in error.message
+
+
+def test_a_submit_stuck_on_a_server_that_never_reads_lets_go_of_its_socket(monkeypatch):
+    """Found by a review: after the deadline the socket and the unsent photos stayed,
+    still being sent whenever the server read again (40 MiB held for 5 stuck submits)."""
+    monkeypatch.setattr(ember_client, "DEADLINES", {"submit": 0.3, "fetch": 0.3})
+    held: list[socket.socket] = []
+    listener = socket.create_server(("127.0.0.1", 0))
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+    payload = {**PAYLOAD, "prompt": "x" * (8 * 1024 * 1024)}
+
+    async def stuck(client: EmberClient) -> list[Any]:
+        errors = []
+        for _ in range(5):
+            errors.append(await asyncio.gather(client.submit(payload), return_exceptions=True))
+            held.append(listener.accept()[0])  # accepted, never read
+        return errors
+
+    with listener:
+        errors = call(url, stuck)
+        read = []
+        for conn in held:
+            with conn:
+                conn.settimeout(5)
+                read.append(drain(conn))
+
+    assert all(isinstance(e[0], EmberUnknownOutcome) for e in errors), errors
+    # Each connection ended (EOF or reset) after what the kernel had buffered: the
+    # client did not keep sending the 8 MiB body once it had given up.
+    assert all(n < len(payload["prompt"]) for n in read), f"bytes read per connection: {read}"
+
+
+def drain(conn: socket.socket) -> int:
+    """Read until the peer closes (or resets); return the bytes read."""
+    total = 0
+    try:
+        while chunk := conn.recv(1 << 20):
+            total += len(chunk)
+    except ConnectionResetError:
+        pass
+    return total

@@ -22,6 +22,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from studio import metrics, originals
+from studio.ember.answers import MAX_ANSWER_BYTES, Reply, json_object, read_within
 from studio.ember.errors import (
     EmberAuthError,
     EmberBadAnswer,
@@ -53,27 +54,11 @@ DEADLINES = {"submit": 300.0, "fetch": 300.0}  # a submit carries photos; a fetc
 DEFAULT_RETRY_AFTER = 30.0  # seconds, when a 429/503 names no usable Retry-After
 MIN_RETRY_AFTER = 1.0  # seconds: one pump tick, whatever Ember says
 MAX_RETRY_AFTER = 3600.0  # seconds: a busy Ember is asked again within the hour
-MAX_ANSWER_BYTES = 1024 * 1024  # bytes; Ember's JSON answers are a few kilobytes
 KEPT = 8  # idle connections kept alive at least, more with more slots
 # Ember's ids go into URL paths (/jobs/{id}, /images/{id}/file): one of another shape
 # ("../history", "img/../../x", "img?x=1") would point a request at another route.
 SAFE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}")
 SHOWN_ID_CHARS = 80  # an id refused is shown escaped and cut to about this many characters
-
-
-@dataclass(frozen=True)
-class Reply:
-    """An answer read within its bound; `content` is None when the body was too large."""
-
-    status_code: int
-    headers: httpx.Headers
-    content: bytes | None
-
-    def json(self) -> Any:
-        """Decode the body as JSON; ValueError when there is none to decode."""
-        if self.content is None:
-            raise ValueError("The answer was too large to read.")
-        return json.loads(self.content)
 
 
 @dataclass(frozen=True)
@@ -163,7 +148,7 @@ class EmberClient:
         )
         if response.status_code != 202:
             raise _refusal(response, unknown_outcome=True)
-        body = _json_object(response)
+        body = json_object(response)
         job_id = body.get("id")
         if not isinstance(job_id, str):
             raise EmberBadAnswer("Ember accepted the job but its answer has no job id.")
@@ -176,7 +161,12 @@ class EmberClient:
         response = await self._send("GET", f"{SUBMIT_PATH}/{safe_id(job_id, 'job')}", route="poll")
         if response.status_code != 200:
             raise _refusal(response, unknown_outcome=False)
-        body = _json_object(response)
+        body = json_object(response)
+        if body.get("id", job_id) != job_id:
+            # An answer about another job (a confused proxy, a stray answer) is not this one's.
+            raise EmberBadAnswer(
+                f"Ember answered about job {shown_id(body.get('id'))} when asked about {job_id}."
+            )
         status = body.get("status")
         if status not in JOB_STATUSES:
             raise EmberBadAnswer(f"Ember answered an unknown job status: {status!r}.")
@@ -241,7 +231,7 @@ class EmberClient:
         )
         if response.status_code != 200:
             raise _refusal(response, unknown_outcome=False)
-        items = _json_object(response).get("items")
+        items = json_object(response).get("items")
         if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
             raise EmberBadAnswer("Ember's history answer has no list of items.")
         return items
@@ -298,7 +288,7 @@ class EmberClient:
                 try:
                     response.request = request
                     cap = limit if response.is_success else MAX_ANSWER_BYTES
-                    content = await _read_within(response, cap)
+                    content = await read_within(response, cap)
                     return Reply(response.status_code, response.headers, content)
                 finally:
                     await response.aclose()
@@ -402,44 +392,6 @@ def shown_id(value: object) -> str:
     return text if len(text) <= SHOWN_ID_CHARS else f"{text[: SHOWN_ID_CHARS - 1]}\u2026"
 
 
-async def _read_within(response: httpx.Response, limit: int) -> bytes | None:
-    """Read the body, or return None as soon as it is known to pass `limit` bytes.
-
-    Counting the decoded bytes as they arrive keeps a flood (or a declared one) from
-    ever being held in memory: at most `limit` plus one chunk is read.
-    """
-    declared = response.headers.get("Content-Length", "")
-    if declared.isascii() and declared.isdigit() and int(declared) > limit:
-        return None
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in response.aiter_bytes():
-        size += len(chunk)
-        if size > limit:
-            return None
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
-def _json_object(response: Reply) -> dict[str, Any]:
-    if response.content is None:
-        raise EmberBadAnswer(
-            f"Ember answered {response.status_code} with a body over {MAX_ANSWER_BYTES} bytes; "
-            "it was not read."
-        )
-    try:
-        body = response.json()
-    except ValueError:
-        raise EmberBadAnswer(
-            f"Ember answered {response.status_code} with a body that is not JSON."
-        ) from None
-    if not isinstance(body, dict):
-        raise EmberBadAnswer(
-            f"Ember answered {response.status_code} with JSON that is not an object."
-        )
-    return body
-
-
 def _error_message(error: object) -> str:
     if isinstance(error, dict) and isinstance(error.get("message"), str):
         return error["message"]
@@ -449,7 +401,7 @@ def _error_message(error: object) -> str:
 def _ember_says(response: Reply) -> str:
     try:
         message = _error_message(response.json().get("error"))
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, RecursionError):
         message = ""
     return message or f"Ember answered HTTP {response.status_code}."
 

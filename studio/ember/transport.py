@@ -21,7 +21,7 @@ import socket
 import ssl
 import time
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, cast
 
 import h11
 import httpx
@@ -54,6 +54,10 @@ class Connection:
         self.writer = writer
         self.h11 = h11.Connection(h11.CLIENT)
         self.idle_since = 0.0  # time.monotonic() it was last given back
+
+    @property
+    def _transport(self) -> asyncio.Transport:
+        return cast(asyncio.Transport, self.writer.transport)
 
     @property
     def socket(self) -> socket.socket | None:
@@ -121,14 +125,45 @@ class Connection:
             raise httpx.ReadError(str(exc) or type(exc).__name__, request=request) from exc
 
     def reusable(self) -> bool:
-        """Say whether both sides ended their message and the server did not ask to close."""
-        if self.h11.our_state is h11.DONE and self.h11.their_state is h11.DONE:
-            self.h11.start_next_cycle()
-            return True
-        return False
+        """Say whether the exchange ended cleanly: both messages whole, nothing after them.
+
+        Bytes past the answer's end (a second answer, a body longer than declared) would
+        be read as the next request's answer; the server asked to close: not reusable.
+        """
+        if self.h11.our_state is not h11.DONE or self.h11.their_state is not h11.DONE:
+            return False
+        if self.h11.trailing_data != (b"", False):
+            return False
+        self.h11.start_next_cycle()
+        return True
+
+    def rest(self) -> None:
+        """Stop reading while idle: whatever arrives stays on the socket, where `fit` sees it."""
+        self.idle_since = time.monotonic()
+        self._transport.pause_reading()
+
+    def fit(self) -> bool:
+        """Say whether nothing arrived since the answer ended, and the server did not close.
+
+        asyncio reads ahead into the stream's buffer (`_buffer`, which it has kept since
+        3.4) until `rest`; after, poll(2) on the socket says (or, over TLS, the
+        transport's buffer of records not yet read).
+        """
+        reader = self.reader
+        ahead = len(reader._buffer)  # type: ignore[attr-defined]
+        # Over TLS the transport still reads while paused, into its own buffer of records.
+        held = getattr(self._transport, "get_read_buffer_size", lambda: 0)()
+        if reader.exception() is not None or reader.at_eof() or ahead or held:
+            return False
+        return not readable(self.socket)
+
+    def wake(self) -> None:
+        """Read again, for the request about to be sent."""
+        self._transport.resume_reading()
 
     def close(self) -> None:
-        self.writer.close()
+        """Close at once: unsent bytes (a stuck submit's photos) are dropped, not kept to send."""
+        self._transport.abort()
 
 
 class Body(httpx.AsyncByteStream):
@@ -206,9 +241,8 @@ class Transport(httpx.AsyncBaseTransport):
         idle = self._idle.get(origin)
         while idle:
             connection = idle.pop()
-            if time.monotonic() - connection.idle_since <= KEEP_IDLE and not readable(
-                connection.socket
-            ):
+            if time.monotonic() - connection.idle_since <= KEEP_IDLE and connection.fit():
+                connection.wake()
                 return connection
             self._forget(connection)
         return None
@@ -237,7 +271,7 @@ class Transport(httpx.AsyncBaseTransport):
         """Keep a connection whose exchange ended cleanly for the next request; close others."""
         idle = self._idle.setdefault(origin, [])
         if ended and len(idle) < self.keep and connection.reusable():
-            connection.idle_since = time.monotonic()
+            connection.rest()
             idle.append(connection)
         else:
             self._forget(connection)

@@ -1,0 +1,105 @@
+"""Reading Ember's answers: bodies within a bound, gzip inflated a piece at a time, JSON.
+
+An answer is read to at most a bound (a job's few kilobytes of JSON, an image's cap),
+counted as it arrives, so a flood or a compressed bomb is never held whole; whatever
+cannot be read is an `EmberBadAnswer`, never another exception.
+"""
+
+import json
+import zlib
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from studio.ember.errors import EmberBadAnswer
+
+MAX_ANSWER_BYTES = 1024 * 1024  # bytes; Ember's JSON answers are a few kilobytes
+
+
+@dataclass(frozen=True)
+class Reply:
+    """An answer read within its bound; `content` is None when the body was too large."""
+
+    status_code: int
+    headers: httpx.Headers
+    content: bytes | None
+
+    def json(self) -> Any:
+        """Decode the body as JSON; ValueError when there is none to decode."""
+        if self.content is None:
+            raise ValueError("The answer was too large to read.")
+        return json.loads(self.content)
+
+
+async def read_within(response: httpx.Response, limit: int) -> bytes | None:
+    """Read the body, or return None as soon as it is known to pass `limit` bytes.
+
+    Counting the decoded bytes as they arrive keeps a flood (or a declared one) from
+    ever being held in memory: at most `limit` plus one chunk is read. A gzipped answer
+    (sent although none was asked for) is inflated a bounded piece at a time, so a
+    small bomb never becomes a large buffer; any other encoding is refused.
+    """
+    try:
+        read = response.content  # read already (a mock's answer), and decoded by httpx
+    except httpx.ResponseNotRead:
+        pass
+    else:
+        return None if len(read) > limit else read
+    declared = response.headers.get("Content-Length", "")
+    inflate = _inflater(response.headers.get("Content-Encoding", ""))
+    if inflate is None and declared.isascii() and declared.isdigit() and int(declared) > limit:
+        return None
+    chunks: list[bytes] = []
+    size = 0
+    async for raw in response.aiter_raw():
+        data = raw
+        while data:
+            chunk = data if inflate is None else _inflate(inflate, data, limit + 1 - size)
+            data = b"" if inflate is None else inflate.unconsumed_tail
+            size += len(chunk)
+            if size > limit:
+                return None
+            chunks.append(chunk)
+    if inflate is not None and not inflate.eof:
+        raise EmberBadAnswer("Ember's compressed answer was cut short.")
+    return b"".join(chunks)
+
+
+def _inflater(encoding: str) -> Any:
+    """Return a gzip inflater for `Content-Encoding: gzip`, None for none; refuse others."""
+    name = encoding.strip().lower()
+    if name in ("", "identity"):
+        return None
+    if name in ("gzip", "x-gzip"):
+        return zlib.decompressobj(zlib.MAX_WBITS | 16)
+    raise EmberBadAnswer(
+        f"Ember answered in an encoding Avatars does not read: {ascii(name)[:40]}."
+    )
+
+
+def _inflate(inflate: Any, data: bytes, most: int) -> bytes:
+    """Inflate at most `most` bytes of `data` (the rest waits in `unconsumed_tail`)."""
+    try:
+        return inflate.decompress(data, most)
+    except zlib.error as exc:
+        raise EmberBadAnswer(f"Ember's compressed answer could not be read ({exc}).") from None
+
+
+def json_object(response: Reply) -> dict[str, Any]:
+    if response.content is None:
+        raise EmberBadAnswer(
+            f"Ember answered {response.status_code} with a body over {MAX_ANSWER_BYTES} bytes; "
+            "it was not read."
+        )
+    try:
+        body = response.json()
+    except (ValueError, RecursionError):  # RecursionError: nesting deeper than Python goes
+        raise EmberBadAnswer(
+            f"Ember answered {response.status_code} with a body that is not JSON."
+        ) from None
+    if not isinstance(body, dict):
+        raise EmberBadAnswer(
+            f"Ember answered {response.status_code} with JSON that is not an object."
+        )
+    return body
