@@ -43,21 +43,26 @@ UNDECODABLE_202S = {
     "a body that fails its content encoding": gzip_that_is_not,
     "JSON nested too deep to decode": lambda request: httpx.Response(202, text="[" * 100_000),
 }
+# What the task says beyond MAY_HAVE_REACHED: the client names JSON it cannot parse.
+SAYS = {
+    "a body that fails its content encoding": "",
+    "JSON nested too deep to decode": " (Ember answered 202 with a body that is not JSON.)",
+}
 
 
-@pytest.mark.parametrize("answer", UNDECODABLE_202S.values(), ids=UNDECODABLE_202S.keys())
+@pytest.mark.parametrize("case", UNDECODABLE_202S.keys())
 def test_it_marks_an_image_uncertain_at_once_when_a_202_cannot_be_decoded(
-    subject, ember, worker, answer
+    subject, ember, worker, case
 ):
     fake = FakeEmber(ember)
-    fake.submit_route.mock(side_effect=answer)
+    fake.submit_route.mock(side_effect=UNDECODABLE_202S[case])
     [task] = plan(subject)
 
     task = drive_once(worker, task)
 
     assert task.state == TaskState.UNCERTAIN
     assert task.phase == RECONCILE_PHASE
-    assert task.error == MAY_HAVE_REACHED
+    assert task.error == MAY_HAVE_REACHED + SAYS[case]
     assert [a.outcome for a in task.attempts.all()] == [Attempt.Outcome.UNKNOWN]
     assert fake.submit_route.call_count == 1
 

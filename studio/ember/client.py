@@ -94,8 +94,8 @@ class EmberClient:
         self.base_url = (base_url or settings.EMBER_URL).rstrip("/")
         self._headers = {
             "Authorization": f"Bearer {token or settings.EMBER_TOKEN}",
-            # Answers are bounded by the bytes they decode to, counted a chunk at a time;
-            # one compressed chunk could decode to far more than a chunk.
+            # Answers are read to a bound on what they decode to (answers.py); asking for
+            # them as they are spares inflating anything at all.
             "Accept-Encoding": "identity",
         }
         tls = httpx.create_ssl_context() if self.base_url.startswith("https:") else None

@@ -5,8 +5,9 @@ placed and as each ends, and builds a few dozen objects a request; at 64 slots
 that was most of the worker's CPU. This transport does only what the Ember client
 needs: it takes an `httpx.Request` and gives back an `httpx.Response` whose body is
 read as it is iterated; one request at a time per connection, framed by h11 (the
-parser httpx itself uses); idle connections kept last-in, first-out, each looked at
-with one poll(2) before it is reused, none looked at otherwise.
+parser httpx itself uses); idle connections kept last-in, first-out, not reading,
+each reused only if nothing arrived on it since its answer ended (`Connection.fit`),
+none looked at otherwise.
 
 What a failure proves is what the client's `_exchange` reads from its type: only
 `httpx.ConnectError`/`ConnectTimeout` say the request never left; anything that
