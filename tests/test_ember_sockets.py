@@ -18,7 +18,9 @@ import pytest
 from studio.ember.client import EmberClient
 from studio.ember.errors import (
     EmberBadAnswer,
+    EmberBusy,
     EmberError,
+    EmberNotFound,
     EmberTooLarge,
     EmberUnavailable,
     EmberUnknownOutcome,
@@ -111,8 +113,10 @@ BOMB = 256 * 1024 * 1024  # bytes of zeros a small gzipped answer inflates to
         ("br", b"\x0b\x01\x80{}\x03", "does not read: 'br'"),
         ("gzip", b"this is not gzip", "could not be read"),
         ("gzip", gzip.compress(b'{"id": "job_1", "status": "running"}')[:-12], "cut short"),
+        ("gzip", gzip.compress(b'{"id": "job_1"}') + b"\0" * 4096, "past its end"),
+        ("gzip", gzip.compress(b'{"id": "job_1",') + gzip.compress(b'"x": 1}'), "past its end"),
     ],
-    ids=["gzip twice", "brotli", "not gzip", "gzip cut short"],
+    ids=["gzip twice", "brotli", "not gzip", "gzip cut short", "bytes after", "two members"],
 )
 def test_an_answer_in_an_encoding_it_cannot_read_is_a_bad_answer(encoding, body, says):
     """Found by a review: httpx's own decoding error escaped the client, and layered gzip
@@ -126,6 +130,27 @@ def test_an_answer_in_an_encoding_it_cannot_read_is_a_bad_answer(encoding, body,
 
     assert isinstance(error, EmberBadAnswer), error
     assert says in error.message
+
+
+@pytest.mark.parametrize(
+    ("status", "call_it", "refused"),
+    [
+        ("503 Service Unavailable", lambda c: c.submit(PAYLOAD), EmberBusy),
+        ("404 Not Found", lambda c: c.poll("job_1"), EmberNotFound),
+    ],
+    ids=["busy submit", "unknown job"],
+)
+def test_a_refusal_whose_body_cannot_be_read_still_counts_as_that_refusal(status, call_it, refused):
+    """Found by a review: a 503 whose body failed its encoding became "may have arrived"."""
+
+    def refusing(handler: socketserver.StreamRequestHandler, request: Request) -> bool:
+        return reply(handler, status, b"not gzip at all", Content_Encoding="gzip")
+
+    with scripted(refusing) as server:
+        error = call(server.url, call_it)
+
+    assert isinstance(error, refused), error
+    assert not error.may_have_arrived
 
 
 def test_a_gzipped_image_past_the_cap_is_refused_without_inflating_it(settings):

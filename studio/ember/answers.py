@@ -79,11 +79,18 @@ def _inflater(encoding: str) -> Any:
 
 
 def _inflate(inflate: Any, data: bytes, most: int) -> bytes:
-    """Inflate at most `most` bytes of `data` (the rest waits in `unconsumed_tail`)."""
+    """Inflate at most `most` bytes of `data` (the rest waits in `unconsumed_tail`).
+
+    One gzip stream is an answer; bytes after its end (another member, anything) are
+    not read on, nor held: the answer is refused.
+    """
     try:
-        return inflate.decompress(data, most)
+        inflated = inflate.decompress(data, most)
     except zlib.error as exc:
         raise EmberBadAnswer(f"Ember's compressed answer could not be read ({exc}).") from None
+    if inflate.unused_data:
+        raise EmberBadAnswer("Ember's compressed answer goes on past its end.")
+    return inflated
 
 
 def json_object(response: Reply) -> dict[str, Any]:

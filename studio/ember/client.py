@@ -163,7 +163,10 @@ class EmberClient:
             raise _refusal(response, unknown_outcome=False)
         body = json_object(response)
         if body.get("id", job_id) != job_id:
-            # An answer about another job (a confused proxy, a stray answer) is not this one's.
+            # An answer about another job (a confused proxy, a stray answer) is not this
+            # one's, and the connections that brought it may be out of step: drop them.
+            if isinstance(self._transport, Transport):  # a test's mock keeps none
+                self._transport.drop_idle()
             raise EmberBadAnswer(
                 f"Ember answered about job {shown_id(body.get('id'))} when asked about {job_id}."
             )
@@ -287,8 +290,7 @@ class EmberClient:
                 response = await (via or self._transport).handle_async_request(request)
                 try:
                     response.request = request
-                    cap = limit if response.is_success else MAX_ANSWER_BYTES
-                    content = await read_within(response, cap)
+                    content = await self._body(response, limit)
                     return Reply(response.status_code, response.headers, content)
                 finally:
                     await response.aclose()
@@ -304,6 +306,20 @@ class EmberClient:
             raise EmberUnknownOutcome(
                 f"The connection to Ember failed after sending ({type(exc).__name__})."
             ) from exc
+
+    @staticmethod
+    async def _body(response: httpx.Response, limit: int) -> bytes | None:
+        """Read a success's body to `limit`; a refusal's to MAX_ANSWER_BYTES, or not at all.
+
+        A refusal's status is the answer (busy, not found, refused): a body that cannot
+        be read only loses its message, as one too large does.
+        """
+        if response.is_success:
+            return await read_within(response, limit)
+        try:
+            return await read_within(response, MAX_ANSWER_BYTES)
+        except EmberBadAnswer:
+            return None
 
 
 def encode_payload(payload: Mapping[str, Any]) -> bytes:

@@ -277,6 +277,13 @@ class Transport(httpx.AsyncBaseTransport):
         else:
             self._forget(connection)
 
+    def drop_idle(self) -> None:
+        """Close every idle connection (one may be out of step with its server)."""
+        idle = [connection for kept in self._idle.values() for connection in kept]
+        self._idle.clear()
+        for connection in idle:
+            self._forget(connection)
+
     def _forget(self, connection: Connection) -> None:
         self._open.discard(connection)
         connection.close()
