@@ -130,3 +130,19 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
+
+
+def error_then(
+    first: Callable[[EmberClient], Any], then: Callable[[EmberClient], Any]
+) -> Callable[[EmberClient], Any]:
+    """Return an action for `call`: `first` must fail with an EmberError, then `then` runs
+    on the same client; it gives (that error, what `then` returned)."""
+
+    async def both(client: EmberClient) -> tuple[EmberError, Any]:
+        try:
+            await first(client)
+        except EmberError as exc:
+            return exc, await then(client)
+        raise AssertionError("the first call returned")
+
+    return both

@@ -11,7 +11,6 @@ import json
 import socketserver
 import tracemalloc
 import zlib
-from typing import Any
 
 import pytest
 
@@ -19,14 +18,21 @@ from studio.ember.client import EmberClient
 from studio.ember.errors import (
     EmberBadAnswer,
     EmberBusy,
-    EmberError,
     EmberNotFound,
     EmberTooLarge,
     EmberUnavailable,
     EmberUnknownOutcome,
 )
 from tests.ember_client.calls import PAYLOAD
-from tests.scripted_ember import Request, accepted, call, free_port, reply, scripted
+from tests.scripted_ember import (
+    Request,
+    accepted,
+    call,
+    error_then,
+    free_port,
+    reply,
+    scripted,
+)
 
 FLOOD = 256 * 1024 * 1024  # bytes a flooding server would send: far beyond any buffer
 
@@ -201,15 +207,9 @@ def test_an_image_larger_than_allowed_is_not_read_and_its_connection_not_reused(
         return accepted(handler, request)
 
     with scripted(flood) as server:
-
-        async def fetch_then_poll(client: EmberClient) -> tuple[Any, Any]:
-            try:
-                await client.fetch("img_1")
-            except EmberError as exc:
-                return exc, await client.poll("job_1")
-            raise AssertionError("the fetch returned")
-
-        error, job = call(server.url, fetch_then_poll)
+        error, job = call(
+            server.url, error_then(lambda c: c.fetch("img_1"), lambda c: c.poll("job_1"))
+        )
 
     assert isinstance(error, EmberTooLarge)
     assert job.status == "running", "the next request got an answer on a new connection"
@@ -225,15 +225,9 @@ def test_a_poll_answered_with_nonsense_is_an_error_and_the_next_poll_works():
         return reply(handler, "200 OK", next(answers), Content_Type="application/json")
 
     with scripted(odd) as server:
-
-        async def twice(client: EmberClient) -> tuple[Any, Any]:
-            try:
-                await client.poll("job_1")
-            except EmberError as exc:
-                return exc, await client.poll("job_1")
-            raise AssertionError("the first poll returned")
-
-        error, job = call(server.url, twice)
+        error, job = call(
+            server.url, error_then(lambda c: c.poll("job_1"), lambda c: c.poll("job_1"))
+        )
 
     assert isinstance(error, EmberBadAnswer)
     assert job.status == "running"

@@ -19,9 +19,18 @@ from asgiref.sync import async_to_sync
 from studio.ember import client as ember_client
 from studio.ember import transport
 from studio.ember.client import EmberClient
-from studio.ember.errors import EmberBadAnswer, EmberUnavailable, EmberUnknownOutcome
+from studio.ember.errors import EmberUnavailable, EmberUnknownOutcome
 from tests.ember_client.calls import PAYLOAD
-from tests.scripted_ember import TLS, Request, accepted, call, reply, scripted, server_tls
+from tests.scripted_ember import (
+    TLS,
+    Request,
+    accepted,
+    call,
+    error_then,
+    reply,
+    scripted,
+    server_tls,
+)
 
 
 def test_polls_one_after_another_ride_one_kept_alive_connection():
@@ -191,15 +200,9 @@ def test_a_poll_answered_about_another_job_is_a_bad_answer_and_its_connection_dr
         return accepted(handler, request)
 
     with scripted(other) as server:
-
-        async def then_again(client: EmberClient) -> tuple[Any, Any]:
-            try:
-                await client.poll("job_2")
-            except EmberBadAnswer as exc:
-                return exc, await client.poll("job_1")
-            raise AssertionError("the poll returned")
-
-        error, job = call(server.url, then_again)
+        error, job = call(
+            server.url, error_then(lambda c: c.poll("job_2"), lambda c: c.poll("job_1"))
+        )
 
     assert "job_1" in error.message and "job_2" in error.message
     # The connection that brought another job's answer may be out of step: not reused.
