@@ -32,6 +32,20 @@ class Reply:
         return json.loads(self.content)
 
 
+async def read_answer(response: httpx.Response, limit: int) -> bytes | None:
+    """Read a success's body to `limit`; a refusal's to MAX_ANSWER_BYTES, or not at all.
+
+    A refusal's status is the answer (busy, not found, refused): a body that cannot be
+    read only loses its message, as one too large does.
+    """
+    if response.is_success:
+        return await read_within(response, limit)
+    try:
+        return await read_within(response, MAX_ANSWER_BYTES)
+    except EmberBadAnswer:
+        return None
+
+
 async def read_within(response: httpx.Response, limit: int) -> bytes | None:
     """Read the body, or return None as soon as it is known to pass `limit` bytes.
 

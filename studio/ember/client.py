@@ -22,7 +22,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from studio import metrics, originals
-from studio.ember.answers import MAX_ANSWER_BYTES, Reply, json_object, read_within
+from studio.ember.answers import MAX_ANSWER_BYTES, Reply, json_object, read_answer
 from studio.ember.errors import (
     EmberAuthError,
     EmberBadAnswer,
@@ -290,7 +290,7 @@ class EmberClient:
                 response = await (via or self._transport).handle_async_request(request)
                 try:
                     response.request = request
-                    content = await self._body(response, limit)
+                    content = await read_answer(response, limit)
                     return Reply(response.status_code, response.headers, content)
                 finally:
                     await response.aclose()
@@ -298,7 +298,7 @@ class EmberClient:
             raise EmberUnknownOutcome(
                 f"Ember's answer did not arrive in full within {deadline:g} s."
             ) from exc
-        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
+        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
             # The request never left: nothing can have been accepted.
             raise EmberUnavailable(f"Ember could not be reached ({type(exc).__name__}).") from exc
         except httpx.TransportError as exc:
@@ -306,20 +306,6 @@ class EmberClient:
             raise EmberUnknownOutcome(
                 f"The connection to Ember failed after sending ({type(exc).__name__})."
             ) from exc
-
-    @staticmethod
-    async def _body(response: httpx.Response, limit: int) -> bytes | None:
-        """Read a success's body to `limit`; a refusal's to MAX_ANSWER_BYTES, or not at all.
-
-        A refusal's status is the answer (busy, not found, refused): a body that cannot
-        be read only loses its message, as one too large does.
-        """
-        if response.is_success:
-            return await read_within(response, limit)
-        try:
-            return await read_within(response, MAX_ANSWER_BYTES)
-        except EmberBadAnswer:
-            return None
 
 
 def encode_payload(payload: Mapping[str, Any]) -> bytes:
