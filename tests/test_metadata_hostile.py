@@ -259,6 +259,23 @@ def test_it_strips_a_photo_after_megabytes_of_fill_bytes_quickly():
     assert clean == plain[:2] + fill + metadata.strip_location(plain)[2:]
 
 
+@settings(max_examples=40, deadline=None)
+@given(run=st.integers(0, 3 * 65536 + 2) | st.sampled_from([65535, 65536, 65537, 131072]))
+def test_a_run_of_fill_bytes_of_any_length_is_kept_and_the_exif_after_it_found(run):
+    # Long runs are compared a 64 KiB block at a time: the run's end may fall anywhere.
+    # The run pads the EXIF segment's marker: a walk that lands past it misses the EXIF.
+    plain = saved(picture(), "JPEG", quality=90, exif=gps_exif())
+    app0_end = 4 + struct.unpack_from(">H", plain, 4)[0]  # the JFIF segment comes first
+    assert plain[app0_end : app0_end + 2] == b"\xff\xe1"
+    photo = plain[:app0_end] + b"\xff" * run + plain[app0_end:]
+
+    clean = metadata.strip_location(photo)
+
+    stripped = metadata.strip_location(plain)
+    assert clean == stripped[:app0_end] + b"\xff" * run + stripped[app0_end:]
+    assert gps_of(clean) == {}
+
+
 @pytest.mark.parametrize(
     "between",
     [b"junk", b"\xff\x00", b"\xff\xd0", b"\xff\xe0\x00\x00"],
