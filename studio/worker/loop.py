@@ -12,6 +12,7 @@ import contextlib
 import logging
 import sys
 import time
+from collections import deque
 from datetime import datetime
 
 from django.conf import settings
@@ -30,6 +31,7 @@ from studio.ember.client import EmberClient
 from studio.engine.adoption import adopt_due
 from studio.models import ACTIVE, POLL_BOUND, Task, TaskState
 from studio.ownership import LOCK_LOST, NotOwner, Ownership, OwnershipLost
+from studio.worker import turns
 from studio.worker.pacing import Pacing
 from studio.worker.steps import FETCH_RETRY_DELAY, Steps
 from studio.worker.transitions import Answer, _beat, _wake_stranded, db
@@ -99,6 +101,8 @@ class Worker(Steps):
         self._adopting: asyncio.Task[int] | None = None  # the history search in flight
         self._adopt_started = float("-inf")  # time.monotonic() of the last search's start
         self._ownership = Ownership()
+        # The turns of coroutines that ended, oldest first: the slots' refills take them.
+        self._handoff: deque[turns.Turn] = deque(maxlen=self.workers)
 
     # --- ownership (§6.1) -------------------------------------------------------------
 
@@ -133,6 +137,7 @@ class Worker(Steps):
         restoring.unfinished()  # a half-restored install may hold tasks not yet held back
         self._stop_event = asyncio.Event()
         self._slot_freed = asyncio.Event()
+        gate = turns.GATE.set(turns.Gate())
         counts = await db(self.recover)()
         log.info("worker started workers=%s recovered=%s", self.workers, counts)
         started_at = timezone.now()
@@ -159,6 +164,7 @@ class Worker(Steps):
             await self._drain()
             if self._own_client:
                 await self.client.aclose()
+            turns.GATE.reset(gate)
             log.info("worker stopped")
 
     async def _pass(self, started_at: datetime) -> int:
@@ -188,7 +194,9 @@ class Worker(Steps):
             return 0
         chosen = await self._next_due(room)
         for task_id, row in chosen:
-            job = asyncio.create_task(self.drive(task_id, row=row), name=task_id)
+            # A refill goes on with the turn of the task whose slot it takes (turns.py).
+            turn = self._handoff.popleft() if self._handoff else turns.new_turn()
+            job = asyncio.create_task(self.drive(task_id, row=row, turn=turn), name=task_id)
             job.add_done_callback(self._freed)
             self.in_hand[task_id] = job
         return len(chosen)

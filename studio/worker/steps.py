@@ -9,6 +9,7 @@ transitions.py, run on the database thread through `db`.
 
 import asyncio
 import logging
+from collections import deque
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -29,6 +30,7 @@ from studio.ember.client import (
 )
 from studio.models import ACTIVE, Asset, Attempt, Task, TaskState
 from studio.store import Conflict, move, update
+from studio.worker import turns
 from studio.worker.pacing import Pacing
 from studio.worker.transitions import (
     RECONCILE_PHASE,
@@ -66,15 +68,20 @@ class Steps:
     pacing: Pacing
     fetch_retry_delay: float
     unrecorded: dict[str, Answer]
+    _handoff: deque[turns.Turn]
     # The loop's sleep, which wakes early when a stop is asked.
     _sleep: Callable[[float], Awaitable[None]]
 
-    async def drive(self, task_id: str, *, row: Task | None = None) -> None:
+    async def drive(
+        self, task_id: str, *, row: Task | None = None, turn: turns.Turn | None = None
+    ) -> None:
         """Advance one task through its states until it rests, waits or the worker stops.
 
         `row` is the task as the pump just read it, which spares reading it again: every
-        step's first write to it is versioned or records what Ember said.
+        step's first write to it is versioned or records what Ember said. `turn` orders
+        its database calls among the others' (turns.py); a job seen ended starts a new one.
         """
+        turns.TURN.set(turn or turns.new_turn())
         task = row if row is not None else await db(Task.objects.get)(pk=task_id)
         accepted = None  # when Ember accepted the job this coroutine sent, if it did
         try:
@@ -93,6 +100,8 @@ class Steps:
             # One task's surprise never stops the pump; it waits before being tried again.
             log.exception("task=%s step failed", task_id)
             await db(_postpone)(task_id, f"The worker hit an error: {exc}")
+        finally:
+            self._handoff.append(turns.TURN.get() or turns.new_turn())
 
     async def submit(self, task: Task) -> datetime | None:
         """Take a queued task through `preparing` and `submitting` to the POST (§6.5).
@@ -246,6 +255,7 @@ class Steps:
                     await db(update)(task, phase=_poll_trouble(exc), error=exc.message)
             else:
                 if job.status in ("succeeded", "failed"):
+                    turns.TURN.set(turns.new_turn())  # what the end needs goes in its order
                     # A failure may come at any time; a job resumed was not watched.
                     if job.status == "succeeded" and accepted is not None:
                         self.pacing.learn(kind, plan, last_running, asked)

@@ -33,6 +33,7 @@ from studio.ember.client import (
 )
 from studio.models import ACTIVE, Asset, Attempt, Kind, Origin, Task, TaskState, WorkerHeartbeat
 from studio.store import Conflict, move, update
+from studio.worker import turns
 
 UNREACHABLE_BACKOFF = 10.0  # seconds before re-sending after nothing reached Ember
 AUTH_BACKOFF = 300.0  # seconds; wrong credentials will not fix themselves quickly
@@ -57,8 +58,20 @@ R = TypeVar("R")
 
 
 def db(fn: Callable[P, R]) -> Callable[P, Awaitable[R]]:
-    """Run an ORM function on the worker's one database thread."""
-    return sync_to_async(fn, thread_sensitive=True)
+    """Run an ORM function on the worker's one database thread, in its turn (turns.py)."""
+    call = sync_to_async(fn, thread_sensitive=True)
+
+    async def ordered(*args: P.args, **kwargs: P.kwargs) -> R:
+        gate = turns.GATE.get()
+        if gate is None:
+            return await call(*args, **kwargs)
+        await gate.enter()
+        try:
+            return await call(*args, **kwargs)
+        finally:
+            gate.leave()
+
+    return ordered
 
 
 # --- what a submit is made of (§6.5) --------------------------------------------------
