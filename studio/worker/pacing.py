@@ -2,8 +2,8 @@
 
 A poll sent while the job cannot be done yet is a request spent for nothing, and
 one sent late keeps a finished job (and its slot) waiting. So the worker keeps, in
-memory, a bracket for each provider's jobs of each kind: a time after Ember
-accepted them that such jobs were still running at, and one they were done by.
+memory, a bracket for each provider's jobs of each kind: a time after their submit
+went out that such jobs were still running at, and one they were done by.
 While the bracket is wide, a job's first poll probes its middle and the second
 goes to its top, which narrows it either way; once it is narrow the first poll
 goes to its top, and from there on a job is polled every interval.
@@ -20,7 +20,7 @@ ANY_PROVIDER = ""  # the provider part of a kind's estimate over all providers
 
 @dataclass(frozen=True)
 class Bracket:
-    """Seconds after Ember accepted them: such jobs still ran at `running`, were done by `done`."""
+    """Seconds after their submit went out: such jobs still ran at `running`, done by `done`."""
 
     running: float
     done: float
@@ -31,7 +31,7 @@ class Bracket:
 
 @dataclass(frozen=True)
 class Plan:
-    """When to poll one job, in seconds after Ember accepted it, and what that was based on."""
+    """When to poll one job, in seconds after its submit went out, and what that was based on."""
 
     first: float
     second: float | None  # a second poll before the interval takes over, if any
@@ -72,8 +72,8 @@ class Pacing:
         """Take in a job of `kind`, followed by `plan`, that ended.
 
         `last_running` is when a poll last saw it running (None: done at its first
-        poll) and `seen_done` when a poll first saw it done, in seconds after Ember
-        accepted it. The first lesson drawn from a bracket replaces it; a lesson of
+        poll) and `seen_done` when a poll first saw it done, in seconds after its
+        submit went out. The first lesson drawn from a bracket replaces it; a lesson of
         a job that ran beside it, on the same plan (or an older one), only widens the
         new bracket, so jobs that ran side by side do not compound.
         """

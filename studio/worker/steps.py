@@ -83,14 +83,14 @@ class Steps:
         """
         turns.TURN.set(turn or turns.new_turn())
         task = row if row is not None else await db(Task.objects.get)(pk=task_id)
-        accepted = None  # when Ember accepted the job this coroutine sent, if it did
+        sent = None  # when the submit went out, if this coroutine sent one Ember accepted
         try:
             while not self.stopping and task.state in ACTIVE:
                 if task.state == TaskState.QUEUED:
-                    if (accepted := await self.submit(task)) is None:
+                    if (sent := await self.submit(task)) is None:
                         return
                 elif task.state == TaskState.RUNNING:
-                    if not await self.follow(task, accepted):
+                    if not await self.follow(task, sent):
                         return
                 else:
                     await self.finish(task)
@@ -170,7 +170,7 @@ class Steps:
         return True
 
     async def _send(self, task: Task, body: bytes, number: int) -> datetime | None:
-        """POST the job and record what the answer proves; return when it was accepted, if it was.
+        """POST the job and record what the answer proves; if accepted, return when it went out.
 
         Nothing that goes wrong here leaves the task `submitting`, where nothing would
         move it while this worker lives: an answer that cannot be read, or one whose
@@ -178,6 +178,7 @@ class Steps:
         """
         task_id = str(task.pk)
         answer: Answer = None
+        sent = timezone.now()
         try:
             submitted = await self.client.submit(
                 body, idempotency_key=task.idempotency_key, provider=task.provider
@@ -195,7 +196,7 @@ class Steps:
             # Shielded: Ember's answer is recorded even if we are being cancelled.
             if isinstance(answer, Submitted):
                 await asyncio.shield(db(_record_accepted)(task, answer, number, answered))
-                return answered
+                return sent
             if isinstance(answer, EmberError):
                 await asyncio.shield(db(_record_refusal)(task, answer, number))
                 return None
@@ -220,16 +221,17 @@ class Steps:
         """Read and re-hash each frozen reference; None when one is missing or changed."""
         return await asyncio.to_thread(_read_references, task.references)
 
-    async def follow(self, task: Task, accepted: datetime | None = None) -> bool:
+    async def follow(self, task: Task, sent: datetime | None = None) -> bool:
         """Poll a running job until it ends (§6.6); return True when it went on to `copying`.
 
-        `accepted`: when Ember accepted a job this coroutine sent; only those teach the
-        pacing. Poll errors are transient (docs/ember.md) and shown on the task. The
-        bound applies only after an answer that does not end the job: a worker back
-        from a long outage asks Ember first, since the job may well have finished.
+        `sent`: when the submit of a job this coroutine sent (and Ember accepted) went
+        out; only those teach the pacing. Poll errors are transient (docs/ember.md) and
+        shown on the task. The bound applies only after an answer that does not end the
+        job: a worker back from a long outage asks Ember first, since the job may well
+        have finished.
         """
         assert task.submitted_at is not None
-        start = accepted or task.submitted_at
+        start = sent or task.submitted_at
         deadline = task.submitted_at + timedelta(seconds=self.poll_bound)
         kind = (task.provider, task.kind)
         plan = self.pacing.plan(kind)
@@ -257,7 +259,7 @@ class Steps:
                 if job.status in ("succeeded", "failed"):
                     turns.TURN.set(turns.new_turn())  # what the end needs goes in its order
                     # A failure may come at any time; a job resumed was not watched.
-                    if job.status == "succeeded" and accepted is not None:
+                    if job.status == "succeeded" and sent is not None:
                         self.pacing.learn(kind, plan, last_running, asked)
                     return await db(_record_ended)(task, job)
                 last_running = asked
