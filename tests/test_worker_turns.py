@@ -144,3 +144,23 @@ def test_jobs_that_end_together_are_finished_one_at_a_time_not_in_step(
         f"{copying_before_first_done} of {len(tasks)} tasks wrote `copying` before the first "
         f"`done` (order: {moves})"
     )
+
+
+@pytest.mark.django_db
+def test_a_job_seen_ended_starts_a_turn_and_the_refill_of_its_slot_goes_on_with_it(subject, ember):
+    FakeEmber(ember)
+    plan(subject, candidates=2)
+    given: list[turns.Turn | None] = []
+    ended: list[turns.Turn | None] = []
+
+    class Recording(Worker):
+        async def drive(self, task_id, *, row=None, turn=None):
+            given.append(turn)
+            await super().drive(task_id, row=row, turn=turn)
+            ended.append(turns.TURN.get())
+
+    drain(Recording(client=EmberClient(), workers=1, poll_interval=0, tick=60.0))
+
+    assert len(given) == 2 and None not in given
+    assert ended[0] > given[0], "the first job's end did not start a later turn"
+    assert given[1] == ended[0], "the refill did not take the turn of the slot it filled"
