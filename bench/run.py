@@ -39,6 +39,7 @@ import django  # noqa: E402
 django.setup()
 
 from bench.common import Context, Result, machine, report, run_kind  # noqa: E402
+from bench.compare import comparison, last_full  # noqa: E402
 
 # One module per goal, in the table's order; each has `run(ctx) -> Result`.
 STAGES = (
@@ -86,8 +87,11 @@ def main(argv: list[str] | None = None) -> int:
     seconds = time.monotonic() - began
     kind = run_kind(quick=args.quick, ran={r.stage for r in results}, stages=STAGES)
     print(report(results, kind=kind, seconds=seconds))
+    earlier = last_full(RESULTS)  # before this run is saved, which may be a full one
     saved = save(results, kind=kind, seconds=seconds)
     ctx.log(f"figures written to {saved}")
+    if earlier is not None:
+        print("\n" + comparison(results, earlier, machine=machine(Path(tempfile.gettempdir()))))
     return 0 if all(r.passed for r in results) else 1
 
 
