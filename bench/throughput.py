@@ -9,6 +9,8 @@ database and no files. Beside the ratio are what the worker costs its database
 per task, counted rather than timed (bench/cost.py): SQL statements and commits
 (SQLite's statement trace) and hops to its one database thread. The durable-commit
 limit is raw SQLite commits per second on the same disk, divided by those commits.
+Then the CPU each side spent a task, and the simulator's for it: on a machine with
+few cores the simulator shares them, so the engine's own CPU is what it costs beside it.
 """
 
 import asyncio
@@ -23,7 +25,14 @@ from typing import Any
 from django.conf import settings
 
 from bench import data
-from bench.common import Context, Result, SimProcess, children, paired_ratio
+from bench.common import (
+    Context,
+    Result,
+    SimProcess,
+    children,
+    paired_ratio,
+    process_cpu_seconds,
+)
 from bench.cost import WorkerCost
 from studio import originals
 from studio.ember.client import EmberClient
@@ -53,9 +62,14 @@ def run(ctx: Context) -> Result:
         engine_times: list[float] = []
         bare_times: list[float] = []
         sides = [("engine", engine_times), ("bare", bare_times)]
+        # CPU seconds spent in each side's rounds: (the child's, the simulator's)
+        cpu = {"engine": [0.0, 0.0], "bare": [0.0, 0.0]}
         for index in range(rounds):
             for op, times in sides:
+                child_before, sim_before = process_cpu_seconds(child.proc.pid), sim.cpu_seconds()
                 times.append(child.call(op, tasks=per_round))
+                cpu[op][0] += process_cpu_seconds(child.proc.pid) - child_before
+                cpu[op][1] += sim.cpu_seconds() - sim_before
             sides.reverse()
             ctx.log(
                 f"throughput: round {index + 1}: engine {engine_times[-1]:.2f} s, "
@@ -78,7 +92,8 @@ def run(ctx: Context) -> Result:
             f"poll {POLL_INTERVAL} s); per task {per_task['statements']:.1f} statements, "
             f"{per_task['commits']:.1f} commits, {per_task['hops']:.1f} database-thread hops; "
             f"durable-commit limit {limit:.0f} tasks/s "
-            f"= {raw_commits:.0f} commits/s ÷ {per_task['commits']:.1f} commits/task"
+            f"= {raw_commits:.0f} commits/s ÷ {per_task['commits']:.1f} commits/task; "
+            + cpu_text({side: (c / total, s / total) for side, (c, s) in cpu.items()})
         ),
         notes=[
             f"the worker ran {counted['statements']} SQL statements and made "
@@ -86,6 +101,15 @@ def run(ctx: Context) -> Result:
             f"thread for {counted['tasks']} tasks (pump, sweeps and heartbeats included), "
             f"plus 2 fsyncs per original (file and directory)",
         ],
+    )
+
+
+def cpu_text(per_task: dict[str, tuple[float, float]]) -> str:
+    """Say the CPU a task of each side, in seconds: (the child's, the simulator's) by side."""
+    (engine, engine_sim), (bare, bare_sim) = per_task["engine"], per_task["bare"]
+    return (
+        f"CPU a task: the worker {engine * 1000:.1f} ms vs the bare client {bare * 1000:.1f} ms, "
+        f"the simulator {engine_sim * 1000:.1f} ms vs {bare_sim * 1000:.1f} ms"
     )
 
 

@@ -5,6 +5,7 @@ import time
 
 from bench.common import Result, process_cpu_seconds, report, run_kind
 from bench.slots import describe
+from bench.throughput import cpu_text
 
 STAGES = ("pump", "throughput", "slots")
 
@@ -49,3 +50,11 @@ def test_a_process_cpu_time_grows_with_the_work_it_does() -> None:
     spent = process_cpu_seconds(os.getpid()) - before
 
     assert 0.15 <= spent <= 5, f"{spent:.2f} s of CPU counted for 0.2 s spent"
+
+
+def test_the_engine_row_says_the_cpu_each_side_spent_a_task() -> None:
+    printed = cpu_text({"engine": (0.0181, 0.0156), "bare": (0.0046, 0.0152)})
+
+    assert printed == (
+        "CPU a task: the worker 18.1 ms vs the bare client 4.6 ms, the simulator 15.6 ms vs 15.2 ms"
+    )
