@@ -1,5 +1,6 @@
 """Settings for Avatars, read from the environment with working defaults (docs/operations.md)."""
 
+import contextlib
 import os
 import socket
 import tempfile
@@ -214,7 +215,10 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     if _sqlite_file.parent.is_dir() and not _sqlite_file.exists():
         # SQLite would create it world-readable (0644 under the usual umask); an empty
         # file is a valid empty database, and its -wal and -shm files copy its mode.
-        os.close(os.open(_sqlite_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        # Another of our processes starting at the same moment (the web process and the
+        # worker on a fresh data dir) may create it first, the same way: that is as good.
+        with contextlib.suppress(FileExistsError):
+            os.close(os.open(_sqlite_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

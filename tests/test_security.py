@@ -138,6 +138,43 @@ def test_a_new_data_dir_is_private_and_so_is_its_database(tmp_path):
         assert oct(journal.stat().st_mode & 0o777) == oct(0o600), journal.name
 
 
+def test_a_process_starting_as_another_creates_the_database_file_starts_too(tmp_path):
+    """The web process and the worker started together on a fresh data dir both start.
+
+    The other process's create is made to land just before this one's (the moment a
+    crash was seen: FileExistsError in settings, from `make bench`'s two children).
+    """
+    data_dir = tmp_path / "data"
+    race = (
+        "import os\n"
+        "real = os.open\n"
+        "def open_after_the_other(path, flags, *args):\n"
+        "    if str(path).endswith('db.sqlite3') and flags & os.O_EXCL:\n"
+        "        os.close(real(path, os.O_WRONLY | os.O_CREAT, 0o600))  # the other process\n"
+        "    return real(path, flags, *args)\n"
+        "os.open = open_after_the_other\n"
+        "import django\n"
+        "django.setup()\n"
+        "print('started')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", race],
+        cwd=ROOT,
+        env={
+            **without("DATABASE_URL", "DJANGO_DEBUG", "DJANGO_SECRET_KEY"),
+            "DJANGO_SETTINGS_MODULE": "avatars.settings",
+            "AVATARS_DATA_DIR": str(data_dir),
+            "DJANGO_SECRET_KEY": REAL_SECRET,
+        },
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+    assert done.returncode == 0 and done.stdout.split() == ["started"], done.stderr[-2000:]
+    assert oct((data_dir / "db.sqlite3").stat().st_mode & 0o777) == oct(0o600)
+
+
 @pytest.mark.parametrize(
     "path",
     [
