@@ -9,8 +9,9 @@ database and no files. Beside the ratio are what the worker costs its database
 per task, counted rather than timed (bench/cost.py): SQL statements and commits
 (SQLite's statement trace) and hops to its one database thread. The durable-commit
 limit is raw SQLite commits per second on the same disk, divided by those commits.
-Then the CPU each side spent a task, and the simulator's for it: on a machine with
-few cores the simulator shares them, so the engine's own CPU is what it costs beside it.
+Then the CPU each side spent a task (the engine's rounds plan their batch, as they are
+timed), and the simulator's for it: on a machine with few cores the simulator shares
+them, so the engine's own CPU is what it costs beside it.
 """
 
 import asyncio
