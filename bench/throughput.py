@@ -27,6 +27,7 @@ from django.conf import settings
 
 from bench import data
 from bench.common import (
+    Child,
     Context,
     Result,
     SimProcess,
@@ -60,22 +61,8 @@ def run(ctx: Context) -> Result:
         child.call("setup")
         counted = child.call("count_cost", tasks=ctx.size(100, 20))
         raw_commits = child.call("raw_commits", commits=ctx.size(1_000, 300))
-        engine_times: list[float] = []
-        bare_times: list[float] = []
-        sides = [("engine", engine_times), ("bare", bare_times)]
-        # CPU seconds spent in each side's rounds: (the child's, the simulator's)
-        cpu = {"engine": [0.0, 0.0], "bare": [0.0, 0.0]}
-        for index in range(rounds):
-            for op, times in sides:
-                child_before, sim_before = process_cpu_seconds(child.proc.pid), sim.cpu_seconds()
-                times.append(child.call(op, tasks=per_round))
-                cpu[op][0] += process_cpu_seconds(child.proc.pid) - child_before
-                cpu[op][1] += sim.cpu_seconds() - sim_before
-            sides.reverse()
-            ctx.log(
-                f"throughput: round {index + 1}: engine {engine_times[-1]:.2f} s, "
-                f"bare {bare_times[-1]:.2f} s"
-            )
+        times, cpu = _rounds(ctx, child, sim, rounds=rounds, tasks=per_round)
+    engine_times, bare_times = times["engine"], times["bare"]
     engine_rate = total / sum(engine_times)
     bare_rate = total / sum(bare_times)
     ratio = paired_ratio(bare_times, engine_times)  # engine rate ÷ bare rate, round by round
@@ -103,6 +90,30 @@ def run(ctx: Context) -> Result:
             f"plus 2 fsyncs per original (file and directory)",
         ],
     )
+
+
+def _rounds(
+    ctx: Context, child: Child, sim: SimProcess, *, rounds: int, tasks: int
+) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Time `rounds` alternating rounds of `tasks` a side; return seconds and CPU, by side.
+
+    The CPU is a pair of sums by side: the child's seconds, the simulator's.
+    """
+    times: dict[str, list[float]] = {"engine": [], "bare": []}
+    cpu = {"engine": [0.0, 0.0], "bare": [0.0, 0.0]}
+    order = ["engine", "bare"]
+    for index in range(rounds):
+        for side in order:
+            child_before, sim_before = process_cpu_seconds(child.proc.pid), sim.cpu_seconds()
+            times[side].append(child.call(side, tasks=tasks))
+            cpu[side][0] += process_cpu_seconds(child.proc.pid) - child_before
+            cpu[side][1] += sim.cpu_seconds() - sim_before
+        order.reverse()
+        ctx.log(
+            f"throughput: round {index + 1}: engine {times['engine'][-1]:.2f} s, "
+            f"bare {times['bare'][-1]:.2f} s"
+        )
+    return times, cpu
 
 
 def cpu_text(per_task: dict[str, tuple[float, float]]) -> str:
