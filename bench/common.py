@@ -320,6 +320,23 @@ def process_cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def cores() -> int:
+    """Return how many cores this process (and the children it starts) may run on (nproc)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # no affinity outside Linux
+        return os.cpu_count() or 1
+
+
+def cpu_ceiling(cpu_per_task: float, *, on: int) -> float:
+    """Return tasks/s at most, if the processes spending `cpu_per_task` kept `on` cores busy.
+
+    The worker and the simulator share the machine's cores: what they spend a task
+    together, over the cores there are, is a rate no scheduling can beat.
+    """
+    return on / cpu_per_task
+
+
 def machine(path: Path) -> str:
     """Describe the machine: cores, CPU model, the disk under `path`, Python and SQLite."""
     cpu = "unknown CPU"
@@ -332,7 +349,7 @@ def machine(path: Path) -> str:
     device, fstype = _mount_of(path)
     total = shutil.disk_usage(path).total / 1e9
     return (
-        f"{os.cpu_count()} cores (nproc), {cpu}; {path} on {device} ({fstype}, {total:.0f} GB); "
+        f"{cores()} cores (nproc), {cpu}; {path} on {device} ({fstype}, {total:.0f} GB); "
         f"Python {platform.python_version()}, SQLite {sqlite3.sqlite_version}"
     )
 

@@ -3,7 +3,9 @@
 import os
 import time
 
-from bench.common import Result, process_cpu_seconds, report, run_kind
+import pytest
+
+from bench.common import Result, cores, cpu_ceiling, process_cpu_seconds, report, run_kind
 from bench.slots import describe
 from bench.throughput import cpu_text
 
@@ -33,11 +35,11 @@ def test_the_printed_table_says_what_kind_of_run_it_was() -> None:
 def test_a_slot_count_is_printed_with_where_its_time_went() -> None:
     figures = {"tasks": 80, "seconds": 5.0, "rate": 16.0, "db_busy": 0.16, "hop": 0.008}
 
-    printed = describe(16, {**figures, "cpu": 0.024, "sim_cpu": 0.017})
+    printed = describe(16, {**figures, "cpu": 0.024, "sim_cpu": 0.016}, cores=2)
 
     assert printed == (
         "16 slots: 16.0 tasks/s of 16 (100%, 80 tasks in 5.0 s; database thread busy 16%, "
-        "a hop 8 ms; CPU a task: worker 24 ms, simulator 17 ms)"
+        "a hop 8 ms; CPU a task: worker 24 ms, simulator 16 ms, at most 50 tasks/s on 2 cores)"
     )
 
 
@@ -53,8 +55,21 @@ def test_a_process_cpu_time_grows_with_the_work_it_does() -> None:
 
 
 def test_the_engine_row_says_the_cpu_each_side_spent_a_task() -> None:
-    printed = cpu_text({"engine": (0.0181, 0.0156), "bare": (0.0046, 0.0152)})
+    printed = cpu_text(
+        {"engine": (0.0194, 0.0156), "bare": (0.0046, 0.0152)}, cores=2, needed=56.48
+    )
 
     assert printed == (
-        "CPU a task: the worker 18.1 ms vs the bare client 4.6 ms, the simulator 15.6 ms vs 15.2 ms"
+        "CPU a task: the worker 19.4 ms vs the bare client 4.6 ms, the simulator 15.6 ms vs "
+        "15.2 ms; on 2 cores, that CPU allows the engine at most 57.1 tasks/s, the goal needs 56.5"
     )
+
+
+def test_the_cpu_ceiling_is_the_cores_over_the_cpu_a_task() -> None:
+    # 40 ms of CPU a task on 2 cores: 50 tasks/s at most; on 4 cores, 100.
+    assert cpu_ceiling(0.040, on=2) == pytest.approx(50.0)
+    assert cpu_ceiling(0.040, on=4) == pytest.approx(100.0)
+
+
+def test_the_cores_counted_are_those_this_process_may_run_on() -> None:
+    assert cores() == len(os.sched_getaffinity(0))
