@@ -236,6 +236,28 @@ def asset_ids_on(page: Page) -> list[int]:
 # --- what a reviewer looks at ----------------------------------------------------------
 
 
+# What reaches past the screen's right edge, for a failure's message.
+PAST_THE_EDGE = """width => [...document.querySelectorAll("body *")]
+  .filter(e => e.getBoundingClientRect().right > width + 1)
+  .slice(-6)
+  .map(e => `${e.tagName.toLowerCase()}.${e.className} ${e.getBoundingClientRect().right}px`)"""
+
+
+def fits_the_screen(page: Page) -> None:
+    """Fail if the page scrolls sideways at its viewport's width, naming what sticks out.
+
+    Measured once the page has loaded: the load event waits for the stylesheet, and a page
+    laid out before it is in (which a person never sees painted) is as wide as its longest
+    unbroken word. On a busy machine that race was lost.
+    """
+    page.wait_for_load_state()
+    width = (page.viewport_size or DESKTOP)["width"]
+    scroll = page.evaluate("document.documentElement.scrollWidth")
+    assert scroll <= width, (
+        f"{page.url} is {scroll} px wide at {width} px: {page.evaluate(PAST_THE_EDGE, width)}"
+    )
+
+
 def audit(page: Page) -> None:
     """Fail on any serious or critical accessibility violation axe-core finds on the page."""
     found = Axe().run(page).response["violations"]

@@ -9,8 +9,8 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from tests.e2e.studio import (
-    DESKTOP,
     audit,
+    fits_the_screen,
     go,
     plan_batch,
     screenshot,
@@ -24,9 +24,7 @@ def check(page: Page, name: str) -> None:
     page.wait_for_load_state()
     audit(page)
     screenshot(page, name)
-    width = (page.viewport_size or DESKTOP)["width"]
-    scroll = page.evaluate("document.documentElement.scrollWidth")
-    assert scroll <= width, f"{name} scrolls sideways at {width} px ({scroll} px wide)"
+    fits_the_screen(page)
 
 
 @pytest.mark.parametrize("size", ["page", "phone"])

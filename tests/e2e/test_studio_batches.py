@@ -14,6 +14,7 @@ from tests.e2e.studio import (
     Studio,
     audit,
     fill_batch,
+    fits_the_screen,
     go,
     plan_batch,
     screenshot,
@@ -23,11 +24,6 @@ from tests.e2e.studio import (
 )
 
 DASH, TIMES = "\u2013", "\u00d7"  # as the pages write them
-
-
-def fits(page: Page) -> None:
-    width = (page.viewport_size or {"width": 0})["width"]
-    assert page.evaluate("document.documentElement.scrollWidth") <= width
 
 
 # --- 1, 2, 9: the new-batch form ----------------------------------------------------------
@@ -45,7 +41,7 @@ def test_it_counts_the_paid_jobs_as_the_person_types(person: Page):
     expect(start_button(person)).to_have_text("Start 6 paid jobs")
     person.locator('input[name="candidates_openai"]').fill("0")
     expect(start_button(person)).to_have_text("Start 2 paid jobs")
-    fits(person)
+    fits_the_screen(person)
     audit(person)
     screenshot(person, "batch-new")
 
@@ -133,7 +129,7 @@ def test_it_shows_every_error_beside_its_section_at_once(person: Page):
         section = person.locator("fieldset", has=person.locator("legend", has_text=legend))
         expect(section.locator(".error")).to_have_text(error)
     expect(person.locator(".error").first).to_be_visible()
-    fits(person)
+    fits_the_screen(person)
     audit(person)
     screenshot(person, "batch-new-errors")
 
@@ -184,7 +180,7 @@ def test_it_shows_progress_in_words_and_keeps_focus_while_it_polls(person: Page,
     reason = person.locator("[data-testid=task] .reason").first
     expect(reason).to_be_visible()
     expect(reason).to_contain_text("Waiting for the worker")
-    fits(person)
+    fits_the_screen(person)
     audit(person)
     screenshot(person, "batch-running")
 
@@ -220,7 +216,7 @@ def test_it_lists_batches_newest_first_with_outcomes_and_images(person: Page):
         "() => { const i = document.querySelector('[data-testid=batch] .thumbs img');"
         " return i && i.complete && i.naturalWidth > 0; }"
     )
-    fits(person)
+    fits_the_screen(person)
     audit(person)
     screenshot(person, "batches")
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from playwright.sync_api import Page, expect
 
-from tests.e2e.studio import PHONE, audit, go, portrait_png, screenshot, sign_in
+from tests.e2e.studio import audit, fits_the_screen, go, portrait_png, screenshot, sign_in
 
 
 def check(page: Page, name: str) -> None:
@@ -16,8 +16,7 @@ def check(page: Page, name: str) -> None:
     page.wait_for_load_state()
     audit(page)
     screenshot(page, name)
-    scroll = page.evaluate("document.documentElement.scrollWidth")
-    assert scroll <= PHONE["width"], f"{name} scrolls sideways ({scroll} px wide)"
+    fits_the_screen(page)
 
 
 def test_it_asks_before_removing_a_photo_and_a_subject_at_phone_size(phone: Page, tmp_path: Path):
