@@ -138,8 +138,8 @@ def test_it_shows_reference_photos_of_the_ticked_subjects_only(person: Page):
     go(person, "New batch")
     photo = person.locator(".pick", has_text="bo.png")
 
-    expect(photo).to_be_hidden()
     expect(person.get_by_text("Tick a subject to see its photos.")).to_be_visible()
+    expect(photo).to_be_hidden()
     person.get_by_label("Bo", exact=True).check()
     expect(photo).to_be_visible()
     person.get_by_label("Bo", exact=True).uncheck()

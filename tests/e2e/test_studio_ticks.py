@@ -92,6 +92,7 @@ def test_the_gallery_keeps_ticks_across_its_pages_and_makes_one_set_of_them(pers
 def test_untick_all_clears_the_ticks_of_every_page(person: Page):
     go(person, "Gallery")
     untick = person.get_by_role("button", name="Untick all")
+    expect(person).to_have_url(re.compile(r"/gallery/$"))  # hidden on the gallery, not before
     expect(untick).to_be_hidden()
     first = tick_first(person)
     older(person)
