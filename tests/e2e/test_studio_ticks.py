@@ -85,6 +85,7 @@ def test_the_gallery_keeps_ticks_across_its_pages_and_makes_one_set_of_them(pers
     assert chosen_in(person) == [first, second, third]
     # The ticks went into the set: the gallery starts afresh.
     go(person, "Gallery")
+    expect(person).to_have_url(re.compile(r"/gallery/$"))  # the set's page has a count too
     expect(person.get_by_test_id(COUNT)).to_have_text("Nothing ticked yet")
     expect(person.locator('input[name="assets"]:checked')).to_have_count(0)
 
