@@ -58,7 +58,7 @@ def run(ctx: Context) -> Result:
         unit="x",
         target=f"each ≥ {TARGET:.0%} of slots ÷ job time",
         passed=all(share >= TARGET for share in shares.values()),
-        raw="; ".join(describe(slots, f, cores=cores()) for slots, f in figures.items()),
+        raw="; ".join(describe(slots, f, on=cores()) for slots, f in figures.items()),
         notes=[
             f"jobs take {JOB_SECONDS:.0f} s in the simulator; the worker polls every "
             f"{POLL_INTERVAL} s; the measured figure is the lowest share",
@@ -69,15 +69,15 @@ def run(ctx: Context) -> Result:
     )
 
 
-def describe(slots: int, f: dict[str, Any], *, cores: int) -> str:
-    """Return one slot count's figures as the table prints them (`cores`: the machine's)."""
-    ceiling = cpu_ceiling(f["cpu"] + f["sim_cpu"], on=cores)
+def describe(slots: int, f: dict[str, Any], *, on: int) -> str:
+    """Return one slot count's figures as the table prints them (`on`: the machine's cores)."""
+    ceiling = cpu_ceiling(f["cpu"] + f["sim_cpu"], on=on)
     return (
         f"{slots} slots: {f['rate']:.1f} tasks/s of {slots / JOB_SECONDS:.0f} "
         f"({f['rate'] / (slots / JOB_SECONDS):.0%}, {f['tasks']:.0f} tasks in "
         f"{f['seconds']:.1f} s; database thread busy {f['db_busy']:.0%}, "
         f"a hop {f['hop'] * 1000:.0f} ms; CPU a task: worker {f['cpu'] * 1000:.0f} ms, "
-        f"simulator {f['sim_cpu'] * 1000:.0f} ms, at most {ceiling:.0f} tasks/s on {cores} cores)"
+        f"simulator {f['sim_cpu'] * 1000:.0f} ms, at most {ceiling:.0f} tasks/s on {on} cores)"
     )
 
 

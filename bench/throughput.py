@@ -85,7 +85,7 @@ def run(ctx: Context) -> Result:
             f"= {raw_commits:.0f} commits/s ÷ {per_task['commits']:.1f} commits/task; "
             + cpu_text(
                 {side: (c / total, s / total) for side, (c, s) in cpu.items()},
-                cores=cores(),
+                on=cores(),
                 needed=TARGET * bare_rate,
             )
         ),
@@ -124,17 +124,17 @@ def _rounds(
     return times, cpu
 
 
-def cpu_text(per_task: dict[str, tuple[float, float]], *, cores: int, needed: float) -> str:
+def cpu_text(per_task: dict[str, tuple[float, float]], *, on: int, needed: float) -> str:
     """Say the CPU a task of each side, in seconds: (the child's, the simulator's) by side.
 
-    Then the rate that CPU allows the engine on `cores` cores shared with the simulator,
+    Then the rate that CPU allows the engine on `on` cores shared with the simulator,
     beside the rate the goal `needed` (tasks/s).
     """
     (engine, engine_sim), (bare, bare_sim) = per_task["engine"], per_task["bare"]
-    ceiling = cpu_ceiling(engine + engine_sim, on=cores)
+    ceiling = cpu_ceiling(engine + engine_sim, on=on)
     return (
         f"CPU a task: the worker {engine * 1000:.1f} ms vs the bare client {bare * 1000:.1f} ms, "
-        f"the simulator {engine_sim * 1000:.1f} ms vs {bare_sim * 1000:.1f} ms; on {cores} "
+        f"the simulator {engine_sim * 1000:.1f} ms vs {bare_sim * 1000:.1f} ms; on {on} "
         f"cores, that CPU allows the engine at most {ceiling:.1f} tasks/s, the goal needs "
         f"{needed:.1f}"
     )

@@ -35,7 +35,7 @@ def test_the_printed_table_says_what_kind_of_run_it_was() -> None:
 def test_a_slot_count_is_printed_with_where_its_time_went() -> None:
     figures = {"tasks": 80, "seconds": 5.0, "rate": 16.0, "db_busy": 0.16, "hop": 0.008}
 
-    printed = describe(16, {**figures, "cpu": 0.024, "sim_cpu": 0.016}, cores=2)
+    printed = describe(16, {**figures, "cpu": 0.024, "sim_cpu": 0.016}, on=2)
 
     assert printed == (
         "16 slots: 16.0 tasks/s of 16 (100%, 80 tasks in 5.0 s; database thread busy 16%, "
@@ -55,9 +55,7 @@ def test_a_process_cpu_time_grows_with_the_work_it_does() -> None:
 
 
 def test_the_engine_row_says_the_cpu_each_side_spent_a_task() -> None:
-    printed = cpu_text(
-        {"engine": (0.0194, 0.0156), "bare": (0.0046, 0.0152)}, cores=2, needed=56.48
-    )
+    printed = cpu_text({"engine": (0.0194, 0.0156), "bare": (0.0046, 0.0152)}, on=2, needed=56.48)
 
     assert printed == (
         "CPU a task: the worker 19.4 ms vs the bare client 4.6 ms, the simulator 15.6 ms vs "

@@ -101,7 +101,7 @@ def test_once_it_knows_a_steady_job_it_asks_about_once_or_twice_near_its_end(sub
     later = list(fake.ends)[4:]  # six rounds after two to learn from
     polls = [len(fake.polls[job_id]) for job_id in later]
     late = [fake.seen_late(job_id) for job_id in later]
-    assert sum(polls) / len(polls) <= 1.75, f"polls per job after two rounds: {polls}"
+    assert sum(polls) / len(polls) <= 1.75, f"polls per job in the six rounds after two: {polls}"
     # Polling from a "still running" time sees a job half an interval late on average.
     assert sum(late) / len(late) <= INTERVAL / 2, (
         f"seen {[round(s, 3) for s in late]} s after their ends (interval {INTERVAL} s)"

@@ -68,8 +68,7 @@ def test_it_steps_through_a_batchs_results_with_the_arrow_keys(person: Page, bat
     expect(person.get_by_role("link", name="Download the original")).to_be_visible()
     expect(person.get_by_role("link", name="Open the batch")).to_be_visible()
     expect(person.get_by_role("heading", level=1)).to_contain_text("Bo ·")
-    fits_the_screen(person)
-    person.wait_for_load_state()
+    fits_the_screen(person)  # which waits for the page's load, its script's run among it
 
     person.keyboard.press("ArrowRight")
     expect(person).to_have_url(re.compile(rf"/assets/{second}/$"))
