@@ -88,7 +88,7 @@ class BodyLimit:
         has_body = has_body or "chunked" in headers.get("transfer-encoding", "")
         api = scope["path"].startswith(API_PREFIX)
         if has_body and api:
-            # A missing or wrong token gets its 401 first, whatever the body (API.md).
+            # A missing or wrong token gets its 401 first, whatever the body (docs/api.md).
             token = await sync_to_async(token_for_header)(headers.get("authorization", ""))
             if token is None:
                 await _unauthorized(send)
@@ -180,7 +180,7 @@ async def _refuse_too_large(send: Send, scope: Scope, message: str, *, page: boo
     """Answer 413: JSON to the API, a page of the studio to a signed-in person, else text.
 
     A reference photo's upload through the API is answered as the store would answer a
-    file past its cap (400 `too_large`, API.md): a body past the limit holds one.
+    file past its cap (400 `too_large`, docs/api.md): a body past the limit holds one.
     """
     if UPLOAD.fullmatch(scope["path"]):
         await _send_json(send, 400, "too_large", originals.too_large())

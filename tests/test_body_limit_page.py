@@ -107,7 +107,7 @@ def test_it_cuts_off_a_signed_in_streamed_upload_with_the_same_page(cookie):
 def test_it_keeps_answering_the_api_in_json(cookie):
     status, headers, body, _read = knock("/api/v1/subjects/7/references", {"cookie": cookie})
 
-    # A session is no token: the API's 401 comes first, whatever the body (API.md).
+    # A session is no token: the API's 401 comes first, whatever the body (docs/api.md).
     assert status == 401
     assert headers["content-type"] == "application/json"
     assert json.loads(body)["error"]["code"] == "unauthorized"

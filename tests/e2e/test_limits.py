@@ -108,7 +108,7 @@ def test_an_api_body_without_a_valid_token_gets_its_401_before_it_is_read(served
 @pytest.mark.parametrize(
     ("path", "code"),
     [("/api/v1/subjects", "413"), ("/api/v1/subjects/{subject}/references", "400")],
-    ids=["a JSON body: 413", "a photo's upload: 400 too_large, as API.md says"],
+    ids=["a JSON body: 413", "a photo's upload: 400 too_large, as the API docs say"],
 )
 def test_a_length_over_the_limit_is_refused_unread_even_with_a_token(served, path, code):
     web, _stack, _spool, token, subject_id = served
