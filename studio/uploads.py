@@ -1,50 +1,47 @@
-"""Upload handlers that stop reading a file once it passes the originals' size cap.
+"""The upload handler: a file held in memory, and read no further once it passes the cap.
 
-Django's own handlers accept files of any size (to a temporary file); an original is
-refused above `AVATARS_MAX_IMAGE_BYTES` anyway, so there is no reason to let one
-request fill the disk first.
+Django's own handlers accept files of any size, holding those past
+`FILE_UPLOAD_MAX_MEMORY_SIZE` (2.5 MB) in a temporary file. Here a file is held in
+memory whatever its size, and skipped as soon as it passes `AVATARS_MAX_IMAGE_BYTES`
+(an original is refused above it anyway), so one request holds at most the cap (a
+request carries one file, `DATA_UPLOAD_MAX_NUMBER_FILES`). The originals store reads
+the file whole in any case: a round trip through a temporary file took 20-40 ms of a
+12 MB photo's 0.26 s upload.
 """
 
 from django.conf import settings
-from django.core.files.uploadhandler import (
-    MemoryFileUploadHandler,
-    SkipFile,
-    TemporaryFileUploadHandler,
-)
+from django.core.files.uploadhandler import MemoryFileUploadHandler, SkipFile
 from django.http import HttpRequest
 
 TOO_LARGE = "The file is too large."
 
 
-class _Capped:
-    """Count a file's bytes as they arrive; skip the file when it passes the cap."""
+class CappedMemoryUploadHandler(MemoryFileUploadHandler):
+    """Hold the file in memory; skip it once more than `AVATARS_MAX_IMAGE_BYTES` arrived."""
 
     received = 0
 
+    def handle_raw_input(  # type: ignore[no-untyped-def]
+        self, input_data, META, content_length, boundary, encoding=None
+    ) -> None:
+        self.activated = True  # whatever the body's length: the cap bounds what is held
+
     def new_file(self, *args, **kwargs):  # type: ignore[no-untyped-def]
         self.received = 0
-        return super().new_file(*args, **kwargs)  # type: ignore[misc]
+        return super().new_file(*args, **kwargs)
 
     def receive_data_chunk(self, raw_data: bytes, start: int):  # type: ignore[no-untyped-def]
         self.received += len(raw_data)
         if self.received > settings.AVATARS_MAX_IMAGE_BYTES:
             # The view sees no file under this field and says it was too large or missing.
             raise SkipFile(TOO_LARGE)
-        return super().receive_data_chunk(raw_data, start)  # type: ignore[misc]
-
-
-class CappedMemoryUploadHandler(_Capped, MemoryFileUploadHandler):
-    pass
-
-
-class CappedTemporaryUploadHandler(_Capped, TemporaryFileUploadHandler):
-    pass
+        return super().receive_data_chunk(raw_data, start)
 
 
 def dropped_for_size(request: HttpRequest) -> bool:
-    """Say whether a missing file was dropped by these handlers for passing the cap.
+    """Say whether a missing file was dropped by the handler for passing the cap.
 
-    The handlers skip a file once it is too large, so the view sees no file at all;
+    The handler skips a file once it is too large, so the view sees no file at all;
     a body larger than the cap tells the two cases apart.
     """
     return int(request.META.get("CONTENT_LENGTH") or 0) > settings.AVATARS_MAX_IMAGE_BYTES

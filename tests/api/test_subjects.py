@@ -2,13 +2,17 @@
 
 import base64
 import hashlib
+import io
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
+from django.conf import settings as django_settings
+from django.core.files import uploadedfile as uploaded_files
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
+from PIL import Image
 
 from studio.models import (
     Asset,
@@ -291,6 +295,32 @@ def test_it_refuses_an_upload_over_the_size_limit_and_stores_nothing(
     }
     assert Asset.objects.count() == 1  # the subject's own reference only
     assert stored_originals(data_dir) == files
+
+
+def test_a_photo_past_djangos_in_memory_size_is_stored_without_a_temporary_file(
+    api, subject, data_dir, monkeypatch
+):
+    """Django writes files past 2.5 MB to a temporary file; this one stays in memory."""
+    noise = Image.effect_noise((1400, 1000), 60).convert("RGB")
+    out = io.BytesIO()
+    noise.save(out, "PNG")
+    data = out.getvalue()
+    assert len(data) > django_settings.FILE_UPLOAD_MAX_MEMORY_SIZE, f"only {len(data):,} bytes"
+    named: list[dict[str, Any]] = []
+    real = uploaded_files.tempfile.NamedTemporaryFile  # django.core.files.temp
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        named.append(kwargs)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(uploaded_files.tempfile, "NamedTemporaryFile", spy)
+
+    response = upload(api, subject, data, name="noise.png")
+
+    assert response.status_code == 201, response.content
+    assert named == [], f"{len(named)} temporary file(s) made for a {len(data):,}-byte upload"
+    stored = data_dir / "originals" / f"{hashlib.sha256(data).hexdigest()}.png"
+    assert stored.read_bytes() == data
 
 
 def test_it_refuses_an_upload_with_too_many_pixels_and_stores_nothing(
