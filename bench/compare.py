@@ -45,9 +45,9 @@ def comparison(results: list[Result], earlier: Path, *, machine: str) -> str:
             continue
         matched += 1
         old = _earlier_result(row)
-        verdict = "PASS" if old.passed else "FAIL"
         lines.append(
-            f"  {result.goal}: {result.measured_text} now, {old.measured_text} then ({verdict})"
+            f"  {result.goal}: {result.measured_text} now ({_verdict(result)}), "
+            f"{old.measured_text} then ({_verdict(old)})"
         )
     if not matched:
         lines.append("  none of this run's rows was measured then")
@@ -64,3 +64,7 @@ def _earlier_result(row: dict[str, Any]) -> Result:
         passed=bool(row.get("passed")),
         raw=str(row.get("raw", "")),
     )
+
+
+def _verdict(result: Result) -> str:
+    return "PASS" if result.passed else "FAIL"

@@ -51,7 +51,7 @@ def test_each_row_is_set_beside_the_same_row_of_the_last_full_run(tmp_path: Path
 
     assert printed.splitlines() == [
         "Against the last full run (20261201T065135Z-full.json, commit 1d9d316):",
-        "  throughput with 4, 16, 64 slots: 0.56x now, 0.68x then (FAIL)",
+        "  throughput with 4, 16, 64 slots: 0.56x now (FAIL), 0.68x then (FAIL)",
     ]
 
 
@@ -66,7 +66,7 @@ def test_a_run_on_another_processor_says_so_with_both(tmp_path: Path) -> None:
     assert printed.splitlines()[1:] == [
         "  on another machine (then 2 cores (nproc), Intel Xeon; now 2 cores (nproc), AMD EPYC): "
         "the figures compare the machines as much as the code",
-        "  engine vs bare Ember client: 0.53x now, 0.76x then (PASS)",
+        "  engine vs bare Ember client: 0.53x now (FAIL), 0.76x then (PASS)",
     ]
 
 
@@ -78,7 +78,10 @@ def test_a_row_that_broke_then_reads_as_no_figure(tmp_path: Path) -> None:
         [_now("pages", "pages vs history (worst page)", 1.13)], earlier, machine=AMD
     )
 
-    assert printed.splitlines()[-1] == "  pages vs history (worst page): 1.13x now, n/a then (FAIL)"
+    assert (
+        printed.splitlines()[-1]
+        == "  pages vs history (worst page): 1.13x now (PASS), n/a then (FAIL)"
+    )
 
 
 def test_the_newest_full_run_is_the_one_compared_with(tmp_path: Path) -> None:

@@ -1,11 +1,13 @@
-"""Which benchmark runs are kept to compare with: full runs of every stage only."""
+"""The benchmarks' own logic: the runs kept, the rows printed, the loaded row's phases."""
 
 import os
 import time
+from collections.abc import Callable
 
 import pytest
 
 from bench.common import Result, cores, cpu_ceiling, process_cpu_seconds, report, run_kind
+from bench.loaded import _result, _while_driving
 from bench.slots import describe
 from bench.throughput import cpu_text
 
@@ -71,3 +73,60 @@ def test_the_cpu_ceiling_is_the_cores_over_the_cpu_a_task() -> None:
 
 def test_the_cores_counted_are_those_this_process_may_run_on() -> None:
     assert cores() == len(os.sched_getaffinity(0))
+
+
+class _Owner:
+    """A stand-in for the loaded row's worker child: answers `drive` after `seconds`."""
+
+    def __init__(self, seconds: float, *, fails: bool = False) -> None:
+        self.seconds, self.fails, self.sent = seconds, fails, []
+
+    def send(self, op: str) -> None:
+        self.sent.append(op)
+
+    def receive(self) -> dict[str, float]:
+        time.sleep(self.seconds)
+        if self.fails:
+            raise RuntimeError("the child died")
+        return {"done": 1000, "seconds": self.seconds}
+
+
+def _load_until(stop: Callable[[], bool]) -> dict[str, float]:
+    started = time.monotonic()
+    while not stop():
+        time.sleep(0.01)
+    return {"seconds": time.monotonic() - started}
+
+
+def test_the_busy_clients_run_exactly_as_long_as_the_worker_does() -> None:
+    owner = _Owner(0.5)
+
+    done = _while_driving(owner, _load_until)  # type: ignore[arg-type]
+
+    assert owner.sent == ["drive"]
+    assert done["done"] == 1000
+    assert 0.45 <= done["load"]["seconds"] < 3, f"clients ran {done['load']['seconds']:.2f} s"
+
+
+def test_a_worker_child_that_fails_stops_the_clients_and_is_raised() -> None:
+    with pytest.raises(RuntimeError, match="the child died"):
+        _while_driving(_Owner(0.1, fails=True), _load_until)  # type: ignore[arg-type]
+
+
+def test_the_loaded_row_fails_when_too_few_requests_ran_beside_the_worker() -> None:
+    idle = {"times": [0.1] * 500, "5xx": 0, "seconds": 20.0}
+    done = {"done": 1000, "seconds": 1.0}
+
+    few = _result(
+        "SQLite", idle, {"times": [0.1] * 50, "5xx": 0, "seconds": 1.0}, done, 1000, locked=0
+    )
+    many = _result(
+        "SQLite", idle, {"times": [0.1] * 900, "5xx": 0, "seconds": 9.0}, done, 1000, locked=0
+    )
+
+    assert (few.passed, few.notes) == (
+        False,
+        ["WARNING: fewer than 200 requests while the worker ran; raise the task count"],
+    )
+    assert (many.passed, many.notes) == (True, [])
+    assert "900 requests in 9.0 s vs 500 in 20.0 s" in many.raw
