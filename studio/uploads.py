@@ -10,6 +10,7 @@ the file whole in any case: a round trip through a temporary file took 20-40 ms 
 """
 
 from django.conf import settings
+from django.core.files.uploadedfile import UploadedFile
 from django.core.files.uploadhandler import MemoryFileUploadHandler, SkipFile
 from django.http import HttpRequest
 
@@ -36,6 +37,18 @@ class CappedMemoryUploadHandler(MemoryFileUploadHandler):
             # The view sees no file under this field and says it was too large or missing.
             raise SkipFile(TOO_LARGE)
         return super().receive_data_chunk(raw_data, start)
+
+
+def take(upload: UploadedFile) -> bytes:
+    """Return the file's bytes (at most one past the size cap) and let go of the upload's own.
+
+    One byte past the limit is enough for the originals store to refuse the file as too
+    large; closing the upload frees the copy it held, so the request holds one, not two.
+    """
+    try:
+        return upload.read(settings.AVATARS_MAX_IMAGE_BYTES + 1)
+    finally:
+        upload.close()
 
 
 def dropped_for_size(request: HttpRequest) -> bool:

@@ -11,7 +11,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
 from django.urls import reverse
 
-from studio import engine
+from studio import engine, uploads
 from studio.api.auth import issue_token
 from studio.models import ApiToken, Asset, Subject
 from tests.factories import a_batch, png_bytes
@@ -286,4 +286,15 @@ def test_body_limits_are_set():
     from django.conf import settings
 
     assert settings.DATA_UPLOAD_MAX_MEMORY_SIZE <= 5 * 1024 * 1024
-    assert settings.FILE_UPLOAD_HANDLERS[0] == "studio.uploads.CappedMemoryUploadHandler"
+    assert settings.DATA_UPLOAD_MAX_NUMBER_FILES == 1  # the one file held in memory
+    assert settings.FILE_UPLOAD_HANDLERS == ["studio.uploads.CappedMemoryUploadHandler"]
+
+
+def test_an_upload_is_read_one_byte_past_the_cap_and_its_own_copy_let_go(settings):
+    settings.AVATARS_MAX_IMAGE_BYTES = 10
+    upload = SimpleUploadedFile("big.png", b"x" * 100)
+
+    data = uploads.take(upload)
+
+    assert data == b"x" * 11
+    assert upload.file.closed, "the upload still holds its copy of the file"

@@ -7,7 +7,6 @@ served at `/api/v1/openapi.json`.
 
 from typing import Any
 
-from django.conf import settings
 from django.contrib.admin.views.decorators import staff_member_required
 from django.contrib.auth.models import User
 from django.http import HttpRequest, HttpResponse
@@ -91,9 +90,7 @@ def references(
         if uploads.dropped_for_size(request):
             raise ApiError(400, "too_large", originals.too_large())
         raise ApiError(400, "invalid_upload", "Send the photo as the multipart field `file`.")
-    # One byte past the limit is enough for the originals store to refuse the
-    # file as too large, should a file past the cap ever reach it.
-    data = file.read(settings.AVATARS_MAX_IMAGE_BYTES + 1)
+    data = uploads.take(file)
     asset = engine.add_reference(subject=subject, data=data, file_name=file.name or "")
     return Status(201, asset_json(asset))
 

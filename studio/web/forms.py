@@ -9,7 +9,7 @@ from django.conf import settings
 from django.core.files.uploadedfile import UploadedFile
 from django.db.models import Exists, OuterRef
 
-from studio import engine
+from studio import engine, uploads
 from studio.ids import row_id
 from studio.models import Asset, Batch, Origin, Subject
 
@@ -28,9 +28,7 @@ class ReferenceForm(forms.Form):
     def read(self) -> tuple[bytes, str]:
         """Return the upload's bytes (at most one past the size cap) and its file name."""
         upload: UploadedFile = self.cleaned_data["photo"]
-        # One byte past the limit is enough for the store to refuse the file as too
-        # large, without holding all of a huge upload in memory.
-        return upload.read(settings.AVATARS_MAX_IMAGE_BYTES + 1), upload.name or ""
+        return uploads.take(upload), upload.name or ""
 
 
 class RowChoiceField(forms.ModelMultipleChoiceField):
