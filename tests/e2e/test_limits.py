@@ -317,3 +317,44 @@ def test_a_signed_in_upload_past_the_limit_gets_a_page_of_the_studio_leading_bac
     assert "That photo is too large: the limit is 25 MB." in answer
     assert f'<a class="button" href="/subjects/{subject_id}/">Go back</a>' in answer
     assert spooled_bytes(spool) < 2 * MB
+
+
+def status_kib(pid: int, field: str) -> int:
+    """Return a field of /proc/<pid>/status in KiB (VmRSS: now; VmHWM: the peak so far)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(f"{field}:"):
+            return int(line.split()[1])
+    raise AssertionError(f"/proc/{pid}/status has no {field}")
+
+
+def test_a_12_megapixel_photo_costs_the_web_process_its_decode_and_a_few_copies(served):
+    _web, stack, _spool, token, subject_id = served
+    size = (4000, 3000)
+    noise = Image.effect_noise(size, 40).convert("RGB")
+    out = io.BytesIO()
+    Image.blend(noise, Image.linear_gradient("L").resize(size).convert("RGB"), 0.5).save(
+        out, "JPEG", quality=90
+    )
+    photo = out.getvalue()
+    headers = {"Authorization": f"Bearer {token}"}
+    web = Web(stack)  # a process of its own: its peak is this upload's
+    try:
+        with httpx.Client(base_url=web.url, headers=headers, timeout=120) as api:
+            assert api.get("/api/v1/subjects").status_code == 200  # the app loaded
+            idle = status_kib(web.proc.pid, "VmRSS")
+            answer = api.post(
+                f"/api/v1/subjects/{subject_id}/references",
+                files={"file": ("big.jpg", photo, "image/jpeg")},
+            )
+            peak = status_kib(web.proc.pid, "VmHWM")
+    finally:
+        web.stop()
+
+    assert answer.status_code == 201, answer.text[:500]
+    decoded = size[0] * size[1] * 3 // 1024
+    bound = decoded + 5 * len(photo) // 1024 + 40 * 1024
+    assert peak - idle <= bound, (
+        f"the upload of a {len(photo) / MB:.1f} MiB photo took the web process from "
+        f"{idle / 1024:.0f} to {peak / 1024:.0f} MiB (bound: {bound / 1024:.0f} MiB more: "
+        f"its decode {decoded / 1024:.0f} MiB, five copies of the file and 40 MiB)"
+    )
