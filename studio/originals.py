@@ -23,7 +23,7 @@ from pathlib import Path
 from django.conf import settings
 from PIL import Image, ImageSequence, UnidentifiedImageError
 
-from studio import jpeg
+from studio import chunks, jpeg
 
 # Pillow format -> (mime, extension). Anything else is refused.
 FORMATS = {
@@ -110,7 +110,8 @@ def extension_for(mime: str) -> str:
 def precheck(data: bytes) -> bytes:
     """Refuse, before anything walks or decodes them, bytes no image store would take.
 
-    Empty, over the byte cap, or a JPEG header built to be slow to read (`studio.jpeg`):
+    Empty, over the byte cap, a JPEG header built to be slow to read (`studio.jpeg`), or
+    a PNG or WebP of more chunks than any encoder writes (`studio.chunks`):
     cheap checks, run first by `inspect` and by whatever reads an upload before it.
     Return `data` for chaining.
     """
@@ -123,6 +124,10 @@ def precheck(data: bytes) -> bytes:
             jpeg.check_header(data)  # before Pillow reads it, a byte at a time
         except jpeg.BadJpeg as exc:
             raise NotAnImage(str(exc)) from None
+    try:
+        chunks.check(data)  # before anything walks a PNG's or a WebP's chunks
+    except chunks.TooManyChunks as exc:
+        raise NotAnImage(str(exc)) from None
     return data
 
 

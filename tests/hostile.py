@@ -2,6 +2,7 @@
 
 import io
 import struct
+import zlib
 
 from PIL import Image
 
@@ -100,3 +101,45 @@ def multi_picture_jpeg(second: int = 32, repeat: int = 0) -> bytes:
         last = data.rindex(b"\xff\xda")
         data = data[:-2] + data[last:-2] * repeat + b"\xff\xd9"
     return data
+
+
+def _png_chunk(kind: bytes, data: bytes = b"") -> bytes:
+    body = kind + data
+    return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
+
+
+def many_chunk_png(chunks: int, kind: bytes = b"abCd") -> bytes:
+    """Return a small PNG with `chunks` empty ancillary chunks before its image data."""
+    out = io.BytesIO()
+    Image.new("RGB", (64, 48), (200, 10, 10)).save(out, "PNG")
+    data = out.getvalue()
+    header = 8 + 25  # the signature, then IHDR (its length, type, 13 bytes and CRC)
+    return data[:header] + _png_chunk(kind) * chunks + data[header:]
+
+
+def split_idat_png(chunks: int, size: tuple[int, int] = (1200, 900)) -> bytes:
+    """Return a noisy PNG with its image data split into `chunks` IDAT chunks (some encoders do)."""
+    out = io.BytesIO()
+    Image.effect_noise(size, 50).convert("RGB").save(out, "PNG")
+    data = out.getvalue()
+    pos, parts, idat = 8, [], b""
+    while pos < len(data):
+        (length,) = struct.unpack_from(">I", data, pos)
+        kind = data[pos + 4 : pos + 8]
+        if kind == b"IDAT":
+            idat += data[pos + 8 : pos + 8 + length]
+        else:
+            parts.append((kind, data[pos + 8 : pos + 8 + length]))
+        pos += 12 + length
+    step = -(-len(idat) // chunks)
+    pieces = [_png_chunk(b"IDAT", idat[i : i + step]) for i in range(0, len(idat), step)]
+    head = b"".join(_png_chunk(k, d) for k, d in parts if k != b"IEND")
+    return data[:8] + head + b"".join(pieces) + _png_chunk(b"IEND")
+
+
+def many_chunk_webp(chunks: int) -> bytes:
+    """Return a small lossless WebP followed by `chunks` empty chunks of an unknown type."""
+    out = io.BytesIO()
+    Image.new("RGB", (64, 48), (10, 10, 200)).save(out, "WEBP", lossless=True)
+    riff = out.getvalue()[8:] + b"abcd\x00\x00\x00\x00" * chunks
+    return b"RIFF" + struct.pack("<I", len(riff)) + riff

@@ -22,11 +22,14 @@ from studio.models import Asset
 from tests.factories import png_bytes
 from tests.hostile import (
     animated,
+    many_chunk_png,
+    many_chunk_webp,
     many_frame_gif,
     many_segment_jpeg,
     multi_picture_jpeg,
     padded_jpeg,
     repeated_scans,
+    split_idat_png,
 )
 from tests.processes import run_snippet
 
@@ -259,6 +262,46 @@ def test_an_upload_takes_exactly_one_file_through_both_doors(person, make_subjec
     assert api.status_code == 400 and api.json()["error"]["code"] == "invalid_upload"
     assert page.status_code == 400
     assert stored() == before
+
+
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (lambda: many_chunk_png(2_000_000), "The PNG has more than 100,000 parts."),
+        (lambda: many_chunk_png(2_000_000, kind=b"tEXt"), "The PNG has more than 100,000 parts."),
+        (lambda: many_chunk_webp(3_000_000), "The WebP has more than 10,000 parts."),
+    ],
+    ids=["png-unknown-chunks", "png-text-chunks", "webp-unknown-chunks"],
+)
+def test_a_file_of_millions_of_empty_chunks_is_refused_before_anything_walks_them(
+    make_subject, build, message
+):
+    """24 MB of empty chunks: stripping and Pillow would walk them in Python for seconds."""
+    data = build()
+    assert len(data) > 20 * 1024 * 1024, len(data)
+    subject = make_subject("Ada")
+    before = stored()
+
+    started = time.perf_counter()
+    with pytest.raises(originals.NotAnImage, match=message):
+        engine.add_reference(subject=subject, data=data, file_name="many")
+    seconds = time.perf_counter() - started
+
+    assert seconds < 0.5, f"refused after {seconds:.2f} s (bound: 0.5 s)"
+    assert stored() == before
+
+
+def test_a_png_whose_image_data_comes_in_twenty_thousand_chunks_is_stored(make_subject):
+    """Some encoders write small IDAT chunks: well under the bound, the photo is taken."""
+    data = split_idat_png(20_000)
+    subject = make_subject("Ada")
+
+    started = time.perf_counter()
+    asset = engine.add_reference(subject=subject, data=data, file_name="split.png")
+    seconds = time.perf_counter() - started
+
+    assert (asset.width, asset.height, asset.mime) == (1200, 900, "image/png")
+    assert seconds < 2.0, f"stored after {seconds:.2f} s (bound: 2 s)"
 
 
 def test_a_jpeg_of_millions_of_tiny_segments_is_refused_before_anything_walks_it(make_subject):
