@@ -1,12 +1,14 @@
-"""What would make a PNG or WebP slow to walk, found before anything walks it: too many chunks.
+"""What would make a PNG, WebP or GIF slow to walk, found before anything walks it: its parts.
 
-Both formats are a list of chunks, and both are walked chunk by chunk in Python: by the
-location stripping (`studio.metadata`) and, for a PNG, by Pillow, which reads every
-chunk through a handler call. A 25 MB PNG of two million empty chunks cost 5 s of CPU
-to take in (1.4 s stripping, 3.5 s in Pillow); a WebP, 1.3 s. The chunks are counted
-here, stopping one past a bound no encoder comes near: a PNG's image data comes in
-chunks of 8 KB or more (about 3,000 for a 25 MB file), an animated one adds two a frame;
-a WebP has a handful, and one a frame.
+A PNG and a WebP are lists of chunks, a GIF a list of blocks each made of sub-blocks of at
+most 255 bytes, and all are walked part by part in Python: by the location stripping
+(`studio.metadata`) and by Pillow (every PNG chunk through a handler call; a GIF's
+extensions, and its frames' data when it counts them). A 25 MB PNG of two million empty
+chunks cost 5 s of CPU to take in (1.4 s stripping, 3.5 s in Pillow); a WebP, 1.3 s; a
+GIF of one-byte sub-blocks, 2.5 s. The parts are counted here, stopping one past a bound
+no encoder comes near: a PNG's image data comes in chunks of 8 KB or more (about 3,000
+for a 25 MB file), an animated one adds two a frame; a WebP has a handful, and one a
+frame; a GIF's encoder fills its sub-blocks (about 100,000 for 25 MB).
 """
 
 import struct
@@ -14,6 +16,11 @@ import struct
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 MAX_PNG_CHUNKS = 100_000
 MAX_WEBP_CHUNKS = 10_000
+MAX_GIF_BLOCKS = 300_000  # sub-blocks, the empty one ending each block included
+GIF_SIGNATURES = (b"GIF87a", b"GIF89a")
+GIF_SCREEN = 13  # bytes: the signature and the logical screen descriptor
+GIF_IMAGE = 10  # bytes: an image descriptor, its separator (0x2C) included
+GIF_EXTENSION, GIF_IMAGE_SEPARATOR = 0x21, 0x2C
 CHUNK_HEAD = 8  # bytes before a chunk's data in both: its length and type (PNG), type and size
 PNG_CRC = 4  # bytes after a PNG chunk's data
 
@@ -23,14 +30,16 @@ class TooManyChunks(ValueError):
 
 
 def check(data: bytes) -> None:
-    """Refuse a PNG or WebP with more chunks than the bounds; anything else passes.
+    """Refuse a PNG, WebP or GIF of more parts than the bounds; anything else passes.
 
-    A chunk list that ends early or breaks is left to Pillow, which says it is broken.
+    A list of parts that ends early or breaks is left to Pillow, which says it is broken.
     """
     if data.startswith(PNG_SIGNATURE):
         _count_png(data)
     elif data[:4] == b"RIFF" and data[8:12] == b"WEBP":
         _count_webp(data)
+    elif data[:6] in GIF_SIGNATURES:
+        _count_gif(data)
 
 
 def _count_png(data: bytes) -> None:
@@ -55,3 +64,34 @@ def _count_webp(data: bytes) -> None:
         pos += CHUNK_HEAD + length + (length & 1)  # a chunk of odd size is padded to even
     if pos + CHUNK_HEAD <= size:
         raise TooManyChunks(f"The WebP has more than {MAX_WEBP_CHUNKS:,} parts.")
+
+
+def _count_gif(data: bytes) -> None:
+    size = len(data)
+    if size < GIF_SCREEN:
+        return
+    pos = GIF_SCREEN + _colour_table(data[10])
+    blocks = 0
+    while pos < size:
+        kind = data[pos]
+        if kind == GIF_EXTENSION:
+            pos += 2  # the introducer and the extension's label
+        elif kind == GIF_IMAGE_SEPARATOR:
+            if pos + GIF_IMAGE > size:
+                return
+            pos += GIF_IMAGE + _colour_table(data[pos + 9]) + 1  # + LZW minimum code size
+        else:
+            return  # the trailer, or a broken file: Pillow says which
+        while pos < size:
+            length = data[pos]
+            pos += 1 + length
+            blocks += 1
+            if blocks > MAX_GIF_BLOCKS:
+                raise TooManyChunks(f"The GIF has more than {MAX_GIF_BLOCKS:,} parts.")
+            if length == 0:
+                break
+
+
+def _colour_table(packed: int) -> int:
+    """Return the bytes of the colour table a GIF descriptor's packed field announces."""
+    return 3 << ((packed & 7) + 1) if packed & 0x80 else 0

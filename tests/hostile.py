@@ -143,3 +143,18 @@ def many_chunk_webp(chunks: int) -> bytes:
     Image.new("RGB", (64, 48), (10, 10, 200)).save(out, "WEBP", lossless=True)
     riff = out.getvalue()[8:] + b"abcd\x00\x00\x00\x00" * chunks
     return b"RIFF" + struct.pack("<I", len(riff)) + riff
+
+
+def many_block_gif(blocks: int, *, extensions: bool = False) -> bytes:
+    """Return a small GIF carrying `blocks` one-byte comment sub-blocks before its image.
+
+    With `extensions`, each sub-block is a comment extension of its own.
+    """
+    out = io.BytesIO()
+    Image.new("P", (64, 48), 3).save(out, "GIF")
+    data = out.getvalue()
+    table = 3 << ((data[10] & 7) + 1) if data[10] & 0x80 else 0
+    screen = 13 + table  # the signature, the screen descriptor and its colour table
+    one_each = b"\x21\xfe\x01x\x00" * blocks  # introducer, label, one sub-block, the end
+    one_comment = b"\x21\xfe" + b"\x01x" * blocks + b"\x00"
+    return data[:screen] + (one_each if extensions else one_comment) + data[screen:]

@@ -22,6 +22,7 @@ from studio.models import Asset
 from tests.factories import png_bytes
 from tests.hostile import (
     animated,
+    many_block_gif,
     many_chunk_png,
     many_chunk_webp,
     many_frame_gif,
@@ -270,13 +271,24 @@ def test_an_upload_takes_exactly_one_file_through_both_doors(person, make_subjec
         (lambda: many_chunk_png(2_000_000), "The PNG has more than 100,000 parts."),
         (lambda: many_chunk_png(2_000_000, kind=b"tEXt"), "The PNG has more than 100,000 parts."),
         (lambda: many_chunk_webp(3_000_000), "The WebP has more than 10,000 parts."),
+        (lambda: many_block_gif(12_000_000), "The GIF has more than 300,000 parts."),
+        (
+            lambda: many_block_gif(5_000_000, extensions=True),
+            "The GIF has more than 300,000 parts.",
+        ),
     ],
-    ids=["png-unknown-chunks", "png-text-chunks", "webp-unknown-chunks"],
+    ids=[
+        "png-unknown-chunks",
+        "png-text-chunks",
+        "webp-unknown-chunks",
+        "gif-one-byte-sub-blocks",
+        "gif-empty-comments",
+    ],
 )
 def test_a_file_of_millions_of_empty_chunks_is_refused_before_anything_walks_them(
     make_subject, build, message
 ):
-    """24 MB of empty chunks: stripping and Pillow would walk them in Python for seconds."""
+    """24 MB of empty parts: stripping and Pillow would walk them in Python for seconds."""
     data = build()
     assert len(data) > 20 * 1024 * 1024, len(data)
     subject = make_subject("Ada")
@@ -289,6 +301,16 @@ def test_a_file_of_millions_of_empty_chunks_is_refused_before_anything_walks_the
 
     assert seconds < 0.5, f"refused after {seconds:.2f} s (bound: 0.5 s)"
     assert stored() == before
+
+
+def test_a_gif_of_two_hundred_thousand_comment_parts_is_stored(make_subject):
+    """Under the bound a GIF is taken, however it is cut up."""
+    data = many_block_gif(200_000)
+    subject = make_subject("Ada")
+
+    asset = engine.add_reference(subject=subject, data=data, file_name="comments.gif")
+
+    assert (asset.width, asset.height, asset.mime) == (64, 48, "image/gif")
 
 
 def test_a_png_whose_image_data_comes_in_twenty_thousand_chunks_is_stored(make_subject):
