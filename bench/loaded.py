@@ -127,7 +127,7 @@ def _load(url: str, setup: dict[str, Any], stop: Callable[[], bool]) -> dict[str
     times: list[float] = []
     failures = [0]
     lock = threading.Lock()
-    started = time.monotonic()
+    began = time.monotonic()
 
     def client(index: int) -> None:
         batch = setup["batches"][index % len(setup["batches"])]
@@ -154,7 +154,7 @@ def _load(url: str, setup: dict[str, Any], stop: Callable[[], bool]) -> dict[str
         thread.start()
     for thread in threads:
         thread.join()
-    return {"times": times, "5xx": failures[0], "seconds": time.monotonic() - started}
+    return {"times": times, "5xx": failures[0], "seconds": time.monotonic() - began}
 
 
 # --- in the child -------------------------------------------------------------

@@ -26,7 +26,7 @@ PNG_CRC = 4  # bytes after a PNG chunk's data
 
 
 class TooManyChunks(ValueError):
-    """The image has more chunks than any encoder writes: the message says so, for people."""
+    """The image has more parts than any encoder writes: the message says so, for people."""
 
 
 def check(data: bytes) -> None:

@@ -111,7 +111,7 @@ def precheck(data: bytes) -> bytes:
     """Refuse, before anything walks or decodes them, bytes no image store would take.
 
     Empty, over the byte cap, a JPEG header built to be slow to read (`studio.jpeg`), or
-    a PNG or WebP of more chunks than any encoder writes (`studio.chunks`):
+    a PNG, WebP or GIF of more parts than any encoder writes (`studio.chunks`):
     cheap checks, run first by `inspect` and by whatever reads an upload before it.
     Return `data` for chaining.
     """
@@ -125,7 +125,7 @@ def precheck(data: bytes) -> bytes:
         except jpeg.BadJpeg as exc:
             raise NotAnImage(str(exc)) from None
     try:
-        chunks.check(data)  # before anything walks a PNG's or a WebP's chunks
+        chunks.check(data)  # before anything walks a PNG's, WebP's or GIF's parts
     except chunks.TooManyChunks as exc:
         raise NotAnImage(str(exc)) from None
     return data
