@@ -70,7 +70,7 @@ def _count_gif(data: bytes) -> None:
     size = len(data)
     if size < GIF_SCREEN:
         return
-    pos = GIF_SCREEN + _colour_table(data[10])
+    pos = GIF_SCREEN + gif_colour_table_size(data[10])
     blocks = 0
     while pos < size:
         kind = data[pos]
@@ -79,7 +79,7 @@ def _count_gif(data: bytes) -> None:
         elif kind == GIF_IMAGE_SEPARATOR:
             if pos + GIF_IMAGE > size:
                 return
-            pos += GIF_IMAGE + _colour_table(data[pos + 9]) + 1  # + LZW minimum code size
+            pos += GIF_IMAGE + gif_colour_table_size(data[pos + 9]) + 1  # + LZW minimum code size
         else:
             return  # the trailer, or a broken file: Pillow says which
         while pos < size:
@@ -92,6 +92,6 @@ def _count_gif(data: bytes) -> None:
                 break
 
 
-def _colour_table(packed: int) -> int:
-    """Return the bytes of the colour table a GIF descriptor's packed field announces."""
-    return 3 << ((packed & 7) + 1) if packed & 0x80 else 0
+def gif_colour_table_size(flags: int) -> int:
+    """Return the size in bytes of the colour table that a GIF descriptor's `flags` announce."""
+    return 3 << ((flags & 7) + 1) if flags & 0x80 else 0

@@ -30,6 +30,8 @@ import re
 import struct
 import zlib
 
+from studio.chunks import GIF_SIGNATURES, PNG_SIGNATURE, gif_colour_table_size
+
 GPS_IFD_TAG = 0x8825
 # TIFF field type -> bytes per value (the types EXIF uses).
 TYPE_SIZES = {1: 1, 2: 1, 3: 2, 4: 4, 5: 8, 6: 1, 7: 1, 8: 2, 9: 4, 10: 8, 11: 4, 12: 8}
@@ -60,7 +62,6 @@ LATER_APP1 = re.compile(
     re.DOTALL,
 )
 
-PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 PNG_TEXT_CHUNKS = {b"tEXt", b"zTXt", b"iTXt"}
 PNG_LOOKED_AT = PNG_TEXT_CHUNKS | {b"eXIf"}
 PNG_KEYWORD_MAX = 79  # bytes; the keyword ends at the first NUL
@@ -76,7 +77,6 @@ PNG_DROPPED_KEYWORDS = {
     b"raw profile type 8bim",
 }
 
-GIF_SIGNATURES = (b"GIF87a", b"GIF89a")
 GIF_EXTENSION, GIF_IMAGE, GIF_TRAILER = 0x21, 0x2C, 0x3B
 GIF_XMP_ID = b"XMP DataXMP"  # application identifier and authentication code
 GIF_XMP = b"\xff\x0b" + GIF_XMP_ID  # after the introducer: label, block size, identifier
@@ -407,7 +407,7 @@ def _gif_first_block(data: bytes) -> int | None:
     """Return where the blocks start, past the header, screen descriptor and colour table."""
     if len(data) < 13:
         return None
-    start = 13 + _gif_colour_table_size(data[10])
+    start = 13 + gif_colour_table_size(data[10])
     return start if start <= len(data) else None
 
 
@@ -415,13 +415,8 @@ def _gif_image_end(data: bytes, pos: int) -> int:
     """Return where the image at `pos` ends: descriptor, colour table, LZW code size, data."""
     if pos + 10 > len(data):
         return len(data)
-    table = _gif_colour_table_size(data[pos + 9])
+    table = gif_colour_table_size(data[pos + 9])
     return _gif_sub_blocks_end(data, pos + 10 + table + 1)
-
-
-def _gif_colour_table_size(flags: int) -> int:
-    """Return the size in bytes of the colour table that `flags` announce (0 if none)."""
-    return 3 << ((flags & 7) + 1) if flags & 0x80 else 0
 
 
 def _gif_sub_blocks_end(data: bytes, pos: int) -> int:
