@@ -103,9 +103,9 @@ def multi_picture_jpeg(second: int = 32, repeat: int = 0) -> bytes:
     return data
 
 
-def _png_chunk(kind: bytes, data: bytes = b"") -> bytes:
-    body = kind + data
-    return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
+def png_chunk(kind: bytes, body: bytes = b"") -> bytes:
+    """Return one PNG chunk: its length, type, data and CRC."""
+    return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
 
 
 def many_chunk_png(chunks: int, kind: bytes = b"abCd") -> bytes:
@@ -114,7 +114,7 @@ def many_chunk_png(chunks: int, kind: bytes = b"abCd") -> bytes:
     Image.new("RGB", (64, 48), (200, 10, 10)).save(out, "PNG")
     data = out.getvalue()
     header = 8 + 25  # the signature, then IHDR (its length, type, 13 bytes and CRC)
-    return data[:header] + _png_chunk(kind) * chunks + data[header:]
+    return data[:header] + png_chunk(kind) * chunks + data[header:]
 
 
 def split_idat_png(chunks: int, size: tuple[int, int] = (1200, 900)) -> bytes:
@@ -132,9 +132,9 @@ def split_idat_png(chunks: int, size: tuple[int, int] = (1200, 900)) -> bytes:
             parts.append((kind, data[pos + 8 : pos + 8 + length]))
         pos += 12 + length
     step = -(-len(idat) // chunks)
-    pieces = [_png_chunk(b"IDAT", idat[i : i + step]) for i in range(0, len(idat), step)]
-    head = b"".join(_png_chunk(k, d) for k, d in parts if k != b"IEND")
-    return data[:8] + head + b"".join(pieces) + _png_chunk(b"IEND")
+    pieces = [png_chunk(b"IDAT", idat[i : i + step]) for i in range(0, len(idat), step)]
+    head = b"".join(png_chunk(k, d) for k, d in parts if k != b"IEND")
+    return data[:8] + head + b"".join(pieces) + png_chunk(b"IEND")
 
 
 def many_chunk_webp(chunks: int) -> bytes:

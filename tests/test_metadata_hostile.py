@@ -9,7 +9,6 @@ import binascii
 import io
 import struct
 import time
-import zlib
 
 import pytest
 from hypothesis import event, given, settings
@@ -17,6 +16,7 @@ from hypothesis import strategies as st
 from PIL import Image, PngImagePlugin
 
 from studio import metadata
+from tests.hostile import png_chunk
 
 XMP = (
     b'<x:xmpmeta xmlns:x="adobe:ns:meta/"><rdf:RDF '
@@ -104,10 +104,6 @@ def add_text(info: PngImagePlugin.PngInfo, chunk: str, key: str, value: str) -> 
 def insert_after_soi(jpeg: bytes, marker: int, body: bytes) -> bytes:
     segment = bytes([0xFF, marker]) + struct.pack(">H", len(body) + 2) + body
     return jpeg[:2] + segment + jpeg[2:]
-
-
-def png_chunk(kind: bytes, body: bytes) -> bytes:
-    return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
 
 
 def insert_before_iend(png: bytes, chunk: bytes) -> bytes:
