@@ -19,8 +19,8 @@ MAX_WEBP_CHUNKS = 10_000
 MAX_GIF_BLOCKS = 300_000  # sub-blocks, the empty one ending each block included
 GIF_SIGNATURES = (b"GIF87a", b"GIF89a")
 GIF_SCREEN = 13  # bytes: the signature and the logical screen descriptor
-GIF_IMAGE = 10  # bytes: an image descriptor, its separator (0x2C) included
-GIF_EXTENSION, GIF_IMAGE_SEPARATOR = 0x21, 0x2C
+GIF_DESCRIPTOR = 10  # bytes: an image descriptor, its separator (0x2C) included
+GIF_EXTENSION, GIF_IMAGE_SEPARATOR = 0x21, 0x2C  # the codes that start a block
 CHUNK_HEAD = 8  # bytes before a chunk's data in both: its length and type (PNG), type and size
 PNG_CRC = 4  # bytes after a PNG chunk's data
 
@@ -77,9 +77,9 @@ def _count_gif(data: bytes) -> None:
         if kind == GIF_EXTENSION:
             pos += 2  # the introducer and the extension's label
         elif kind == GIF_IMAGE_SEPARATOR:
-            if pos + GIF_IMAGE > size:
+            if pos + GIF_DESCRIPTOR > size:
                 return
-            pos += GIF_IMAGE + gif_colour_table_size(data[pos + 9]) + 1  # + LZW minimum code size
+            pos += GIF_DESCRIPTOR + gif_colour_table_size(data[pos + 9]) + 1  # + LZW code size
         else:
             return  # the trailer, or a broken file: Pillow says which
         while pos < size:

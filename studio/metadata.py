@@ -30,7 +30,15 @@ import re
 import struct
 import zlib
 
-from studio.chunks import GIF_SIGNATURES, PNG_SIGNATURE, gif_colour_table_size
+from studio.chunks import (
+    GIF_DESCRIPTOR,
+    GIF_EXTENSION,
+    GIF_IMAGE_SEPARATOR,
+    GIF_SCREEN,
+    GIF_SIGNATURES,
+    PNG_SIGNATURE,
+    gif_colour_table_size,
+)
 
 GPS_IFD_TAG = 0x8825
 # TIFF field type -> bytes per value (the types EXIF uses).
@@ -77,7 +85,7 @@ PNG_DROPPED_KEYWORDS = {
     b"raw profile type 8bim",
 }
 
-GIF_EXTENSION, GIF_IMAGE, GIF_TRAILER = 0x21, 0x2C, 0x3B
+GIF_TRAILER = 0x3B
 GIF_XMP_ID = b"XMP DataXMP"  # application identifier and authentication code
 GIF_XMP = b"\xff\x0b" + GIF_XMP_ID  # after the introducer: label, block size, identifier
 GIF_BLOCK = re.compile(rb"[\x21\x2c\x3b]")
@@ -389,7 +397,7 @@ def _gif(data: bytes) -> bytes:
             if data.startswith(GIF_XMP, pos + 1):
                 kept.replace(pos, end)
             pos = end
-        elif kind == GIF_IMAGE:
+        elif kind == GIF_IMAGE_SEPARATOR:
             pos = _gif_image_end(data, pos)
         elif kind == GIF_TRAILER:
             break
@@ -405,18 +413,18 @@ def _gif(data: bytes) -> bytes:
 
 def _gif_first_block(data: bytes) -> int | None:
     """Return where the blocks start, past the header, screen descriptor and colour table."""
-    if len(data) < 13:
+    if len(data) < GIF_SCREEN:
         return None
-    start = 13 + gif_colour_table_size(data[10])
+    start = GIF_SCREEN + gif_colour_table_size(data[10])
     return start if start <= len(data) else None
 
 
 def _gif_image_end(data: bytes, pos: int) -> int:
     """Return where the image at `pos` ends: descriptor, colour table, LZW code size, data."""
-    if pos + 10 > len(data):
+    if pos + GIF_DESCRIPTOR > len(data):
         return len(data)
     table = gif_colour_table_size(data[pos + 9])
-    return _gif_sub_blocks_end(data, pos + 10 + table + 1)
+    return _gif_sub_blocks_end(data, pos + GIF_DESCRIPTOR + table + 1)
 
 
 def _gif_sub_blocks_end(data: bytes, pos: int) -> int:

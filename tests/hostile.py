@@ -6,6 +6,8 @@ import zlib
 
 from PIL import Image
 
+from studio.chunks import GIF_SCREEN, gif_colour_table_size
+
 
 def many_frame_gif(width: int = 6000, height: int = 6000, frames: int = 1000) -> bytes:
     """Return a GIF of `frames` one-pixel frames on a `width` x `height` canvas (~23 KB).
@@ -153,8 +155,7 @@ def many_block_gif(blocks: int, *, extensions: bool = False) -> bytes:
     out = io.BytesIO()
     Image.new("P", (64, 48), 3).save(out, "GIF")
     data = out.getvalue()
-    table = 3 << ((data[10] & 7) + 1) if data[10] & 0x80 else 0
-    screen = 13 + table  # the signature, the screen descriptor and its colour table
+    screen = GIF_SCREEN + gif_colour_table_size(data[10])  # where the blocks start
     one_each = b"\x21\xfe\x01x\x00" * blocks  # introducer, label, one sub-block, the end
     one_comment = b"\x21\xfe" + b"\x01x" * blocks + b"\x00"
     return data[:screen] + (one_each if extensions else one_comment) + data[screen:]
