@@ -6,7 +6,8 @@ memory, a bracket for each provider's jobs of each kind: a time after their subm
 went out that such jobs were still running at, and one they were done by.
 While the bracket is wide, a job's first poll probes its middle and the second
 goes to its top, which narrows it either way; once it is narrow the first poll
-goes to its top, and from there on a job is polled every interval.
+goes to its top. A job still running at the top is asked about again a little
+later (it is likely just past it), and from there on every interval.
 """
 
 from dataclasses import dataclass
@@ -34,13 +35,13 @@ class Plan:
     """When to poll one job, in seconds after its submit went out, and what that was based on."""
 
     first: float
-    second: float | None  # a second poll before the interval takes over, if any
+    then: tuple[float, ...]  # the polls after the first, before the interval takes over
     basis: Bracket | None  # the bracket the plan came from (None: nothing known yet)
     probe: bool = False  # whether the first poll probes the middle of the bracket
 
     def polls(self) -> list[float]:
         """Return the planned polls, in order; after them, one every interval."""
-        return [self.first] if self.second is None else [self.first, self.second]
+        return [self.first, *self.then]
 
 
 class Pacing:
@@ -53,20 +54,21 @@ class Pacing:
         self._brackets: dict[Kind, Bracket] = {}
 
     def plan(self, kind: Kind) -> Plan:
-        """Return when to poll a job of `kind` first (and second).
+        """Return when to poll a job of `kind` before the interval takes over.
 
         A provider not seen yet starts from its kind's bracket at any provider.
         """
         basis = self._brackets.get(kind) or self._brackets.get((ANY_PROVIDER, kind[1]))
         if basis is None:
-            return Plan(self.interval, None, None)
-        width = basis.done - basis.running
-        if width <= self.narrow:
-            # A job not done by the top yet is likely just past it.
-            return Plan(basis.done, basis.done + self.narrow, basis)
+            return Plan(self.interval, (), None)
+        just_past = basis.done + self.narrow  # a job not done by the top is likely just past it
+        if basis.done - basis.running <= self.narrow:
+            return Plan(basis.done, (just_past,), basis)
         # A job just past the "running" time is still asked about within an interval.
-        middle = basis.running + min(width / 2, self.interval)
-        return Plan(middle, min(basis.done, middle + self.interval), basis, probe=True)
+        middle = basis.running + min((basis.done - basis.running) / 2, self.interval)
+        if middle + self.interval < basis.done:
+            return Plan(middle, (middle + self.interval,), basis, probe=True)
+        return Plan(middle, (basis.done, just_past), basis, probe=True)
 
     def learn(self, kind: Kind, plan: Plan, last_running: float | None, seen_done: float) -> None:
         """Take in a job of `kind`, followed by `plan`, that ended.
