@@ -163,8 +163,8 @@ def test_jobs_of_a_length_that_wavers_a_little_are_seen_soon_not_an_interval_lat
     ends = [length + wavering * seed for seed in seeds]
     followed = rounds(pacing, [length] * warm_up + ends, 1)
 
-    late = [round(f.late, 3) for f in followed[warm_up:]]
+    late = [f.late for f in followed[warm_up:]]
     assert max(late) <= pacing.narrow + 2 * wavering + 1e-9, (
         f"jobs of {length:.2f} s, give or take {wavering:.3f} s, interval {interval} s, "
-        f"narrow {pacing.narrow:.3f} s: seen late (s) {late}"
+        f"narrow {pacing.narrow:.3f} s: seen late (s) {[round(s, 3) for s in late]}"
     )
