@@ -8,7 +8,7 @@ end and the poll that finds it done.
 
 from dataclasses import dataclass
 
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from studio.worker.pacing import CLOSEST, Pacing
@@ -167,4 +167,25 @@ def test_jobs_of_a_length_that_wavers_a_little_are_seen_soon_not_an_interval_lat
     assert max(late) <= pacing.narrow + 2 * wavering + 1e-9, (
         f"jobs of {length:.2f} s, give or take {wavering:.3f} s, interval {interval} s, "
         f"narrow {pacing.narrow:.3f} s: seen late (s) {[round(s, 3) for s in late]}"
+    )
+
+
+@given(
+    interval=INTERVALS,
+    length=st.floats(min_value=0.05, max_value=60),
+    stall=st.floats(min_value=0.01, max_value=5),
+)
+def test_a_poll_that_went_out_late_does_not_make_the_next_jobs_late(interval, length, stall):
+    """A busy machine sends one poll late: the job is seen late, the ones after it are not."""
+    pacing = Pacing(interval)
+    warm_up = 4 + int(length / interval).bit_length()
+    rounds(pacing, [length] * warm_up, 1)
+    plan = pacing.plan(KIND)
+    assume(plan.first + stall >= length)  # the first poll, held up, finds the job done
+    pacing.learn(KIND, plan, None, plan.first + stall)
+
+    late = [f.late for f in rounds(pacing, [length] * 4, 1)]
+    assert max(late) <= pacing.narrow + 1e-9, (
+        f"jobs of {length:.2f} s, interval {interval} s, after one poll {stall:.2f} s late: "
+        f"seen late (s) {[round(s, 3) for s in late]}"
     )

@@ -97,9 +97,13 @@ class Pacing:
         Seen running first: it ran past that poll and was done by the next. Done at its
         first poll: a probe moves the top down to it; a job done at the top of a
         narrow bracket widens the bracket below, twice as far as the last time, so a
-        kind of job that got faster is found out within a few jobs.
+        kind of job that got faster is found out within a few jobs. Seen done past the
+        top but never seen running at it (a poll that went out late, on a busy machine),
+        it says nothing against the top, which stays.
         """
         basis = plan.basis
+        if basis is not None and (last_running is None or last_running < basis.done):
+            seen_done = min(seen_done, basis.done)
         if last_running is not None:
             if basis is not None and last_running >= basis.done:
                 # Slower than the jobs before: it may be the one slow job, so the
