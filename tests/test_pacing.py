@@ -46,6 +46,11 @@ def follow(pacing: Pacing, ends: list[float], kind=KIND) -> list[Followed]:
     return followed
 
 
+def warm_up_rounds(length: float, interval: float) -> int:
+    """Return how many rounds of steady jobs narrow a bracket of one interval down."""
+    return 4 + int(length / interval).bit_length()
+
+
 def rounds(pacing: Pacing, ends: list[float], slots: int) -> list[Followed]:
     """Follow `ends` in rounds of `slots` jobs side by side."""
     return [
@@ -62,7 +67,7 @@ def rounds(pacing: Pacing, ends: list[float], slots: int) -> list[Followed]:
 )
 def test_jobs_of_a_steady_length_are_asked_about_about_once_and_seen_soon(interval, length, slots):
     pacing = Pacing(interval)
-    warm_up = 4 + int(length / interval).bit_length()  # rounds to narrow one interval down
+    warm_up = warm_up_rounds(length, interval)
     followed = rounds(pacing, [length] * slots * (warm_up + 8), slots)
 
     later = followed[slots * warm_up :]
@@ -159,7 +164,7 @@ def test_jobs_of_a_length_that_wavers_a_little_are_seen_soon_not_an_interval_lat
     """A job ending a hair past the top is likely just past it: seen soon, not an interval on."""
     pacing = Pacing(interval)
     wavering = jitter * interval  # each job ends up to 10% of an interval either side
-    warm_up = 4 + int(length / interval).bit_length()
+    warm_up = warm_up_rounds(length, interval)
     ends = [length + wavering * seed for seed in seeds]
     followed = rounds(pacing, [length] * warm_up + ends, 1)
 
@@ -178,8 +183,7 @@ def test_jobs_of_a_length_that_wavers_a_little_are_seen_soon_not_an_interval_lat
 def test_a_poll_that_went_out_late_does_not_make_the_next_jobs_late(interval, length, stall):
     """A busy machine sends one poll late: the job is seen late, the ones after it are not."""
     pacing = Pacing(interval)
-    warm_up = 4 + int(length / interval).bit_length()
-    rounds(pacing, [length] * warm_up, 1)
+    rounds(pacing, [length] * warm_up_rounds(length, interval), 1)
     plan = pacing.plan(KIND)
     assume(plan.first + stall >= length)  # the first poll, held up, finds the job done
     pacing.learn(KIND, plan, None, plan.first + stall)

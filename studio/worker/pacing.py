@@ -61,11 +61,12 @@ class Pacing:
         basis = self._brackets.get(kind) or self._brackets.get((ANY_PROVIDER, kind[1]))
         if basis is None:
             return Plan(self.interval, (), None)
+        width = basis.done - basis.running
         just_past = basis.done + self.narrow  # a job not done by the top is likely just past it
-        if basis.done - basis.running <= self.narrow:
+        if width <= self.narrow:
             return Plan(basis.done, (just_past,), basis)
         # A job just past the "running" time is still asked about within an interval.
-        middle = basis.running + min((basis.done - basis.running) / 2, self.interval)
+        middle = basis.running + min(width / 2, self.interval)
         if middle + self.interval < basis.done:
             return Plan(middle, (middle + self.interval,), basis, probe=True)
         return Plan(middle, (basis.done, just_past), basis, probe=True)
