@@ -6,6 +6,7 @@ handles, never a silent overwrite. `select_for_update` does nothing on SQLite; a
 compare-and-swap on `version` works on every database.
 """
 
+import functools
 import logging
 from datetime import datetime
 from typing import Any, TypeVar
@@ -34,7 +35,7 @@ def update(obj: V, *, expected: int | None = None, **fields: Any) -> V:
     the write always happens (it records something that must not be lost).
     """
     model = type(obj)
-    if any(f.name == "updated_at" for f in model._meta.concrete_fields):
+    if _stamped(model):
         fields.setdefault("updated_at", timezone.now())
     if expected is not None:
         if _swap(obj, expected, fields) == 0:
@@ -82,14 +83,9 @@ def _statement(
     quote = connection.ops.quote_name
     assignments, params = [], []
     for name, value in fields.items():
-        try:
-            field = model._meta.get_field(name)
-        except FieldDoesNotExist:
-            return None  # the ORM says what is wrong with the name
-        if not isinstance(field, Field) or not field.concrete or field.many_to_many:
-            return None  # not a column of this table
-        if hasattr(field, "get_placeholder"):
-            return None  # a column whose placeholder the compiler must write
+        field = _column(model, name)
+        if field is None:
+            return None  # the ORM says what is wrong with the name, or writes the column
         if hasattr(value, "resolve_expression"):
             return None
         if hasattr(value, "prepare_database_save"):  # a model instance
@@ -112,6 +108,31 @@ def _statement(
         f"WHERE {quote(meta.pk.column)} = %s AND {quote('version')} = %s"
     )
     return sql, params
+
+
+@functools.cache
+def _stamped(model: type[Model]) -> bool:
+    """Say whether `model` has an `updated_at` column (every write sets it)."""
+    return any(f.name == "updated_at" for f in model._meta.concrete_fields)
+
+
+@functools.cache
+def _column(model: type[Model], name: str) -> Field | None:
+    """Return the field `name` of `model` if `_statement` may write it plainly, else None.
+
+    None for a name that is not a field (the ORM then says what is wrong with it), a
+    field that is not a column of this table, or one whose placeholder the compiler
+    must write. Looked up once per model and name: a state change's fields are few.
+    """
+    try:
+        field = model._meta.get_field(name)
+    except FieldDoesNotExist:
+        return None
+    if not isinstance(field, Field) or not field.concrete or field.many_to_many:
+        return None
+    if hasattr(field, "get_placeholder"):
+        return None
+    return field
 
 
 def move(
