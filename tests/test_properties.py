@@ -46,3 +46,17 @@ def test_it_keeps_the_ledger_when_the_worker_adopts_a_lost_submit() -> None:
         machine.no_promise_was_broken_during_a_step()
     finally:
         machine.teardown()
+
+
+@pytest.mark.django_db
+def test_a_replayed_example_plans_the_same_ids() -> None:
+    """The engine breaks some ties by id: a replay must meet the same ids to take the same path."""
+    planned = []
+    for _ in range(2):
+        machine = AvatarsMachine()
+        try:
+            machine.plan(["image"], 2)
+            planned.append(list(machine.tasks))
+        finally:
+            machine.teardown()
+    assert planned[0] == planned[1], f"the same steps planned {planned[0]} then {planned[1]}"
