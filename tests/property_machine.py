@@ -75,6 +75,7 @@ class AvatarsMachine(RuleBasedStateMachine):
         self.sets: list[int] = []
         self.prepare: list[str] = []
         self.resubmits: Counter[str] = Counter()  # a person's confirmed resubmits per task
+        self.confirmations: dict[str, int] = {}  # task id -> the version its form showed
         self.cancelled: set[str] = set()  # tasks a cancel reported cancelled
         self.published: dict[int, list[int]] = {}  # set id -> its assets when published
         self.broken: list[str] = []  # promises broken during a step, said in words
@@ -148,12 +149,37 @@ class AvatarsMachine(RuleBasedStateMachine):
             and self.ember.charges[task_id]
         ):
             return
+        before = self.task(task_id).state
         try:
             task = engine.cancel_task(task=self.task(task_id))
         except engine.TooLate:
             return
         if task.state == TaskState.CANCELLED:
             self.cancelled.add(task_id)
+        elif before == TaskState.QUEUED and self.resubmits[task_id]:
+            # A resubmit withdrawn before it was sent: that decision no longer stands.
+            self.resubmits[task_id] -= 1
+
+    def resubmit(self, task_id: str) -> None:
+        """A person confirms a resubmit on the page that showed the task."""
+        self.clock.advance(1)  # a person reads the warning first
+        seen = self.task(task_id)
+        self.confirmations[task_id] = seen.version  # the form keeps what its page showed
+        engine.resubmit(task=seen, seen_version=seen.version, confirmed_not_received=True)
+        self.resubmits[task_id] += 1
+
+    def post_again(self, task_id: str) -> None:
+        """The same confirmation again: a browser's resend, a double click, a second tab.
+
+        It decides something only about the task as its page showed it: a resubmit sent
+        since (and lost in turn) was never shown to anyone.
+        """
+        seen, task = self.confirmations[task_id], self.task(task_id)
+        as_shown = task.version == seen
+        with contextlib.suppress(engine.ResubmitRefused):
+            engine.resubmit(task=task, seen_version=seen, confirmed_not_received=True)
+            if as_shown:
+                self.resubmits[task_id] += 1
 
     def snapshot(self, set_id: int) -> None:
         """Remember what a set held when it was published: it must never change after."""
@@ -207,10 +233,12 @@ class AvatarsMachine(RuleBasedStateMachine):
     def a_person_resubmits_an_uncertain_task(self, data: st.DataObject) -> None:
         candidates = self.in_states(TaskState.UNCERTAIN)
         if candidates:
-            task_id = data.draw(st.sampled_from(candidates), label="task")
-            self.clock.advance(1)  # a person reads the warning first
-            engine.resubmit(task=self.task(task_id), confirmed_not_received=True)
-            self.resubmits[task_id] += 1
+            self.resubmit(data.draw(st.sampled_from(candidates), label="task"))
+
+    @precondition(lambda self: self.confirmations)
+    @rule(data=st.data())
+    def a_person_posts_a_confirmation_again(self, data: st.DataObject) -> None:
+        self.post_again(data.draw(st.sampled_from(sorted(self.confirmations)), label="task"))
 
     @rule(data=st.data())
     def a_person_makes_a_set(self, data: st.DataObject) -> None:

@@ -7,6 +7,7 @@ import pytest
 from django.contrib.admin.models import LogEntry
 from django.utils import timezone
 
+from studio.engine import RESUBMIT_STALE
 from studio.models import Attempt, Batch, Task, TaskState
 from studio.store import move
 from tests.admin_pages import (
@@ -14,6 +15,8 @@ from tests.admin_pages import (
     RESUBMIT_WARNING,
     TOO_EARLY,
     TOO_LATE,
+    changelist,
+    form_on,
     one_message_about,
     resubmit,
     row_of,
@@ -232,6 +235,64 @@ def test_it_records_a_resubmitted_task_as_a_new_attempt(admin_client, subject, e
         (2, Attempt.Outcome.ACCEPTED, "job_1"),
     ]
     assert fake.submits[0]["source_metadata"]["attempt"] == 2
+
+
+def test_a_confirmation_posted_again_after_its_resubmit_was_lost_pays_nothing_more(
+    admin_client, subject, ember, worker
+):
+    """Found by a review: the replayed form paid for attempt 3 after nobody saw attempt 2."""
+    fake = FakeEmber(ember)
+    [task] = plan(subject)
+    uncertain(task, sent_ago=timedelta(minutes=5))  # attempt 1's answer was lost
+    form = form_on(run_action(admin_client, Task, "resubmit_tasks", [task]), "resubmit_form")
+    form["not_received"] = [str(task.pk)]
+    admin_client.post(changelist(Task), form, follow=True)
+    fake.lose_answers = 1  # attempt 2 reaches Ember and is paid for; its answer is lost
+    drain(worker)
+    assert row_of(task).state == TaskState.UNCERTAIN
+    before = row_of(task)
+
+    # The same form again: a browser's resend, a double click, a second tab.
+    response = admin_client.post(changelist(Task), form, follow=True)
+    drain(worker)
+
+    after = row_of(task)
+    assert (after.state, after.version) == (TaskState.UNCERTAIN, before.version)
+    assert fake.charges(str(task.pk)) == 1, "Ember charged attempt 2 and nothing after it"
+    assert [(a.number, a.outcome) for a in after.attempts.all()] == [
+        (1, Attempt.Outcome.UNKNOWN),
+        (2, Attempt.Outcome.UNKNOWN),
+    ]
+    assert one_message_about(response, task).endswith(RESUBMIT_STALE)
+
+
+def test_a_confirmation_posted_again_does_not_undo_a_withdrawn_resubmit(admin_client, subject):
+    [task] = plan(subject)
+    uncertain(task, sent_ago=timedelta(minutes=31))
+    form = form_on(run_action(admin_client, Task, "resubmit_tasks", [task]), "resubmit_form")
+    admin_client.post(changelist(Task), form, follow=True)
+    run_action(admin_client, Task, "cancel_tasks", [task])  # another person withdraws it
+    withdrawn = row_of(task)
+    assert withdrawn.state == TaskState.UNCERTAIN
+
+    response = admin_client.post(changelist(Task), form, follow=True)
+
+    after = row_of(task)
+    assert (after.state, after.version) == (TaskState.UNCERTAIN, withdrawn.version)
+    assert one_message_about(response, task).endswith(RESUBMIT_STALE)
+
+
+def test_a_confirmation_without_the_version_it_showed_resubmits_nothing(admin_client, subject):
+    [task] = plan(subject)
+    uncertain(task, sent_ago=timedelta(minutes=31))
+    form = form_on(run_action(admin_client, Task, "resubmit_tasks", [task]), "resubmit_form")
+    assert form[f"version-{task.pk}"] == [str(row_of(task).version)]
+    del form[f"version-{task.pk}"]
+
+    response = admin_client.post(changelist(Task), form, follow=True)
+
+    assert row_of(task).state == TaskState.UNCERTAIN
+    assert one_message_about(response, task).endswith(RESUBMIT_STALE)
 
 
 def test_it_skips_a_resubmit_when_nothing_selected_is_uncertain(admin_client, subject):

@@ -117,7 +117,7 @@ def test_it_refuses_to_cancel_a_clip_already_sent_under_its_key(subject):
 def test_cancelling_a_resubmitted_clip_withdraws_the_resubmit_and_keeps_it_reconcilable(subject):
     task = a_clip_sent_once(subject)
     move(task, TaskState.UNCERTAIN, submitted_at=timezone.now())
-    engine.resubmit(task=task, confirmed_not_received=True)
+    engine.resubmit(task=task, seen_version=task.version, confirmed_not_received=True)
 
     withdrawn = engine.cancel_task(task=row_of(task))
 
@@ -137,7 +137,8 @@ def test_cancelling_a_resubmitted_image_withdraws_it_and_reconcile_still_collect
     task = a_task(subject)
     drain(worker)  # job_1 is created and paid for; its answer is lost
     assert row_of(task).state == TaskState.UNCERTAIN
-    engine.resubmit(task=row_of(task), confirmed_not_received=True)
+    seen = row_of(task)  # the task as the person saw it
+    engine.resubmit(task=seen, seen_version=seen.version, confirmed_not_received=True)
 
     withdrawn = engine.cancel_task(task=row_of(task))
     drain(worker)
@@ -154,7 +155,7 @@ def test_cancelling_a_resubmitted_image_withdraws_it_and_reconcile_still_collect
 def test_a_batch_cancel_reports_a_withdrawn_resubmit_as_kept(subject):
     task = a_clip_sent_once(subject)
     move(task, TaskState.UNCERTAIN, submitted_at=timezone.now())
-    engine.resubmit(task=task, confirmed_not_received=True)
+    engine.resubmit(task=task, seen_version=task.version, confirmed_not_received=True)
 
     report = engine.cancel_batch(batch=task.batch)
 

@@ -210,7 +210,7 @@ def test_an_image_resubmit_refused_rests_uncertain_since_the_first_may_be_paid(
     task.refresh_from_db()
     assert task.state == TaskState.UNCERTAIN
 
-    engine.resubmit(task=task, confirmed_not_received=True)
+    engine.resubmit(task=task, seen_version=task.version, confirmed_not_received=True)
     drain(worker)
 
     task.refresh_from_db()
@@ -239,7 +239,7 @@ def test_a_resubmitted_job_that_fails_rests_uncertain_since_the_first_may_be_pai
     task.refresh_from_db()
     assert task.state == TaskState.UNCERTAIN
 
-    engine.resubmit(task=task, confirmed_not_received=True)
+    engine.resubmit(task=task, seen_version=task.version, confirmed_not_received=True)
     failed = {"status": "failed", "error": {"message": "The provider refused this prompt."}}
     fake.poll_route.mock(side_effect=lambda request, job_id: httpx.Response(200, json=failed))
     drain(worker)

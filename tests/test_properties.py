@@ -49,6 +49,31 @@ def test_it_keeps_the_ledger_when_the_worker_adopts_a_lost_submit() -> None:
 
 
 @pytest.mark.django_db
+def test_it_keeps_the_ledger_when_a_confirmation_is_posted_again() -> None:
+    """Found by a review: the replayed confirmation paid for a send nobody had looked at."""
+    machine = AvatarsMachine()
+    try:
+        machine.plan(["image"], 1)
+        machine.ember.will("submit", "lose_answer")  # attempt 1 is paid; its answer is lost
+        machine.work(5)
+        [task_id] = machine.in_states(TaskState.UNCERTAIN)
+        machine.resubmit(task_id)
+        machine.ember.will("submit", "lose_answer")  # so is attempt 2, the resubmit
+        machine.work(5)
+        assert machine.in_states(TaskState.UNCERTAIN) == [task_id]
+
+        machine.post_again(task_id)
+        machine.work(5)
+
+        assert machine.ember.charges[task_id] == 2
+        machine.charges()
+        machine.truth()
+        machine.no_promise_was_broken_during_a_step()
+    finally:
+        machine.teardown()
+
+
+@pytest.mark.django_db
 def test_a_replayed_example_plans_the_same_ids() -> None:
     """The engine breaks some ties by id: a replay must meet the same ids to take the same path."""
     planned = []

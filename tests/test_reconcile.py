@@ -240,7 +240,8 @@ def test_it_never_adopts_nor_releases_the_original_of_a_lost_submit(subject, emb
     task = a_task(subject)
     drain(worker)
     assert row_of(task).state == TaskState.UNCERTAIN
-    engine.resubmit(task=row_of(task), confirmed_not_received=True)
+    seen = row_of(task)  # the task as the person saw it
+    engine.resubmit(task=seen, seen_version=seen.version, confirmed_not_received=True)
     fake.history = False  # job_2's history write fails ...
     fake.release_route.mock(return_value=httpx.Response(503))  # ... and its release is unsure
     drain(worker)

@@ -114,7 +114,7 @@ def test_a_resubmit_whose_reference_changed_rests_uncertain_not_failed(subject, 
     [task] = plan(subject)
     drain(worker)
     task.refresh_from_db()
-    engine.resubmit(task=task, confirmed_not_received=True)
+    engine.resubmit(task=task, seen_version=task.version, confirmed_not_received=True)
     ref = task.references[0]
     originals.path_for(ref["sha256"], ".png").write_bytes(b"someone edited this photo")
 

@@ -200,7 +200,12 @@ class TaskRepairs(VersionedAdmin):
         if request.POST.get("post") == "yes":
             checked = set(request.POST.getlist("not_received"))
             for task in tasks:
-                self._resubmit(request, task, confirmed_not_received=str(task.pk) in checked)
+                self._resubmit(
+                    request,
+                    task,
+                    seen=request.POST.get(f"version-{task.pk}", ""),
+                    confirmed_not_received=str(task.pk) in checked,
+                )
             return None
         if not any(t.state == TaskState.UNCERTAIN for t in tasks):
             for task in tasks:
@@ -239,9 +244,18 @@ class TaskRepairs(VersionedAdmin):
         }
         return TemplateResponse(request, "admin/studio/task/resubmit_confirmation.html", context)
 
-    def _resubmit(self, request: HttpRequest, task: Task, *, confirmed_not_received: bool) -> None:
+    def _resubmit(
+        self, request: HttpRequest, task: Task, *, seen: str, confirmed_not_received: bool
+    ) -> None:
+        """Resubmit `task` if it is still as the confirmation showed it (version `seen`)."""
         try:
-            engine.resubmit(task=task, confirmed_not_received=confirmed_not_received)
+            # A form without the version (or with one that is not a number) showed nothing.
+            seen_version = int(seen) if seen.isdigit() else -1
+            engine.resubmit(
+                task=task,
+                seen_version=seen_version,
+                confirmed_not_received=confirmed_not_received,
+            )
         except engine.ResubmitRefused as exc:
             self.report(request, task, str(exc), messages.ERROR)
         except Conflict:

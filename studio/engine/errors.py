@@ -21,6 +21,10 @@ RESUBMIT_TOO_EARLY = (
     "Ember may still be working on the last submit. Wait until the poll bound has passed "
     "since it was sent, or confirm that you checked Ember and it did not receive this."
 )
+RESUBMIT_STALE = (
+    "This task has changed since the confirmation was shown (another send or another "
+    "person's action); nothing was sent. Look at it again before resubmitting."
+)
 SPEND_WINDOW_HOURS = 24  # the daily cap counts the tasks planned in this many hours
 
 

@@ -18,7 +18,7 @@ from studio.ember.client import (
     is_safe_id,
     shown_id,
 )
-from studio.engine.errors import RESUBMIT_TOO_EARLY, ResubmitRefused
+from studio.engine.errors import RESUBMIT_STALE, RESUBMIT_TOO_EARLY, ResubmitRefused
 from studio.models import RECONCILABLE, Asset, Attempt, Kind, Task, TaskState
 from studio.store import move, update
 
@@ -261,15 +261,20 @@ def _back_to_copying(task: Task, result: dict[str, Any], job_id: str, *, note: s
         )
 
 
-def resubmit(*, task: Task, confirmed_not_received: bool = False) -> Task:
+def resubmit(*, task: Task, seen_version: int, confirmed_not_received: bool = False) -> Task:
     """Send an uncertain task again, as a new attempt: a person's explicit choice.
 
     Allowed once the worker's poll bound has passed since the last submit, or when
-    the person confirms they checked Ember and it did not receive this.
+    the person confirms they checked Ember and it did not receive this. The choice is
+    about the task as the person saw it (`seen_version`): a confirmation posted again
+    after that resubmit was sent (and its answer lost in turn) would otherwise pay for
+    a send nobody looked at.
     """
     task.refresh_from_db()
     if task.state != TaskState.UNCERTAIN:
         raise ResubmitRefused("Only an uncertain task can be resubmitted.")
+    if task.version != seen_version:
+        raise ResubmitRefused(RESUBMIT_STALE)
     if not task.poll_bound_passed() and not confirmed_not_received:
         raise ResubmitRefused(RESUBMIT_TOO_EARLY)
     return move(
