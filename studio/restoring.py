@@ -49,6 +49,11 @@ HELD_ERROR = (
     "taken; the install that was lost may have sent it since. The previous submit may have "
     "reached Ember. Check history before submitting again."
 )
+HELD_CLIP_NOTE = (
+    "This clip was waiting to be sent when the backup this install was restored from was "
+    "taken; the install that was lost may have sent it since. It is sent again under the "
+    "same key, which Ember answers with that job if it has it, at no charge."
+)
 UNSENT = (TaskState.QUEUED, TaskState.PREPARING)
 MARKER = "RESTORE-UNFINISHED"  # in the data dir while a restore is under way
 
@@ -334,8 +339,10 @@ def hold_back(cursor: Any, backed_up_at: datetime, *, marker: str) -> int:
 
     Each gets an `unknown` attempt (the number its send would have had), which is what
     the worker's history search looks for. Plain SQL on the snapshot's own tables, so
-    it runs before `migrate`. Clips need nothing: a re-send under their key is free.
+    it runs before `migrate`. Such a clip stays queued, as a re-send under its key is
+    free, but it too may be with Ember: it gets its attempt under that key (`note_clips`).
     """
+    note_clips(cursor, marker=marker)
     task, attempt = Task._meta.db_table, Attempt._meta.db_table
     unsent = f"kind = {marker} AND state IN ({marker}, {marker})"
     unsent_args = [Kind.IMAGE.value, *(state.value for state in UNSENT)]
@@ -355,6 +362,36 @@ def hold_back(cursor: Any, backed_up_at: datetime, *, marker: str) -> int:
         [TaskState.UNCERTAIN.value, HELD_PHASE, HELD_ERROR, when, *unsent_args],
     )
     return int(cursor.rowcount)
+
+
+def note_clips(cursor: Any, *, marker: str) -> None:
+    """Record, for each clip waiting to be sent, an `unknown` attempt under its key.
+
+    The lost install may have sent it, paid, after the backup: with no attempt under
+    its key it could be cancelled, and a cancelled task is never reconciled, so its
+    original would stay in Ember. With one it cannot be; the worker re-sends it under
+    the key (Ember answers with the job it has, or makes the first). Stamped with the
+    restore's time, not the backup's: a clip re-sent under its key longer than the poll
+    bound after its first send rests `uncertain`, and this one has not been re-sent yet.
+    """
+    task, attempt = Task._meta.db_table, Attempt._meta.db_table
+    now = connection_time(datetime.now(UTC), marker)
+    cursor.execute(
+        f"INSERT INTO {attempt} (version, task_id, number, idempotency_key, ember_job_id, "
+        f"submitted_at, answered_at, outcome, error) "
+        f"SELECT 1, t.id, COALESCE((SELECT MAX(a.number) FROM {attempt} a "
+        f"WHERE a.task_id = t.id), 0) + 1, t.idempotency_key, '', {marker}, NULL, {marker}, "
+        f"{marker} FROM {task} t WHERE t.kind = {marker} AND t.state IN ({marker}, {marker}) "
+        f"AND t.idempotency_key <> '' AND NOT EXISTS (SELECT 1 FROM {attempt} k "
+        f"WHERE k.task_id = t.id AND k.idempotency_key = t.idempotency_key)",
+        [
+            now,
+            Attempt.Outcome.UNKNOWN.value,
+            HELD_CLIP_NOTE,
+            Kind.CLIP.value,
+            *(state.value for state in UNSENT),
+        ],
+    )
 
 
 def manifest_time(manifest: dict[str, Any]) -> datetime:

@@ -5,13 +5,16 @@ import io
 import json
 import os
 import sqlite3
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from django.db import connection
+from django.utils import timezone
 
-from studio import backups, originals, restoring, scrub
+from studio import backups, engine, originals, restoring, scrub
 from studio.models import Attempt, Origin, TaskState
 from tests.backup_parts import (
     cross_device,
@@ -22,7 +25,8 @@ from tests.backup_parts import (
     sqlite_only,
     stored,
 )
-from tests.factories import png_bytes
+from tests.factories import drain, png_bytes
+from tests.fake_ember import FakeEmber
 
 # The backup reads the database through a connection of its own: rows must be committed.
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -240,10 +244,38 @@ def test_it_holds_back_the_images_the_backup_holds_as_waiting_to_be_sent(tmp_pat
     assert states[hexed[clip]] == "queued"  # a re-send under its key costs nothing
     assert sorted(attempts) == sorted(
         [(hexed[queued], 1, "unknown"), (hexed[preparing], 1, "unknown"),
-         (hexed[running], 1, "accepted")]
+         (hexed[running], 1, "accepted"), (hexed[clip], 1, "unknown")]
     )  # fmt: skip
     assert code == 0, out
     assert "Held back 2 image task(s)" in out
+
+
+def test_a_restored_clip_the_lost_install_may_have_sent_cannot_be_cancelled(subject, ember, worker):
+    """Found by a review: cancelled, its paid original would stay in Ember uncollected."""
+    from tests.factories import plan
+
+    [clip] = plan(subject, frames=("clip",))
+    with connection.cursor() as cursor:  # what the restore does to the snapshot's rows
+        restoring.hold_back(cursor, timezone.now() - timedelta(days=1), marker="%s")
+    clip.refresh_from_db()
+
+    with pytest.raises(engine.TooLate):
+        engine.cancel_task(task=clip)
+
+    clip.refresh_from_db()
+    assert clip.state == TaskState.QUEUED  # sent again under its key by the worker
+    [held] = clip.attempts.all()
+    assert (held.idempotency_key, held.outcome) == (clip.idempotency_key, "unknown")
+    assert held.error == restoring.HELD_CLIP_NOTE
+    # Stamped when restored, not when backed up: the re-send is not "too late" at once.
+    assert timezone.now() - held.submitted_at < timedelta(minutes=1)
+
+    fake = FakeEmber(ember)
+    drain(worker)  # the re-send under the key is that same attempt, now with its job
+    clip.refresh_from_db()
+    assert clip.state == TaskState.DONE
+    assert [(a.number, a.outcome) for a in clip.attempts.all()] == [(1, "accepted")]
+    assert fake.submits[0]["source_metadata"]["attempt"] == 1
 
 
 def run_restore(src: Path, target: Path, database: Path) -> tuple[int, str]:
