@@ -9,6 +9,7 @@ name that this call put there: nothing may be acknowledged after it.
 """
 
 import contextlib
+import fcntl
 import hashlib
 import io
 import os
@@ -39,6 +40,7 @@ FORMATS = {
 ALIASES = {"MPO": "JPEG"}
 EXTENSIONS = {ext for _mime, ext in FORMATS.values()}
 TEMP_SUFFIX = ".tmp"
+NAMING_LOCK = "originals.lock"  # in the data dir, beside originals/ (`naming`)
 MAX_SIDE = 16_384  # pixels; a 1 x 100000 strip is within the pixel cap but no photo
 CHECKSUM_FAILED = "Stored original failed its checksum."
 # A temporary file younger than this may be a write in progress (an upload the web
@@ -226,26 +228,60 @@ def save(data: bytes) -> Original:
     Raises NotAnImage for bytes that are not an accepted image, ChecksumFailed
     when a file already stored under this hash does not match it, NotDurable when
     an fsync fails, and OSError when the disk refuses the write.
+
+    The bytes are written and fsynced under a temporary name first; naming them
+    happens under `naming()`, one save at a time across processes. Two saves of the
+    same bytes (a provider's placeholder for two candidates, an upload equal to a
+    result) would otherwise race: one acknowledging the file the other has just
+    named and is about to take away because the disk did not confirm its name.
     """
     info = inspect(data)
     digest = sha256_of(data)
     target = path_for(digest, info.extension)
-    if target.exists():
-        if file_sha256(target) != digest:
-            raise ChecksumFailed()
-        # Make sure the name is durable before acknowledging it again (a failure
-        # here leaves the file: it was there, and matched, before this call).
-        fsync_dir(target.parent)
-        return Original(sha256=digest, path=target, info=info, size=len(data))
-    write_atomically(target, data)
+    with naming():
+        if target.exists():
+            return _acknowledge(target, digest, info, len(data))
+    temp = write_temp(target, data)
     try:
-        fsync_dir(target.parent)  # the rename itself must survive power loss
-    except NotDurable:
-        # This call put the file there and the disk never confirmed its name: take
-        # it away, so a retry writes it afresh instead of trusting it.
-        target.unlink(missing_ok=True)
-        raise
+        with naming():
+            if target.exists():  # another save named the same bytes meanwhile
+                return _acknowledge(target, digest, info, len(data))
+            os.replace(temp, target)
+            try:
+                fsync_dir(target.parent)  # the rename itself must survive power loss
+            except NotDurable:
+                # This call put the file there and the disk never confirmed its name:
+                # take it away (no other save can have acknowledged it: they wait for
+                # the lock), so a retry writes it afresh instead of trusting it.
+                target.unlink(missing_ok=True)
+                raise
+    finally:
+        temp.unlink(missing_ok=True)
     return Original(sha256=digest, path=target, info=info, size=len(data))
+
+
+def _acknowledge(target: Path, digest: str, info: ImageInfo, size: int) -> Original:
+    """Return the original already stored under `target` if it holds these bytes."""
+    if file_sha256(target) != digest:
+        raise ChecksumFailed()
+    # Make sure the name is durable before acknowledging it again (a failure
+    # here leaves the file: it was there, and matched, before this call).
+    fsync_dir(target.parent)
+    return Original(sha256=digest, path=target, info=info, size=size)
+
+
+@contextlib.contextmanager
+def naming() -> Iterator[None]:
+    """Hold the originals' naming lock (an flock, so across threads and processes)."""
+    directory = originals_dir()
+    directory.mkdir(parents=True, exist_ok=True)
+    # Beside the folder, not in it: everything in originals/ is an original or a temp.
+    fd = os.open(directory.parent / NAMING_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor lets the lock go
 
 
 def put_back(data: bytes, *, sha256: str, mime: str) -> Path:
@@ -270,9 +306,21 @@ def put_back(data: bytes, *, sha256: str, mime: str) -> Path:
 def write_atomically(target: Path, data: bytes) -> None:
     """Write `data` under `target` so readers see nothing or the whole, fsynced file.
 
-    The bytes go to a temporary file opened for exclusive creation, are flushed and
-    fsynced, and are renamed into place. (Making the rename durable is the caller's
-    choice: `fsync_dir`.)
+    The bytes go to a temporary file (`write_temp`) and are renamed into place.
+    (Making the rename durable is the caller's choice: `fsync_dir`.)
+    """
+    temp = write_temp(target, data)
+    try:
+        os.replace(temp, target)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
+
+
+def write_temp(target: Path, data: bytes) -> Path:
+    """Write `data` to a new temporary file beside `target`, flushed and fsynced; return it.
+
+    Opened for exclusive creation under a random name; a write that fails leaves nothing.
     """
     directory = target.parent
     directory.mkdir(parents=True, exist_ok=True)
@@ -283,10 +331,10 @@ def write_atomically(target: Path, data: bytes) -> None:
             fh.write(data)
             fh.flush()
             fsync(fh.fileno(), f"the file {target.name}")
-        os.replace(temp, target)
     except BaseException:
         temp.unlink(missing_ok=True)
         raise
+    return temp
 
 
 def fsync_dir(directory: Path) -> None:
