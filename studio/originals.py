@@ -156,6 +156,8 @@ def inspect(data: bytes) -> ImageInfo:
                 # the whole canvas, so a tiny file with many frames on a large canvas
                 # would cost minutes and gigabytes: refuse it before decoding any.
                 declared = getattr(img, "n_frames", 1)
+                if fmt == "WEBP":
+                    _check_webp(width, height)
                 _check_frames(declared, width, height, animated=fmt != "JPEG")
                 frames = 0
                 pictures = [img] if fmt == "JPEG" else ImageSequence.Iterator(img)
@@ -198,6 +200,21 @@ def _check_frames(frames: int, width: int, height: int, *, animated: bool) -> No
         raise NotAnImage(
             f"The animation has too many pixels across its frames ({frames} frames of "
             f"{width} x {height}; at most {settings.AVATARS_MAX_TOTAL_PIXELS:,} in all)."
+        )
+
+
+def _check_webp(width: int, height: int) -> None:
+    """Refuse a WebP, still or not, whose canvas is over the animation cap.
+
+    Pillow decodes every WebP through libwebp's animation decoder, which composes even
+    a still onto canvases of the whole size: a 1.6 KB still of 40 megapixels cost the
+    web process over 600 MB. JPEG and PNG keep the still's cap.
+    """
+    if width * height > settings.AVATARS_MAX_ANIMATION_PIXELS:
+        raise NotAnImage(
+            f"The WebP image is {width} x {height} pixels; a WebP image may have at most "
+            f"{settings.AVATARS_MAX_ANIMATION_PIXELS:,} pixels. Send a larger photo as a "
+            "JPEG or PNG."
         )
 
 

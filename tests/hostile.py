@@ -147,6 +147,13 @@ def many_chunk_webp(chunks: int) -> bytes:
     return b"RIFF" + struct.pack("<I", len(riff)) + riff
 
 
+def flat_webp(side: int) -> bytes:
+    """Return a lossless still WebP of `side` x `side` pixels of one colour: a few KB."""
+    out = io.BytesIO()
+    Image.new("RGB", (side, side), (10, 20, 30)).save(out, "WEBP", lossless=True)
+    return out.getvalue()
+
+
 def many_block_gif(blocks: int, *, extensions: bool = False) -> bytes:
     """Return a small GIF carrying `blocks` one-byte comment sub-blocks before its image.
 

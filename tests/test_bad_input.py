@@ -192,7 +192,9 @@ import django
 django.setup()
 from studio import originals
 from studio.ember.simulator import Picture, render_clip
-from tests.hostile import many_frame_gif, multi_picture_jpeg, padded_jpeg, repeated_scans
+from tests.hostile import (
+    flat_webp, many_frame_gif, multi_picture_jpeg, padded_jpeg, repeated_scans
+)
 
 data = eval(sys.argv[1])
 clip = render_clip(Picture(seed="1", provider="flux", frame="clip", candidate="1", stamp="job_1"))
@@ -219,6 +221,9 @@ SLOW_FILES = {
     # A 64 x 48 photo, then a 6000 x 6000 picture of 80 passes: once 2 s, as the second
     # picture was decoded too. Only the photo shown is decoded now: taken, in no time.
     "multi_picture_jpeg(second=6000, repeat=80)": "accepted",
+    # A 1.6 KB still WebP of 6324 x 6324 that once cost the web process over 600 MB: Pillow
+    # decodes every WebP with libwebp's animation decoder, onto canvases of the whole size.
+    "flat_webp(6324)": "a WebP image may have at most",
 }
 
 
@@ -230,6 +235,15 @@ def test_a_small_slow_file_is_refused_in_bounded_time_and_memory(tmp_path, build
     assert SLOW_FILES[build] in verdict, verdict
     assert float(seconds) < 1.0, f"inspecting took {float(seconds):.2f} s (bound: 1 s)"
     assert float(grown_mb) < 50, f"memory grew by {float(grown_mb):.1f} MB (bound: 50 MB)"
+
+
+def test_the_largest_webp_accepted_decodes_within_a_bounded_memory(tmp_path):
+    """At the WebP cap (10 MP): the decode the caps allow, well under the still's few hundred MB."""
+    done = run_snippet(BOUND_PROBE, "flat_webp(3162)", data_dir=tmp_path)
+    verdict, seconds, grown_mb = done.stdout.strip().splitlines()
+    assert verdict == "accepted", verdict
+    assert float(grown_mb) < 120, f"memory grew by {float(grown_mb):.1f} MB (bound: 120 MB)"
+    assert float(seconds) < 5.0, f"inspecting took {float(seconds):.2f} s (bound: 5 s)"
 
 
 def test_ember_clips_stay_within_the_frame_caps(tmp_path):
