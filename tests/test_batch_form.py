@@ -116,6 +116,26 @@ def test_a_form_sent_by_enter_in_a_field_plans_nothing_and_asks_for_the_button(
     assert not Batch.objects.exists()
 
 
+@pytest.mark.parametrize("named", ["0", "5", "7", ""])
+def test_a_press_of_a_button_naming_another_number_plans_nothing_and_names_the_right_one(
+    signed_in: Client, subject, named
+):
+    """Found by a review: without script the button still said what the page was served with."""
+    response = signed_in.post("/batches/new/", batch_form(subject, start=named))
+
+    assert response.status_code == 200
+    assert "Nothing was started: press “Start 6 paid jobs” to start them." in text(response)
+    assert 'name="start" value="6"' in response.content.decode()
+    assert not Batch.objects.exists()
+
+
+def test_a_press_of_the_button_naming_the_forms_number_plans_it(signed_in: Client, subject):
+    response = signed_in.post("/batches/new/", batch_form(subject, start="6"))
+
+    assert response.status_code == 302
+    assert Batch.objects.get().tasks.count() == 6
+
+
 def test_it_does_not_ask_about_another_persons_batch(signed_in: Client, subject):
     someone = User.objects.create_user("ada", password="another-password-entirely")
     form = BatchForm(batch_form(subject))

@@ -201,6 +201,30 @@ def test_enter_without_script_comes_back_asking_for_the_button(
         context.close()
 
 
+def test_without_script_a_button_naming_a_stale_number_starts_nothing(
+    browser: Browser, studio: Studio
+):
+    """Found by a review: without script "Start 0 paid jobs" started the jobs typed since."""
+    context = browser.new_context(base_url=studio.url, viewport=DESKTOP, java_script_enabled=False)
+    page = context.new_page()
+    try:
+        sign_in(page)
+        prompt = "Bo, no script, the button as served"
+        fill_batch(page, prompt=prompt, candidates=2)
+        expect(start_button(page)).to_have_text("Start 0 paid jobs")  # as the page was served
+
+        start_button(page).click()
+
+        expect(page.get_by_test_id("entered")).to_have_text(
+            "Nothing was started: press “Start 2 paid jobs” to start them."
+        )
+        expect(start_button(page)).to_have_text("Start 2 paid jobs")
+        start_button(page).click()
+        expect(page.get_by_role("heading", name=prompt)).to_be_visible()
+    finally:
+        context.close()
+
+
 def test_space_on_the_button_still_starts_the_batch(person: Page):
     prompt = f"Bo, started with the space bar, {size(person)}"
     fill_batch(person, prompt=prompt, candidates=1)

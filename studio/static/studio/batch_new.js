@@ -34,6 +34,7 @@
     total.textContent = plural(c.candidates, "candidate") + " × " + plural(c.frames, "frame") +
       " = " + plural(c.jobs, "paid job");
     button.textContent = "Start " + plural(c.jobs, "paid job");
+    button.value = String(c.jobs); // the server plans only the number the button named
     return c.jobs;
   }
 

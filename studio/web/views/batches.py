@@ -73,8 +73,12 @@ def batch_new(request: HttpRequest) -> HttpResponse:
     """
     form = BatchForm(*posted(request))
     # Enter in a field submits through the form's first button (`enter`), never the one
-    # that names the spend: the form comes back saying so, and nothing is planned.
-    entered = request.method == "POST" and bool(request.POST.get("enter"))
+    # that names the spend: the form comes back saying so, and nothing is planned. So
+    # does a press of the button while it named another number than the form asks for
+    # (without script its label is the one the page was served with).
+    entered = request.method == "POST" and (
+        bool(request.POST.get("enter")) or _named_otherwise(request, form)
+    )
     if request.method == "POST" and not entered and form.is_valid():
         answer = _plan(request, form)
         if answer is not None:
@@ -98,6 +102,15 @@ def batch_new(request: HttpRequest) -> HttpResponse:
         "confirm_above": settings.AVATARS_CONFIRM_JOBS_ABOVE,
     }
     return render(request, "studio/batch_new.html", context, status=status)
+
+
+def _named_otherwise(request: HttpRequest, form: BatchForm) -> bool:
+    """Say whether the Start button pressed named a number of paid jobs other than the form's.
+
+    A post without the button's number (a client that is not the page) is judged as before.
+    """
+    named = request.POST.get("start")
+    return named is not None and named != str(form.paid_jobs())
 
 
 def _plan(request: HttpRequest, form: BatchForm) -> HttpResponse | None:
