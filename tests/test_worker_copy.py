@@ -172,6 +172,70 @@ def test_it_copies_a_copy_failed_task_after_reconcile_without_generating_again(
     assert len(fake.submits) == 1
 
 
+def remove_each_original_as_its_row_is_written(monkeypatch) -> None:
+    """Take each original away right after its asset row is written, as a racing removal would."""
+    from studio.worker import steps
+
+    real = steps.record_asset
+
+    def record_then_lose(task, original):
+        asset = real(task, original)
+        original.path.unlink()
+        return asset
+
+    monkeypatch.setattr(steps, "record_asset", record_then_lose)
+
+
+def test_it_copies_an_original_again_that_went_missing_before_releasing_it(
+    subject, ember, worker, monkeypatch
+):
+    """Found by a review: the release went out while Avatars no longer held the bytes."""
+    fake = FakeEmber(ember)
+    [task] = plan(subject)
+    remove_each_original_as_its_row_is_written(monkeypatch)
+    on_disk_at_release = []
+
+    def release(request, image_id):
+        sha = fake.jobs["job_1"]["result"]["image"]["sha256"]
+        on_disk_at_release.append(originals.path_for(sha, ".png").is_file())
+        return httpx.Response(200, json={"protected": False})
+
+    fake.release_route.mock(side_effect=release)
+
+    drain(worker)
+
+    task.refresh_from_db()
+    assert task.state == TaskState.DONE
+    assert fake.file_route.call_count == 2  # fetched again once the file was found gone
+    assert on_disk_at_release == [True]
+    assert task.protection_released is True
+    asset = Asset.objects.get(task=task)
+    assert originals.read(asset.sha256, asset.mime)  # there, and matching its hash
+
+
+def test_it_releases_nothing_when_a_missing_original_cannot_be_copied_again(
+    subject, ember, worker, monkeypatch
+):
+    fake = FakeEmber(ember)
+    [task] = plan(subject)
+    remove_each_original_as_its_row_is_written(monkeypatch)
+    fetched = iter([True])
+
+    def file(request, image_id):
+        if next(fetched, False):
+            return fake._file(request, image_id)
+        return httpx.Response(404, json={"error": {"code": "not_found", "message": "gone"}})
+
+    fake.file_route.mock(side_effect=file)
+
+    drain(worker)
+
+    task.refresh_from_db()
+    assert task.state == TaskState.COPY_FAILED
+    assert fake.release_route.call_count == 0  # Ember keeps its protected copy
+    assert task.protection_released is None
+
+
 def test_it_finishes_two_tasks_whose_results_have_the_same_bytes(subject, ember, worker):
     fake = FakeEmber(ember)
     fake.placeholder = png_bytes(99)  # a provider's placeholder, sent for both candidates
