@@ -136,6 +136,37 @@ def test_it_answers_405_to_a_write_to_the_document(db):
     assert response.json()["error"]["code"] == "method_not_allowed"
 
 
+@pytest.mark.parametrize("path", [DOCUMENT, DOCS])
+@pytest.mark.parametrize("method", ["post", "put", "delete"])
+def test_it_answers_a_write_to_the_document_or_docs_without_a_token_with_401(db, path, method):
+    """Found by a review: a real server answered Django's HTML page about a form's CSRF token."""
+    client = Client(enforce_csrf_checks=True)  # as any client but Django's test client is
+
+    response = getattr(client, method)(path, "{}", content_type="application/json")
+
+    assert response.status_code == 401
+    assert response.json() == {
+        "error": {"code": "unauthorized", "message": "A valid API token is required."}
+    }
+
+
+@pytest.mark.parametrize("path", [DOCUMENT, DOCS])
+@pytest.mark.parametrize("who", ["token", "signed-in staff"])
+def test_it_answers_a_write_to_the_document_or_docs_with_405_to_its_readers(db, path, who):
+    if who == "token":
+        token = issue_token(user=User.objects.create_user("script"))
+        client = Client(enforce_csrf_checks=True, headers={"Authorization": f"Bearer {token}"})
+    else:
+        client = Client(enforce_csrf_checks=True)
+        client.force_login(User.objects.create_user("ada", is_staff=True))
+
+    response = client.post(path, "{}", content_type="application/json")
+
+    assert response.status_code == 405
+    assert response["Allow"] == "GET"
+    assert response.json()["error"]["code"] == "method_not_allowed"
+
+
 def test_it_documents_the_idempotency_key_and_the_batchs_location(db):
     batches = document()["paths"]["/api/v1/batches"]["post"]
 

@@ -1,26 +1,48 @@
 """JSON API routes (docs/api.md), under `/api/v1/`: ninja's routes behind `token_first`.
 
 The OpenAPI document answers a valid token or a signed-in member of staff (whose browser
-reads it for the docs page); the docs page itself is for signed-in staff only.
+reads it for the docs page); the docs page itself is for signed-in staff only. Both only
+read: anything but a GET is answered as every route answers it, 401 then 405.
 """
+
+import functools
 
 from django.http import HttpRequest, HttpResponse
 from django.urls import URLPattern, URLResolver, path, re_path
+from django.views.decorators.csrf import csrf_exempt
 from ninja.openapi.views import openapi_json
 
 from studio.api import auth
-from studio.api.door import method_not_allowed, not_found, token_first, unauthorized
+from studio.api.door import View, method_not_allowed, not_found, token_first, unauthorized
 from studio.api.views import api
 
 app_name = "api"
 
 
+def read_only(view: View) -> View:
+    """Wrap a view of the document so that a write to it gets the API's 401, then its 405.
+
+    Exempt from CSRF: such a request changes nothing, and without the exemption Django
+    would answer it with the studio's page about a form that could not be sent.
+    """
+
+    @csrf_exempt
+    @functools.wraps(view)
+    def guarded(request: HttpRequest, *args: object, **kwargs: object) -> HttpResponse:
+        if request.method == "GET":
+            return view(request, *args, **kwargs)
+        if not request.user.is_staff and auth.authenticate(request) is None:
+            return unauthorized()
+        return method_not_allowed(["GET"])
+
+    return guarded
+
+
+@read_only
 def _document(request: HttpRequest) -> HttpResponse:
     """Serve the OpenAPI document to a token's bearer or to signed-in staff."""
     if not request.user.is_staff and auth.authenticate(request) is None:
         return unauthorized()
-    if request.method != "GET":
-        return method_not_allowed(["GET"])
     return openapi_json(request, api=api)
 
 
@@ -39,8 +61,8 @@ def _routes() -> list[URLPattern | URLResolver]:
             routes.append(path(route, _document, name=name))
         elif name == "api-root":  # ninja names the API's prefix by it; nothing is there
             routes.append(path(route, _nothing_here, name=name))
-        elif name == "openapi-view":
-            routes.append(pattern)
+        elif name == "openapi-view":  # the docs page: signed-in staff only (docs_decorator)
+            routes.append(path(route, read_only(pattern.callback), name=name))
         else:
             routes.append(path(route, token_first(pattern.callback), name=name))
     return routes
