@@ -5,8 +5,9 @@ authentication runs, so without this a stranger's 300 MB POST would be written t
 before its 401. Here, before the body is read:
 
 - an API request that carries a body but no valid token is answered 401, and one whose
-  token may only read is answered 403 (every API write carries a body or none at all),
-  whatever the body's size;
+  token may only read is answered as its route would answer it (404 for a path the API
+  does not have, 405 for a method its route does not take, else 403: every API write
+  carries a body or none at all), whatever the body's size;
 - a `Content-Length` over `AVATARS_MAX_BODY_BYTES` is answered 413 at once (for a signed-in
   person's studio page, with a small page of the studio that leads back; JSON to the API,
   and a reference photo's API upload 400 `too_large`, as the store answers a large file);
@@ -37,7 +38,8 @@ from django.urls import reverse
 
 from studio import originals
 from studio.api.auth import token_for_header
-from studio.api.http import READ_ONLY, UNAUTHORIZED
+from studio.api.door import method_not_allowed, methods_taken, not_found
+from studio.api.http import READ_ONLY, UNAUTHORIZED, error_response
 from studio.web.refusals import same_site_path
 
 Scope = dict[str, Any]
@@ -94,7 +96,7 @@ class BodyLimit:
                 await _unauthorized(send)
                 return
             if scope["method"] != "GET" and not token.may_write:
-                await _send_json(send, 403, "read_only", READ_ONLY)
+                await _refuse_read_only(send, scope)
                 return
         if declared_past:
             page = not api and await sync_to_async(signed_in)(headers.get("cookie", ""))
@@ -207,6 +209,23 @@ def too_large_page(referer: str, host: str) -> str:
     back = same_site_path(referer, host) or reverse("studio:subjects")
     limit = settings.AVATARS_MAX_IMAGE_BYTES / (1024 * 1024)
     return render_to_string("studio/too_large.html", {"limit": f"{limit:g}", "back": back})
+
+
+async def _refuse_read_only(send: Send, scope: Scope) -> None:
+    """Answer a read-only token's request with a body as Django would, without reading it.
+
+    The route comes first, then its methods (docs/api.md: "A method a route does not take
+    still answers 405 first."), then the token's scope.
+    """
+    taken = methods_taken(scope["path"])
+    if not taken:
+        refusal = not_found()
+    elif scope["method"] not in taken:
+        refusal = method_not_allowed(sorted(taken))
+    else:
+        refusal = error_response(403, "read_only", READ_ONLY)
+    allow = [(b"allow", refusal["Allow"].encode())] if refusal.has_header("Allow") else []
+    await _send(send, refusal.status_code, refusal.content, b"application/json", allow)
 
 
 async def _unauthorized(send: Send) -> None:

@@ -6,6 +6,7 @@ read: anything but a GET is answered as every route answers it, 401 then 405.
 """
 
 import functools
+from collections import defaultdict
 
 from django.http import HttpRequest, HttpResponse
 from django.urls import URLPattern, URLResolver, path, re_path
@@ -35,6 +36,7 @@ def read_only(view: View) -> View:
             return unauthorized()
         return method_not_allowed(["GET"])
 
+    guarded.methods = frozenset({"GET"})  # type: ignore[attr-defined]  # as token_first's
     return guarded
 
 
@@ -46,8 +48,18 @@ def _document(request: HttpRequest) -> HttpResponse:
     return openapi_json(request, api=api)
 
 
+def _methods_by_name() -> dict[str, set[str]]:
+    """Return the methods each route takes, by its name (every route names its operations)."""
+    taken: dict[str, set[str]] = defaultdict(set)
+    for path_view in api.default_router.path_operations.values():
+        for operation in path_view.operations:
+            taken[operation.url_name or ""].update(operation.methods)
+    return taken
+
+
 def _routes() -> list[URLPattern | URLResolver]:
     patterns, _app, _namespace = api.urls
+    taken = _methods_by_name()
     routes: list[URLPattern | URLResolver] = []
     seen: set[str] = set()
     for pattern in patterns:
@@ -64,7 +76,9 @@ def _routes() -> list[URLPattern | URLResolver]:
         elif name == "openapi-view":  # the docs page: signed-in staff only (docs_decorator)
             routes.append(path(route, read_only(pattern.callback), name=name))
         else:
-            routes.append(path(route, token_first(pattern.callback), name=name))
+            routes.append(
+                path(route, token_first(pattern.callback, methods=taken[name]), name=name)
+            )
     return routes
 
 

@@ -173,6 +173,43 @@ def test_a_read_only_token_gets_its_403_before_the_body_is_read(served):
     assert spooled_bytes(spool) < 2 * MB, f"{spooled_bytes(spool)} bytes spooled (bound: 2 MB)"
 
 
+NO_BATCH = "/api/v1/batches/6f1c8a52-1f0a-4a57-9d0c-0b0a3c7e5d11"
+NO_TASK = "/api/v1/tasks/6f1c8a52-1f0a-4a57-9d0c-0b0a3c7e5d11"
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "allow"),
+    [
+        ("DELETE", "/api/v1/subjects", "GET, POST"),
+        ("PUT", NO_BATCH, "GET"),
+        ("PATCH", NO_TASK, "GET"),
+        ("POST", "/api/v1/openapi.json", "GET"),
+    ],
+)
+def test_a_read_only_token_gets_405_first_for_a_method_a_route_does_not_take_with_a_body(
+    served, method, path, allow
+):
+    """Found by a review: with a body the answer was 403 read_only, without one 405."""
+    web, stack, _spool, _token, _subject_id = served
+    headers = {"Authorization": f"Bearer {stack.env['READ_ONLY_TOKEN']}"}
+
+    answer = httpx.request(method, f"{web.url}{path}", content=b"{}", headers=headers)
+
+    assert answer.status_code == 405, answer.text
+    assert answer.headers["Allow"] == allow
+    assert answer.json()["error"]["code"] == "method_not_allowed"
+
+
+def test_a_read_only_token_posting_to_a_path_the_api_does_not_have_gets_404(served):
+    web, stack, _spool, _token, _subject_id = served
+    headers = {"Authorization": f"Bearer {stack.env['READ_ONLY_TOKEN']}"}
+
+    answer = httpx.post(f"{web.url}/api/v1/no-such-route", content=b"{}", headers=headers)
+
+    assert answer.status_code == 404, answer.text
+    assert answer.json()["error"]["code"] == "not_found"
+
+
 def signed_in_cookies(web: Web) -> dict[str, str]:
     """Sign in as the module's person through the sign-in form; return the session's cookies."""
     with httpx.Client(base_url=web.url) as browser:
