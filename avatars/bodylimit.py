@@ -18,7 +18,8 @@ before its 401. Here, before the body is read:
   soon as it passes its limit;
 - a body that stops arriving for `AVATARS_BODY_IDLE_SECONDS` is answered 408: a client
   that trickles its body holds a connection, not the server, for ever;
-- a read-only path (`/metrics`) answers anything but GET or HEAD with a 405, unread.
+- a read-only path (`/metrics`) answers anything but GET or HEAD with a 405, unread;
+- an API request that fails before anything answers it is answered the API's JSON 500.
 """
 
 import asyncio
@@ -39,7 +40,7 @@ from django.urls import reverse
 from studio import originals
 from studio.api.auth import token_for_header
 from studio.api.door import method_not_allowed, methods_taken, not_found
-from studio.api.http import READ_ONLY, UNAUTHORIZED, error_response
+from studio.api.http import INTERNAL_ERROR, READ_ONLY, UNAUTHORIZED, error_response
 from studio.web.refusals import same_site_path
 
 Scope = dict[str, Any]
@@ -74,6 +75,27 @@ class BodyLimit:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not scope["path"].startswith(API_PREFIX):
+            await self._guard(scope, receive, send)
+            return
+        started = False
+
+        async def watching_send(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self._guard(scope, receive, watching_send)
+        except Exception:
+            # Django answers what fails in a view; this is what fails around it (a token's
+            # lookup here, spooling the body there): the server's bare text, not the API's.
+            if started:
+                raise
+            logger.exception("An API request failed before it was answered: %s", scope["path"])
+            await _send_json(send, 500, "internal_error", INTERNAL_ERROR)
+
+    async def _guard(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return

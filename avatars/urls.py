@@ -2,8 +2,11 @@
 
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
+from django.http import HttpRequest, HttpResponse
 from django.urls import include, path
+from django.views import defaults
 
+from studio.api.http import INTERNAL_ERROR, error_response
 from studio.web import metrics
 
 urlpatterns = [
@@ -17,3 +20,17 @@ urlpatterns = [
     path("metrics", metrics.scrape, name="metrics"),
     path("", include("studio.web.urls")),
 ]
+
+
+def server_error(request: HttpRequest) -> HttpResponse:
+    """Answer an error of ours (DEBUG off): JSON under the API, the studio's page elsewhere.
+
+    The API's callers read `{"error": {"code", "message"}}`, not a page; either way Django
+    has already logged the error with its traceback, and the answer names nothing inside.
+    """
+    if request.path.startswith("/api/"):
+        return error_response(500, "internal_error", INTERNAL_ERROR)
+    return defaults.server_error(request)
+
+
+handler500 = server_error

@@ -14,6 +14,8 @@ M = TypeVar("M", bound=Model)
 
 UNAUTHORIZED = "A valid API token is required."
 READ_ONLY = "This API token may only read; ask for a token without --read-only to change anything."
+# An error of ours (a 500): the caller learns it happened and was logged, nothing more.
+INTERNAL_ERROR = "The server hit an error of its own and could not answer; it has been logged."
 CONFLICT = "The row changed while this request was served; read it again and retry."
 KEY_REUSED = (
     "This Idempotency-Key was already used with a different request body; "

@@ -1,12 +1,13 @@
-"""The JSON API over a real uvicorn: a client that loses an answer and retries."""
+"""The JSON API over a real uvicorn: a client that loses an answer and retries; its 500s."""
 
 import json
+import shutil
 import socket
 
 import httpx
 
 from tests.factories import png_bytes
-from tests.processes import Stack, free_port, wait_for_http
+from tests.processes import Stack, Web, free_port, wait_for_http
 
 API = "/api/v1"
 
@@ -64,3 +65,46 @@ def lose_the_answer_then_retry(base: str, token: str) -> httpx.Response:
         # as when a connection drops or a read times out on the way back.
         assert lost.recv(1, socket.MSG_PEEK) == b"H"
     return httpx.post(f"{base}{API}/batches", content=body, headers=headers, timeout=60)
+
+
+# As deployed: DEBUG off (a real secret then), plain HTTP on loopback.
+DEPLOYED = {
+    "DJANGO_DEBUG": "false",
+    "DJANGO_SECRET_KEY": "a-test-secret-" * 5,
+    "AVATARS_SSL_REDIRECT": "false",
+}
+SEED_ASSET = """
+from studio import engine
+from tests.factories import png_bytes
+ada = engine.create_subject(name="Ada")
+result = [ada.pk, engine.add_reference(subject=ada, data=png_bytes(8), file_name="a.png").pk]
+"""
+
+
+def test_it_answers_an_error_of_its_own_in_json_naming_nothing_inside(stack: Stack):
+    """Found by a review: the API answered the studio's HTML page "Something went wrong here"."""
+    token = stack.manage("api_token", "script", "--create-user").strip().splitlines()[-1]
+    subject_id, asset_id = stack.django(SEED_ASSET)
+    originals = stack.data_dir / "originals"
+    shutil.rmtree(originals)
+    originals.write_bytes(b"a file where the folder of originals should be")
+    web = Web(stack, **DEPLOYED)
+    try:
+        with httpx.Client(base_url=web.url, headers={"Authorization": f"Bearer {token}"}) as api:
+            answers = [
+                api.get(f"{API}/assets/{asset_id}/original"),
+                api.post(
+                    f"{API}/subjects/{subject_id}/references",
+                    files={"file": ("b.png", png_bytes(9), "image/png")},
+                ),
+            ]
+    finally:
+        web.stop()
+
+    for answer in answers:
+        assert answer.status_code == 500, answer.text[:300]
+        assert answer.headers["content-type"] == "application/json"
+        assert answer.json()["error"]["code"] == "internal_error"
+        assert str(stack.data_dir) not in answer.text
+    log = (stack.data_dir / "web.log").read_text()
+    assert log.count("Traceback") >= 2, log[-2000:]
