@@ -14,7 +14,10 @@ before its 401. Here, before the body is read:
 - a studio request from someone not signed in (no session of a signed-in user) may
   carry at most `AVATARS_ANONYMOUS_BODY_BYTES` (a sign-in form is a few hundred bytes),
   and must send it within `AVATARS_ANONYMOUS_BODY_SECONDS`;
-- a body without a length (chunked) is counted as it streams and cut off with a 413 as
+- an upload (a multipart form) without a length (chunked) is answered 411: Django reads
+  such a form as empty, so a valid photo would be "missing" and a studio form would lose
+  its CSRF token; browsers and HTTP clients send a form's length anyway;
+- any other body without a length is counted as it streams and cut off with a 413 as
   soon as it passes its limit;
 - a body that stops arriving for `AVATARS_BODY_IDLE_SECONDS` is answered 408: a client
   that trickles its body holds a connection, not the server, for ever;
@@ -57,6 +60,9 @@ UPLOAD = re.compile(r"/api/v1/subjects/[^/]+/references/?")  # a reference photo
 TOO_LARGE = "The request body is too large (the limit is {limit:g} MB)."
 SIGN_IN_FIRST = "Sign in first: a request from someone not signed in may carry at most {kb:g} KB."
 TOO_SLOW = "The request body did not arrive in time."
+LENGTH_REQUIRED = (
+    "An upload must state its size: send it with a Content-Length header, not in chunks."
+)
 
 
 class Rule(NamedTuple):
@@ -120,6 +126,9 @@ class BodyLimit:
             if scope["method"] != "GET" and not token.may_write:
                 await _refuse_read_only(send, scope)
                 return
+        if length is None and has_body and _is_form_data(headers):
+            await _answer(send, scope, 411, "length_required", LENGTH_REQUIRED)
+            return
         if declared_past:
             page = not api and await sync_to_async(signed_in)(headers.get("cookie", ""))
             await _refuse_too_large(send, scope, _too_large(limit), page=page)
@@ -194,6 +203,10 @@ def signed_in(cookie_header: str) -> bool:
         return False
     store = import_module(settings.SESSION_ENGINE).SessionStore(key)
     return store.get(SESSION_KEY) is not None
+
+
+def _is_form_data(headers: Mapping[str, str]) -> bool:
+    return headers.get("content-type", "").lower().startswith("multipart/form-data")
 
 
 def _too_large(limit: int) -> str:

@@ -55,6 +55,7 @@ def dropped_for_size(request: HttpRequest) -> bool:
     """Say whether a missing file was dropped by the handler for passing the cap.
 
     The handler skips a file once it is too large, so the view sees no file at all;
-    a body larger than the cap tells the two cases apart.
+    a body larger than the cap tells the two cases apart. Every upload states its length:
+    the ASGI door answers one sent in chunks 411 (avatars/bodylimit.py).
     """
     return int(request.META.get("CONTENT_LENGTH") or 0) > settings.AVATARS_MAX_IMAGE_BYTES

@@ -2,6 +2,7 @@
 
 import contextlib
 import io
+import json
 import random
 import re
 import socket
@@ -13,6 +14,7 @@ import httpx
 import pytest
 from PIL import Image
 
+from tests.factories import png_bytes
 from tests.processes import Stack, Template, Web, new_stack, simulator
 
 MB = 1024 * 1024
@@ -125,15 +127,15 @@ def test_a_length_over_the_limit_is_refused_unread_even_with_a_token(served, pat
 
 
 def test_a_streamed_body_is_cut_off_once_it_passes_the_limit(served):
-    web, _stack, spool, token, subject_id = served
+    web, _stack, spool, token, _subject_id = served
     limit = 25 * MB + MB  # the default: the image cap plus 1 MiB
     sent = 0
     with socket.create_connection(("127.0.0.1", web.port), timeout=10) as sock:
         sock.sendall(
             (
-                f"POST /api/v1/subjects/{subject_id}/references HTTP/1.1\r\nHost: x\r\n"
+                "POST /api/v1/subjects HTTP/1.1\r\nHost: x\r\n"
                 f"Authorization: Bearer {token}\r\nTransfer-Encoding: chunked\r\n"
-                "Content-Type: multipart/form-data; boundary=x\r\n\r\n"
+                "Content-Type: application/json\r\n\r\n"
             ).encode()
         )
         chunk = b"\0" * (256 * 1024)
@@ -153,9 +155,76 @@ def test_a_streamed_body_is_cut_off_once_it_passes_the_limit(served):
         sock.settimeout(5)
         answer = answer or sock.recv(65536)
 
-    assert answer.split(b"\r\n", 1)[0].split()[1] == b"400", answer[:200]  # too_large
+    assert answer.split(b"\r\n", 1)[0].split()[1] == b"413", answer[:200]
     assert sent < limit + 16 * MB, f"the server read {sent / MB:.0f} MB before answering"
     assert spooled_bytes(spool) < 2 * MB, f"{spooled_bytes(spool)} bytes left spooled"
+
+
+def chunked_upload(web: Web, path: str, headers: dict[str, str], field: str, photo: bytes) -> str:
+    """Send `photo` as the multipart form's `field` in chunks (no Content-Length).
+
+    Returns the answer as text.
+    """
+    boundary = "photo-boundary"
+    form = (
+        (
+            f'--{boundary}\r\nContent-Disposition: form-data; name="{field}"; filename="a.png"\r\n'
+            f"Content-Type: image/png\r\n\r\n"
+        ).encode()
+        + photo
+        + f"\r\n--{boundary}--\r\n".encode()
+    )
+    with socket.create_connection(("127.0.0.1", web.port), timeout=10) as sock:
+        head = f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n"
+        head += f"Content-Type: multipart/form-data; boundary={boundary}\r\n"
+        head += "".join(f"{k}: {v}\r\n" for k, v in headers.items()) + "\r\n"
+        sock.sendall(head.encode())
+        with contextlib.suppress(OSError):  # the server may answer before the body is sent
+            for start in range(0, len(form), 64 * 1024):
+                piece = form[start : start + 64 * 1024]
+                sock.sendall(f"{len(piece):x}\r\n".encode() + piece + b"\r\n")
+            sock.sendall(b"0\r\n\r\n")
+        received = b""
+        while chunk := sock.recv(65536):
+            received += chunk
+            if b"\r\n\r\n" in received and b"connection: close" not in received.lower():
+                break  # kept alive: the answer's head and (small) body are in
+        return received.decode("latin-1")
+
+
+@pytest.mark.parametrize("size", ["small", "past the cap"])
+def test_a_chunked_upload_to_the_api_is_asked_for_its_length(served, size):
+    """Found by a review: a valid PNG sent in chunks was "Send the photo as the multipart
+    field `file`."; one past the cap said the same, not that it was too large."""
+    web, _stack, _spool, token, subject_id = served
+    photo = png_bytes(41) if size == "small" else b"\0" * (27 * MB)
+
+    answer = chunked_upload(
+        web,
+        f"/api/v1/subjects/{subject_id}/references",
+        {"Authorization": f"Bearer {token}"},
+        "file",
+        photo,
+    )
+
+    status, rest = answer.split("\r\n", 1)
+    assert status.split()[1] == "411", answer[:300]
+    body = json.loads(rest.split("\r\n\r\n", 1)[1])
+    assert body["error"]["code"] == "length_required"
+    assert "Content-Length" in body["error"]["message"]
+
+
+def test_a_chunked_upload_from_the_studio_is_asked_for_its_length_not_its_csrf_token(served):
+    web, _stack, _spool, _token, subject_id = served
+    cookie = "; ".join(f"{k}={v}" for k, v in signed_in_cookies(web).items())
+
+    answer = chunked_upload(
+        web, f"/subjects/{subject_id}/", {"Cookie": cookie}, "photo", png_bytes(42)
+    )
+
+    assert answer.split("\r\n", 1)[0].split()[1] == "411", answer[:300]
+    assert "Content-Length" in answer
+    assert "could not be sent" not in answer
 
 
 def test_a_read_only_token_gets_its_403_before_the_body_is_read(served):
