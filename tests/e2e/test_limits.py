@@ -2,7 +2,6 @@
 
 import contextlib
 import io
-import json
 import random
 import re
 import socket
@@ -14,21 +13,12 @@ import httpx
 import pytest
 from PIL import Image
 
-from tests.factories import png_bytes
-from tests.processes import Stack, Template, Web, new_stack, simulator
+from tests.e2e.wire import MB, limited, post_raw, signed_in_cookies, spooled_bytes
+from tests.processes import Stack, Template, Web
 
-MB = 1024 * 1024
 HUGE = 300 * MB
 ANONYMOUS_SECONDS = 2  # AVATARS_ANONYMOUS_BODY_SECONDS for this module's server
 IDLE_SECONDS = 2  # AVATARS_BODY_IDLE_SECONDS for this module's server
-TOKEN_SEED = """
-from django.contrib.auth.models import User
-from studio import engine
-from studio.api.auth import issue_token
-subject = engine.create_subject(name="Ada")
-ada = User.objects.create_user("ada", password="x" * 12)
-result = [issue_token(user=ada), subject.pk, issue_token(user=ada, read_only=True)]
-"""
 
 
 @pytest.fixture(scope="module")
@@ -36,45 +26,14 @@ def served(
     tmp_path_factory: pytest.TempPathFactory, template: Template
 ) -> Iterator[tuple[Web, Stack, Path, str, int]]:
     # One install for the module: `stack` is per test, and every test here reads one server.
-    tmp = tmp_path_factory.mktemp("limits")
-    with simulator(tmp / "sim") as sim:
-        stack = new_stack(template, tmp / "install", sim)
-        token, subject_id, read_only = stack.django(TOKEN_SEED)
-        stack.env["READ_ONLY_TOKEN"] = read_only  # for the test that needs it
-        spool = tmp / "spool"  # the web process's temporary files land here
-        spool.mkdir()
-        # Short waits for a body, so the tests that trickle one wait seconds, not minutes.
-        web = Web(
-            stack,
-            TMPDIR=str(spool),
-            AVATARS_ANONYMOUS_BODY_SECONDS=str(ANONYMOUS_SECONDS),
-            AVATARS_BODY_IDLE_SECONDS=str(IDLE_SECONDS),
-        )
-        try:
-            yield web, stack, spool, token, subject_id
-        finally:
-            web.stop()
-
-
-def spooled_bytes(spool: Path) -> int:
-    return sum(p.stat().st_size for p in spool.rglob("*") if p.is_file())
-
-
-def post_raw(web: Web, path: str, headers: dict[str, str], send_first: int) -> tuple[str, float]:
-    """Send headers and `send_first` bytes of body, then wait for the answer.
-
-    Returns the status line and the seconds from the headers' sending to the answer.
-    """
-    with socket.create_connection(("127.0.0.1", web.port), timeout=10) as sock:
-        head = f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-        head += "".join(f"{k}: {v}\r\n" for k, v in headers.items()) + "\r\n"
-        started = time.perf_counter()
-        sock.sendall(head.encode())
-        # The server may answer and close without reading: that is what we want.
-        with contextlib.suppress(OSError):
-            sock.sendall(b"\0" * send_first)
-        answer = sock.recv(65536).decode("latin-1")
-        return answer.split("\r\n", 1)[0], time.perf_counter() - started
+    # Short waits for a body, so the tests that trickle one wait seconds, not minutes.
+    with limited(
+        tmp_path_factory.mktemp("limits"),
+        template,
+        AVATARS_ANONYMOUS_BODY_SECONDS=str(ANONYMOUS_SECONDS),
+        AVATARS_BODY_IDLE_SECONDS=str(IDLE_SECONDS),
+    ) as served:
+        yield served
 
 
 def test_a_300_mb_post_without_a_token_is_answered_at_once_and_spools_nothing(served):
@@ -160,73 +119,6 @@ def test_a_streamed_body_is_cut_off_once_it_passes_the_limit(served):
     assert spooled_bytes(spool) < 2 * MB, f"{spooled_bytes(spool)} bytes left spooled"
 
 
-def chunked_upload(web: Web, path: str, headers: dict[str, str], field: str, photo: bytes) -> str:
-    """Send `photo` as the multipart form's `field` in chunks (no Content-Length).
-
-    Returns the answer as text.
-    """
-    boundary = "photo-boundary"
-    form = (
-        (
-            f'--{boundary}\r\nContent-Disposition: form-data; name="{field}"; filename="a.png"\r\n'
-            f"Content-Type: image/png\r\n\r\n"
-        ).encode()
-        + photo
-        + f"\r\n--{boundary}--\r\n".encode()
-    )
-    with socket.create_connection(("127.0.0.1", web.port), timeout=10) as sock:
-        head = f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n"
-        head += f"Content-Type: multipart/form-data; boundary={boundary}\r\n"
-        head += "".join(f"{k}: {v}\r\n" for k, v in headers.items()) + "\r\n"
-        sock.sendall(head.encode())
-        with contextlib.suppress(OSError):  # the server may answer before the body is sent
-            for start in range(0, len(form), 64 * 1024):
-                piece = form[start : start + 64 * 1024]
-                sock.sendall(f"{len(piece):x}\r\n".encode() + piece + b"\r\n")
-            sock.sendall(b"0\r\n\r\n")
-        received = b""
-        while chunk := sock.recv(65536):
-            received += chunk
-            if b"\r\n\r\n" in received and b"connection: close" not in received.lower():
-                break  # kept alive: the answer's head and (small) body are in
-        return received.decode("latin-1")
-
-
-@pytest.mark.parametrize("size", ["small", "past the cap"])
-def test_a_chunked_upload_to_the_api_is_asked_for_its_length(served, size):
-    """Found by a review: a valid PNG sent in chunks was "Send the photo as the multipart
-    field `file`."; one past the cap said the same, not that it was too large."""
-    web, _stack, _spool, token, subject_id = served
-    photo = png_bytes(41) if size == "small" else b"\0" * (27 * MB)
-
-    answer = chunked_upload(
-        web,
-        f"/api/v1/subjects/{subject_id}/references",
-        {"Authorization": f"Bearer {token}"},
-        "file",
-        photo,
-    )
-
-    status, rest = answer.split("\r\n", 1)
-    assert status.split()[1] == "411", answer[:300]
-    body = json.loads(rest.split("\r\n\r\n", 1)[1])
-    assert body["error"]["code"] == "length_required"
-    assert "Content-Length" in body["error"]["message"]
-
-
-def test_a_chunked_upload_from_the_studio_is_asked_for_its_length_not_its_csrf_token(served):
-    web, _stack, _spool, _token, subject_id = served
-    cookie = "; ".join(f"{k}={v}" for k, v in signed_in_cookies(web).items())
-
-    answer = chunked_upload(
-        web, f"/subjects/{subject_id}/", {"Cookie": cookie}, "photo", png_bytes(42)
-    )
-
-    assert answer.split("\r\n", 1)[0].split()[1] == "411", answer[:300]
-    assert "Content-Length" in answer
-    assert "could not be sent" not in answer
-
-
 def test_a_read_only_token_gets_its_403_before_the_body_is_read(served):
     web, stack, spool, _token, subject_id = served
 
@@ -240,57 +132,6 @@ def test_a_read_only_token_gets_its_403_before_the_body_is_read(served):
     assert status.split()[1] == "403", status
     assert seconds < 1.0, f"403 after {seconds:.2f} s (bound: 1 s)"
     assert spooled_bytes(spool) < 2 * MB, f"{spooled_bytes(spool)} bytes spooled (bound: 2 MB)"
-
-
-NO_BATCH = "/api/v1/batches/6f1c8a52-1f0a-4a57-9d0c-0b0a3c7e5d11"
-NO_TASK = "/api/v1/tasks/6f1c8a52-1f0a-4a57-9d0c-0b0a3c7e5d11"
-
-
-@pytest.mark.parametrize(
-    ("method", "path", "allow"),
-    [
-        ("DELETE", "/api/v1/subjects", "GET, POST"),
-        ("PUT", NO_BATCH, "GET"),
-        ("PATCH", NO_TASK, "GET"),
-        ("POST", "/api/v1/openapi.json", "GET"),
-    ],
-)
-def test_a_read_only_token_gets_405_first_for_a_method_a_route_does_not_take_with_a_body(
-    served, method, path, allow
-):
-    """Found by a review: with a body the answer was 403 read_only, without one 405."""
-    web, stack, _spool, _token, _subject_id = served
-    headers = {"Authorization": f"Bearer {stack.env['READ_ONLY_TOKEN']}"}
-
-    answer = httpx.request(method, f"{web.url}{path}", content=b"{}", headers=headers)
-
-    assert answer.status_code == 405, answer.text
-    assert answer.headers["Allow"] == allow
-    assert answer.json()["error"]["code"] == "method_not_allowed"
-
-
-def test_a_read_only_token_posting_to_a_path_the_api_does_not_have_gets_404(served):
-    web, stack, _spool, _token, _subject_id = served
-    headers = {"Authorization": f"Bearer {stack.env['READ_ONLY_TOKEN']}"}
-
-    answer = httpx.post(f"{web.url}/api/v1/no-such-route", content=b"{}", headers=headers)
-
-    assert answer.status_code == 404, answer.text
-    assert answer.json()["error"]["code"] == "not_found"
-
-
-def signed_in_cookies(web: Web) -> dict[str, str]:
-    """Sign in as the module's person through the sign-in form; return the session's cookies."""
-    with httpx.Client(base_url=web.url) as browser:
-        page = browser.get("/accounts/login/")
-        token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text)
-        assert token, page.text[:500]
-        answer = browser.post(
-            "/accounts/login/",
-            data={"username": "ada", "password": "x" * 12, "csrfmiddlewaretoken": token[1]},
-        )
-        assert answer.status_code == 302, answer.text[:500]
-        return dict(browser.cookies)
 
 
 def trickle(web: Web, path: str, headers: dict[str, str], first: bytes) -> tuple[str, float]:

@@ -1,0 +1,93 @@
+"""What the ASGI door answers about a body itself, over a real uvicorn: a read-only token's
+method a route does not take, an upload sent in chunks."""
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.e2e.wire import MB, chunked_upload, limited, signed_in_cookies
+from tests.factories import png_bytes
+from tests.processes import Stack, Template, Web
+
+
+@pytest.fixture(scope="module")
+def served(
+    tmp_path_factory: pytest.TempPathFactory, template: Template
+) -> Iterator[tuple[Web, Stack, Path, str, int]]:
+    with limited(tmp_path_factory.mktemp("door"), template) as served:
+        yield served
+
+
+NO_BATCH = "/api/v1/batches/6f1c8a52-1f0a-4a57-9d0c-0b0a3c7e5d11"
+NO_TASK = "/api/v1/tasks/6f1c8a52-1f0a-4a57-9d0c-0b0a3c7e5d11"
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "allow"),
+    [
+        ("DELETE", "/api/v1/subjects", "GET, POST"),
+        ("PUT", NO_BATCH, "GET"),
+        ("PATCH", NO_TASK, "GET"),
+        ("POST", "/api/v1/openapi.json", "GET"),
+    ],
+)
+def test_a_read_only_token_gets_405_first_for_a_method_a_route_does_not_take_with_a_body(
+    served, method, path, allow
+):
+    """Found by a review: with a body the answer was 403 read_only, without one 405."""
+    web, stack, _spool, _token, _subject_id = served
+    headers = {"Authorization": f"Bearer {stack.env['READ_ONLY_TOKEN']}"}
+
+    answer = httpx.request(method, f"{web.url}{path}", content=b"{}", headers=headers)
+
+    assert answer.status_code == 405, answer.text
+    assert answer.headers["Allow"] == allow
+    assert answer.json()["error"]["code"] == "method_not_allowed"
+
+
+def test_a_read_only_token_posting_to_a_path_the_api_does_not_have_gets_404(served):
+    web, stack, _spool, _token, _subject_id = served
+    headers = {"Authorization": f"Bearer {stack.env['READ_ONLY_TOKEN']}"}
+
+    answer = httpx.post(f"{web.url}/api/v1/no-such-route", content=b"{}", headers=headers)
+
+    assert answer.status_code == 404, answer.text
+    assert answer.json()["error"]["code"] == "not_found"
+
+
+@pytest.mark.parametrize("size", ["small", "past the cap"])
+def test_a_chunked_upload_to_the_api_is_asked_for_its_length(served, size):
+    """Found by a review: a valid PNG sent in chunks was "Send the photo as the multipart
+    field `file`."; one past the cap said the same, not that it was too large."""
+    web, _stack, _spool, token, subject_id = served
+    photo = png_bytes(41) if size == "small" else b"\0" * (27 * MB)
+
+    answer = chunked_upload(
+        web,
+        f"/api/v1/subjects/{subject_id}/references",
+        {"Authorization": f"Bearer {token}"},
+        "file",
+        photo,
+    )
+
+    status, rest = answer.split("\r\n", 1)
+    assert status.split()[1] == "411", answer[:300]
+    body = json.loads(rest.split("\r\n\r\n", 1)[1])
+    assert body["error"]["code"] == "length_required"
+    assert "Content-Length" in body["error"]["message"]
+
+
+def test_a_chunked_upload_from_the_studio_is_asked_for_its_length_not_its_csrf_token(served):
+    web, _stack, _spool, _token, subject_id = served
+    cookie = "; ".join(f"{k}={v}" for k, v in signed_in_cookies(web).items())
+
+    answer = chunked_upload(
+        web, f"/subjects/{subject_id}/", {"Cookie": cookie}, "photo", png_bytes(42)
+    )
+
+    assert answer.split("\r\n", 1)[0].split()[1] == "411", answer[:300]
+    assert "Content-Length" in answer
+    assert "could not be sent" not in answer
