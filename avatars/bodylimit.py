@@ -8,9 +8,12 @@ before its 401. Here, before the body is read:
   token may only read is answered as its route would answer it (404 for a path the API
   does not have, 405 for a method its route does not take, else 403: every API write
   carries a body or none at all), whatever the body's size;
-- a `Content-Length` over `AVATARS_MAX_BODY_BYTES` is answered 413 at once (for a signed-in
-  person's studio page, with a small page of the studio that leads back; JSON to the API,
-  and a reference photo's API upload 400 `too_large`, as the store answers a large file);
+- a `Content-Length` over the body's limit is answered 413 at once, naming the limit: for
+  an upload (a multipart form) `AVATARS_MAX_BODY_BYTES`, for anything else (JSON, a form's
+  fields) Django's `DATA_UPLOAD_MAX_MEMORY_SIZE`, which Django itself checks only when a
+  length is given. A signed-in person's upload to a studio page is answered with a small
+  page of the studio that leads back; the API answers JSON, and a reference photo's API
+  upload 400 `too_large`, as the store answers a large file;
 - a studio request from someone not signed in (no session of a signed-in user) may
   carry at most `AVATARS_ANONYMOUS_BODY_BYTES` (a sign-in form is a few hundred bytes),
   and must send it within `AVATARS_ANONYMOUS_BODY_SECONDS`;
@@ -40,7 +43,7 @@ from django.http import parse_cookie
 from django.template.loader import render_to_string
 from django.urls import reverse
 
-from studio import originals
+from studio import originals, uploads
 from studio.api.auth import token_for_header
 from studio.api.door import method_not_allowed, methods_taken, not_found
 from studio.api.http import INTERNAL_ERROR, READ_ONLY, UNAUTHORIZED, error_response
@@ -57,7 +60,6 @@ logger = logging.getLogger(__name__)
 API_PREFIX = "/api/"
 GET_ONLY = frozenset({"/metrics"})  # paths that never take a body: nothing to read
 UPLOAD = re.compile(r"/api/v1/subjects/[^/]+/references/?")  # a reference photo's upload
-TOO_LARGE = "The request body is too large (the limit is {limit:g} MB)."
 SIGN_IN_FIRST = "Sign in first: a request from someone not signed in may carry at most {kb:g} KB."
 TOO_SLOW = "The request body did not arrive in time."
 LENGTH_REQUIRED = (
@@ -110,8 +112,10 @@ class BodyLimit:
                 send, 405, b"Method not allowed.", b"text/plain", [(b"allow", b"GET, HEAD")]
             )
             return
-        limit = settings.AVATARS_MAX_BODY_BYTES
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        content_type = headers.get("content-type", "")
+        form_data = uploads.is_upload(content_type)
+        limit = uploads.body_limit(content_type)
         length = headers.get("content-length")
         declared_past = length is not None and (not length.isdigit() or int(length) > limit)
         has_body = declared_past or int(length or 0) > 0
@@ -126,14 +130,16 @@ class BodyLimit:
             if scope["method"] != "GET" and not token.may_write:
                 await _refuse_read_only(send, scope)
                 return
-        if length is None and has_body and _is_form_data(headers):
+        if length is None and has_body and form_data:
             await _answer(send, scope, 411, "length_required", LENGTH_REQUIRED)
             return
+        too_large = uploads.body_too_large(content_type)
         if declared_past:
-            page = not api and await sync_to_async(signed_in)(headers.get("cookie", ""))
-            await _refuse_too_large(send, scope, _too_large(limit), page=page)
+            page = (
+                form_data and not api and await sync_to_async(signed_in)(headers.get("cookie", ""))
+            )
+            await _refuse_too_large(send, scope, too_large, page=page)
             return
-        too_large = _too_large(limit)
         deadline = None
         if has_body and not api and not await sync_to_async(signed_in)(headers.get("cookie", "")):
             limit = min(limit, settings.AVATARS_ANONYMOUS_BODY_BYTES)
@@ -142,8 +148,8 @@ class BodyLimit:
             if length is not None and int(length) > limit:
                 await _answer(send, scope, 413, "too_large", too_large)
                 return
-        # A signed-in person's studio page past the limit is answered with a page of the studio.
-        page = has_body and deadline is None and not scope["path"].startswith(API_PREFIX)
+        # A signed-in person's upload past the limit is answered with a page of the studio.
+        page = form_data and deadline is None and not api
         await self._run_counting(scope, receive, send, Rule(limit, too_large, deadline, page))
 
     async def _run_counting(self, scope: Scope, receive: Receive, send: Send, rule: Rule) -> None:
@@ -203,14 +209,6 @@ def signed_in(cookie_header: str) -> bool:
         return False
     store = import_module(settings.SESSION_ENGINE).SessionStore(key)
     return store.get(SESSION_KEY) is not None
-
-
-def _is_form_data(headers: Mapping[str, str]) -> bool:
-    return headers.get("content-type", "").lower().startswith("multipart/form-data")
-
-
-def _too_large(limit: int) -> str:
-    return TOO_LARGE.format(limit=limit / (1024 * 1024))
 
 
 async def _refuse_too_large(send: Send, scope: Scope, message: str, *, page: bool) -> None:

@@ -100,8 +100,9 @@ AVATARS_MAX_ANIMATION_PIXELS = env_int("AVATARS_MAX_ANIMATION_PIXELS", 10_000_00
 AVATARS_DECODES_AT_ONCE = env_int("AVATARS_DECODES_AT_ONCE", 2, minimum=1)
 
 # Request bodies other than files stay small (JSON, forms); files are capped at
-# AVATARS_MAX_IMAGE_BYTES while they stream in, held in memory (studio.uploads).
-DATA_UPLOAD_MAX_MEMORY_SIZE = 2_621_440  # bytes
+# AVATARS_MAX_IMAGE_BYTES while they stream in, held in memory (studio.uploads). The ASGI
+# door holds such a body to this too, streamed or not, and names it when refusing one.
+DATA_UPLOAD_MAX_MEMORY_SIZE = 2_621_440  # bytes (2.5 MiB)
 # A reference upload takes exactly one file: a second part is refused before it is read,
 # so per-file caps cannot be multiplied by sending many parts.
 DATA_UPLOAD_MAX_NUMBER_FILES = 1

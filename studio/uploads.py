@@ -15,6 +15,12 @@ from django.core.files.uploadhandler import MemoryFileUploadHandler, SkipFile
 from django.http import HttpRequest
 
 TOO_LARGE = "The file is too large."
+MB = 1024 * 1024  # bytes: the sentences' "MB", as in the other limits' sentences
+BODY_TOO_LARGE = "The request body is too large (the limit is {limit:g} MB)."
+FIELDS_TOO_LARGE = (
+    "The request body is too large (the limit is {fields:g} MB for JSON and form fields; "
+    "{upload:g} MB for an upload)."
+)
 
 
 class CappedMemoryUploadHandler(MemoryFileUploadHandler):
@@ -59,3 +65,32 @@ def dropped_for_size(request: HttpRequest) -> bool:
     the ASGI door answers one sent in chunks 411 (avatars/bodylimit.py).
     """
     return int(request.META.get("CONTENT_LENGTH") or 0) > settings.AVATARS_MAX_IMAGE_BYTES
+
+
+def is_upload(content_type: str) -> bool:
+    """Say whether a body of `content_type` is an upload (a multipart form, files and all)."""
+    return content_type.lower().startswith("multipart/form-data")
+
+
+def body_limit(content_type: str) -> int:
+    """Return the most bytes a request body of `content_type` may have.
+
+    An upload may carry a photo (`AVATARS_MAX_BODY_BYTES`); anything else is read whole
+    into memory, as Django caps it (`DATA_UPLOAD_MAX_MEMORY_SIZE`, itself the lower).
+    """
+    if is_upload(content_type):
+        return int(settings.AVATARS_MAX_BODY_BYTES)
+    return min(settings.AVATARS_MAX_BODY_BYTES, settings.DATA_UPLOAD_MAX_MEMORY_SIZE)
+
+
+def body_too_large(content_type: str) -> str:
+    """Say that a body of `content_type` passed its limit, and which, in figures."""
+    if is_upload(content_type):
+        return BODY_TOO_LARGE.format(limit=body_limit(content_type) / MB)
+    return fields_too_large()
+
+
+def fields_too_large() -> str:
+    """Say that JSON or a form's fields passed their limit, naming an upload's as well."""
+    fields = min(settings.AVATARS_MAX_BODY_BYTES, settings.DATA_UPLOAD_MAX_MEMORY_SIZE)
+    return FIELDS_TOO_LARGE.format(fields=fields / MB, upload=settings.AVATARS_MAX_BODY_BYTES / MB)

@@ -21,11 +21,14 @@ HUGE = 300 * 1024 * 1024
 SAID = "That photo is too large: the limit is 25 MB."
 
 
-def knock(path: str, headers: dict[str, str], *, chunks: int = 0) -> tuple[int, dict, str, int]:
+def knock(
+    path: str, headers: dict[str, str], *, chunks: int = 0, upload: bool = True
+) -> tuple[int, dict, str, int]:
     """Send a POST through the door; return its status, headers, body and chunks read.
 
     With `chunks`, the body streams (chunked) in pieces of 1 MiB and Django's stand-in
-    reads until told the client went away; without, it announces `HUGE` bytes.
+    reads until told the client went away; without, it announces `HUGE` bytes. The body
+    is an upload (a multipart form) unless `upload` is false (a form's fields).
     """
     sent: list[dict[str, Any]] = []
     read: list[int] = []
@@ -39,11 +42,14 @@ def knock(path: str, headers: dict[str, str], *, chunks: int = 0) -> tuple[int, 
         sent.append(dict(message))
 
     async def app(scope: Any, receive: Any, send: Any) -> None:
-        assert chunks, "the body reached Django"
+        assert chunks and not upload, "the body reached Django"
         while (await receive())["type"] != "http.disconnect":
             pass
 
     framing = {"transfer-encoding": "chunked"} if chunks else {"content-length": str(HUGE)}
+    framing["content-type"] = (
+        "multipart/form-data; boundary=x" if upload else "application/x-www-form-urlencoded"
+    )
     scope = {
         "type": "http",
         "method": "POST",
@@ -93,15 +99,31 @@ def test_it_leads_back_to_the_subjects_unless_the_referer_is_a_page_of_the_site(
     assert '<a class="button" href="/subjects/">Go back</a>' in body
 
 
-def test_it_cuts_off_a_signed_in_streamed_upload_with_the_same_page(cookie):
-    status, headers, body, read = knock(
+def test_it_asks_a_signed_in_upload_sent_in_chunks_for_its_length_unread(cookie):
+    """Django reads a multipart form without a length as empty (docs/design.md)."""
+    status, _headers, body, read = knock(
         "/subjects/7/", {"cookie": cookie, "host": "studio.example"}, chunks=400
     )
 
+    assert status == 411
+    assert body == (
+        "An upload must state its size: send it with a Content-Length header, not in chunks."
+    )
+    assert read == 0
+
+
+def test_it_cuts_off_a_signed_in_streamed_form_past_its_own_limit_naming_it(cookie):
+    status, headers, body, read = knock(
+        "/subjects/7/", {"cookie": cookie, "host": "studio.example"}, chunks=400, upload=False
+    )
+
     assert status == 413
-    assert headers["content-type"] == "text/html; charset=utf-8"
-    assert SAID in body
-    assert read < 40  # cut off a little past the 26 MiB limit, not at 400 MiB
+    assert headers["content-type"] == "text/plain; charset=utf-8"
+    assert body == (
+        "The request body is too large "
+        "(the limit is 2.5 MB for JSON and form fields; 26 MB for an upload)."
+    )
+    assert read == 3  # cut off once past 2.5 MB, not at 400 MiB
 
 
 def test_it_keeps_answering_the_api_in_json(cookie):

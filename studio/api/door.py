@@ -23,6 +23,7 @@ from ninja.errors import ValidationError as NinjaValidationError
 from ninja.parser import Parser
 from ninja.security import HttpBearer
 
+from studio import uploads
 from studio.api import auth
 from studio.api.http import (
     READ_ONLY,
@@ -37,7 +38,6 @@ from studio.models import ApiToken
 
 View = Callable[..., HttpResponse]
 METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")  # the order in which `Allow` names them
-TOO_LARGE = "The request body is too large."
 NOT_JSON = "The request body is not valid JSON."
 BAD_UPLOAD = "The upload is not a valid multipart form."
 # Django reads at most 1,024 bytes of a part's headers; a long file name is what fills them.
@@ -151,7 +151,8 @@ def state_errors(api: NinjaAPI) -> None:
     api.add_exception_handler(HttpError, _http_error)
     api.add_exception_handler(AuthenticationError, lambda request, exc: unauthorized())
     api.add_exception_handler(
-        RequestDataTooBig, lambda request, exc: error_response(413, "too_large", TOO_LARGE)
+        RequestDataTooBig,
+        lambda request, exc: error_response(413, "too_large", uploads.fields_too_large()),
     )
     for bad_form in (MultiPartParserError, TooManyFieldsSent, TooManyFilesSent):
         api.add_exception_handler(bad_form, _bad_upload)

@@ -333,11 +333,15 @@ def test_it_answers_429_with_the_numbers_once_the_daily_cap_is_reached(api, subj
     assert Task.objects.count() == 16
 
 
-def test_it_refuses_a_body_too_large_to_read_with_413(api, settings):
-    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1000
+def test_it_refuses_a_body_too_large_to_read_with_413_naming_the_limit(api, settings):
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1024 * 1024
 
-    response = post_json(api, f"{API}/subjects", {"name": "Ada", "notes": "x" * 2000})
+    response = post_json(api, f"{API}/subjects", {"name": "Ada", "notes": "x" * 1024 * 1024})
 
     assert response.status_code == 413
-    assert error(response)["code"] == "too_large"
+    assert error(response) == {
+        "code": "too_large",
+        "message": "The request body is too large (the limit is 1 MB for JSON and form fields; "
+        "26 MB for an upload).",
+    }
     assert not Subject.objects.exists()

@@ -1,5 +1,5 @@
 """What the ASGI door answers about a body itself, over a real uvicorn: a read-only token's
-method a route does not take, an upload sent in chunks."""
+method a route does not take, an upload sent in chunks, JSON past its limit."""
 
 import json
 from collections.abc import Iterator
@@ -8,7 +8,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.e2e.wire import MB, chunked_upload, limited, signed_in_cookies
+from tests.e2e.wire import MB, answer_to, chunked_upload, limited, signed_in_cookies
 from tests.factories import png_bytes
 from tests.processes import Stack, Template, Web
 
@@ -56,6 +56,32 @@ def test_a_read_only_token_posting_to_a_path_the_api_does_not_have_gets_404(serv
 
     assert answer.status_code == 404, answer.text
     assert answer.json()["error"]["code"] == "not_found"
+
+
+JSON_LIMIT = "the limit is 2.5 MB for JSON and form fields; 26 MB for an upload"
+
+
+@pytest.mark.parametrize("framing", ["Content-Length", "chunked"])
+def test_a_json_body_past_its_limit_is_refused_with_the_limit_it_passed(served, framing):
+    """Found by a review: 3 MB of JSON got "The request body is too large." naming no limit,
+    while the documented limit was 26 MB."""
+    web, _stack, _spool, token, _subject_id = served
+    body = json.dumps({"name": "x" * (3 * MB)}).encode()
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    if framing == "chunked":
+        headers["Transfer-Encoding"] = "chunked"
+        body = f"{len(body):x}\r\n".encode() + body + b"\r\n0\r\n\r\n"
+    else:
+        headers["Content-Length"] = str(len(body))
+
+    answer = answer_to(web, "/api/v1/subjects", headers, body)
+
+    assert answer.split("\r\n", 1)[0].split()[1] == "413", answer[:300]
+    error = json.loads(answer.split("\r\n\r\n", 1)[1])["error"]
+    assert error == {
+        "code": "too_large",
+        "message": f"The request body is too large ({JSON_LIMIT}).",
+    }
 
 
 @pytest.mark.parametrize("size", ["small", "past the cap"])

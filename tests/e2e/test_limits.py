@@ -87,7 +87,7 @@ def test_a_length_over_the_limit_is_refused_unread_even_with_a_token(served, pat
 
 def test_a_streamed_body_is_cut_off_once_it_passes_the_limit(served):
     web, _stack, spool, token, _subject_id = served
-    limit = 25 * MB + MB  # the default: the image cap plus 1 MiB
+    limit = 2.5 * MB  # a JSON body's (DATA_UPLOAD_MAX_MEMORY_SIZE)
     sent = 0
     with socket.create_connection(("127.0.0.1", web.port), timeout=10) as sock:
         sock.sendall(

@@ -69,6 +69,21 @@ def post_raw(web: Web, path: str, headers: dict[str, str], send_first: int) -> t
         return answer.split("\r\n", 1)[0], time.perf_counter() - started
 
 
+def answer_to(web: Web, path: str, headers: dict[str, str], body: bytes) -> str:
+    """Send a POST with `body`, its head first; return the whole answer as text."""
+    with socket.create_connection(("127.0.0.1", web.port), timeout=10) as sock:
+        head = f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+        head += "".join(f"{k}: {v}\r\n" for k, v in headers.items()) + "\r\n"
+        sock.sendall(head.encode())
+        with contextlib.suppress(OSError):  # the server may answer and close without reading
+            sock.sendall(body)
+        received = b""
+        with contextlib.suppress(ConnectionResetError):
+            while chunk := sock.recv(65536):
+                received += chunk
+        return received.decode("latin-1")
+
+
 def chunked_upload(web: Web, path: str, headers: dict[str, str], field: str, photo: bytes) -> str:
     """Send `photo` as the multipart form's `field` in chunks (no Content-Length).
 
