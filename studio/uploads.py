@@ -6,7 +6,9 @@ memory whatever its size, and skipped as soon as it passes `AVATARS_MAX_IMAGE_BY
 (an original is refused above it anyway), so one request holds at most the cap (a
 request carries one file, `DATA_UPLOAD_MAX_NUMBER_FILES`). The originals store reads
 the file whole in any case: a round trip through a temporary file took 20-40 ms of a
-12 MB photo's 0.26 s upload.
+12 MB photo's 0.26 s upload. (The body the file is parsed from is another matter: under
+uvicorn Django's ASGI handler spools a body past 2.5 MB to a temporary file before any of
+this runs; docs/design.md §7.)
 """
 
 from django.conf import settings

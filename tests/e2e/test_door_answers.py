@@ -1,14 +1,17 @@
 """What the ASGI door answers about a body itself, over a real uvicorn: a read-only token's
-method a route does not take, an upload sent in chunks, JSON past its limit."""
+method a route does not take, an upload sent in chunks, JSON past its limit, the spool."""
 
+import contextlib
 import json
+import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.e2e.wire import MB, answer_to, chunked_upload, limited, signed_in_cookies
+from tests.e2e.wire import MB, answer_to, chunked_upload, limited, signed_in_cookies, spooled_bytes
 from tests.factories import png_bytes
 from tests.processes import Stack, Template, Web
 
@@ -117,3 +120,38 @@ def test_a_chunked_upload_from_the_studio_is_asked_for_its_length_not_its_csrf_t
     assert answer.split("\r\n", 1)[0].split()[1] == "411", answer[:300]
     assert "Content-Length" in answer
     assert "could not be sent" not in answer
+
+
+def spooled_while_open(pid: int, spool: Path) -> list[str]:
+    """Return the files under `spool` the process holds open (deleted ones included)."""
+    held = []
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(OSError):
+            target = str(fd.readlink())
+            if target.startswith(str(spool)):
+                held.append(target)
+    return held
+
+
+def test_an_authenticated_body_past_2_5_mb_is_spooled_to_the_temporary_directory(served):
+    """What docs/operations.md tells operators to make room for: Django's ASGI handler reads
+    a body whole before any view, holding one past 2.5 MB in a deleted temporary file."""
+    web, _stack, spool, token, subject_id = served
+    body = b"\0" * (4 * MB)
+    with socket.create_connection(("127.0.0.1", web.port), timeout=10) as sock:
+        head = (
+            f"POST /api/v1/subjects/{subject_id}/references HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            f"Authorization: Bearer {token}\r\nContent-Length: {len(body)}\r\n"
+            "Content-Type: multipart/form-data; boundary=x\r\n\r\n"
+        )
+        sock.sendall(head.encode() + body[:-1])
+        deadline = time.monotonic() + 5
+        while not (held := spooled_while_open(web.proc.pid, spool)):
+            assert time.monotonic() < deadline, "no body was spooled"
+            time.sleep(0.05)
+        sock.sendall(body[-1:])
+        answer = sock.recv(65536).decode("latin-1")
+
+    assert all(name.endswith("(deleted)") for name in held), held
+    assert answer.split("\r\n", 1)[0].split()[1] == "400", answer[:300]  # not a form
+    assert spooled_bytes(spool) == 0
