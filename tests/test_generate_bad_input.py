@@ -101,6 +101,38 @@ pytestmark = pytest.mark.django_db
             id="unknown-frame",
         ),
         pytest.param({"frames": []}, "Choose at least one frame.", id="no-frames"),
+        # Found by a review: an object of names and counts was told to choose a provider.
+        pytest.param(
+            {"providers": {"openai": 1}},
+            "Providers must be a list of providers, each an object with a provider name.",
+            id="providers-an-object",
+        ),
+        pytest.param(
+            {"providers": "openai"},
+            "Providers must be a list of providers, each an object with a provider name.",
+            id="providers-text",
+        ),
+        # Found by a review: a 2 MB model name came back whole in the refusal.
+        pytest.param(
+            {"providers": [{"provider": "openai", "model": "m" * 2_000_000}]},
+            f"Unknown model for provider 'openai': '{'m' * 98}…. Its models are gpt-image-1.",
+            id="huge-model",
+        ),
+        pytest.param(
+            {"providers": [{"provider": "p" * 2_000_000}]},
+            f"Unknown provider: '{'p' * 98}….",
+            id="huge-provider",
+        ),
+        pytest.param(
+            {"frames": ["f" * 2_000_000]},
+            f"Unknown frame: '{'f' * 98}…. Frames are image, headshot, full-body, clip.",
+            id="huge-frame",
+        ),
+        pytest.param(
+            {"subjects": ["s" * 2_000_000]},
+            f"Subjects must be a list of ids; '{'s' * 98}… is not one.",
+            id="huge-subject-id",
+        ),
         pytest.param(
             {"frames": "image"},
             "The frames must be a list, of image, headshot, full-body, clip.",

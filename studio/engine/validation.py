@@ -18,6 +18,7 @@ MAX_PROMPT = 4000
 MAX_TITLE = 200
 MAX_SUBJECTS = 100  # subjects one batch names: a family's, with room to spare
 MAX_LISTED = 1000  # items of a list of reference photos read at all
+ECHOED = 100  # characters of a caller's own value said back in a refusal, the ellipsis included
 
 
 def validate(request: object) -> dict[str, Any]:
@@ -69,6 +70,16 @@ def validate(request: object) -> dict[str, Any]:
     }
 
 
+def echo(value: object) -> str:
+    """Return `value` as a refusal says it back: its repr, cut to ECHOED characters.
+
+    A caller's mistake may be megabytes long (a model's name, a frame); the refusal only
+    needs to show which value it was.
+    """
+    said = repr(value)
+    return said if len(said) <= ECHOED else said[: ECHOED - 1] + "…"
+
+
 def id_list(value: object, what: str, *, most: int) -> list[int]:
     """Return the distinct ids in `value`: whole numbers or ASCII digit strings, nothing else.
 
@@ -84,7 +95,7 @@ def id_list(value: object, what: str, *, most: int) -> list[int]:
     ids = []
     for item in value:
         if not ids_module.looks_like_id(item):
-            raise InvalidRequest(f"{what} must be a list of ids; {item!r} is not one.")
+            raise InvalidRequest(f"{what} must be a list of ids; {echo(item)} is not one.")
         ids.append(int(item))
     return list(dict.fromkeys(ids))
 
@@ -151,7 +162,11 @@ def _bytes(size: int) -> str:
 
 def _providers(value: object) -> list[dict[str, Any]]:
     """Read the `providers` rows, refusing a repeated row or too many candidates per provider."""
-    if not isinstance(value, list) or not value:
+    if value is not None and not isinstance(value, list):
+        raise InvalidRequest(
+            "Providers must be a list of providers, each an object with a provider name."
+        )
+    if not value:
         raise InvalidRequest("Choose at least one provider.")
     providers: list[dict[str, Any]] = []
     for entry in value:
@@ -180,7 +195,7 @@ def _provider(entry: object) -> dict[str, Any]:
         raise InvalidRequest("Each provider must be an object with a provider name.")
     name = entry.get("provider")
     if not isinstance(name, str) or name not in catalogue:
-        raise InvalidRequest(f"Unknown provider: {name!r}.")
+        raise InvalidRequest(f"Unknown provider: {echo(name)}.")
     candidates = entry.get("candidates", 1)
     if isinstance(candidates, bool) or not isinstance(candidates, int):
         raise InvalidRequest("Candidates must be a whole number.")
@@ -194,7 +209,7 @@ def _provider(entry: object) -> dict[str, Any]:
     if model and model not in models:
         known = ", ".join(models) or "none"
         raise InvalidRequest(
-            f"Unknown model for provider {name!r}: {model!r}. Its models are {known}.",
+            f"Unknown model for provider {name!r}: {echo(model)}. Its models are {known}.",
             field="providers",
             provider=name,
         )
@@ -221,5 +236,5 @@ def _frames(value: object) -> list[str]:
         raise InvalidRequest("Choose at least one frame.")
     for frame in value:
         if frame not in FRAMES:
-            raise InvalidRequest(f"Unknown frame: {frame!r}. Frames are {', '.join(FRAMES)}.")
+            raise InvalidRequest(f"Unknown frame: {echo(frame)}. Frames are {', '.join(FRAMES)}.")
     return list(dict.fromkeys(value))
