@@ -109,6 +109,8 @@ def token_first(view: View, *, methods: Collection[str] = ()) -> View:
             return unauthorized()
         request.user = token.user
         request.api_token = token  # type: ignore[attr-defined]
+        if request.method == "HEAD" and "GET" in methods:
+            return head_as_get(view, request, *args, **kwargs)
         response = view(request, *args, **kwargs)
         if isinstance(response, HttpResponseNotAllowed):
             return method_not_allowed(response["Allow"].split(", "))
@@ -116,6 +118,22 @@ def token_first(view: View, *, methods: Collection[str] = ()) -> View:
 
     guarded.methods = frozenset(methods)  # type: ignore[attr-defined]
     return guarded
+
+
+def head_as_get(view: View, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+    """Answer a HEAD as `view` answers a GET, without the body (RFC 9110 §9.3.2).
+
+    Ninja routes each method to its own operation and knows no HEAD; the GET is asked
+    instead, so the status and headers (its length among them) are the GET's own.
+    """
+    request.method = "GET"
+    try:
+        response = view(request, *args, **kwargs)
+    finally:
+        request.method = "HEAD"
+    response["Content-Length"] = str(len(response.content))
+    response.content = b""
+    return response
 
 
 def methods_taken(path: str) -> frozenset[str]:

@@ -14,7 +14,14 @@ from django.views.decorators.csrf import csrf_exempt
 from ninja.openapi.views import openapi_json
 
 from studio.api import auth
-from studio.api.door import View, method_not_allowed, not_found, token_first, unauthorized
+from studio.api.door import (
+    View,
+    head_as_get,
+    method_not_allowed,
+    not_found,
+    token_first,
+    unauthorized,
+)
 from studio.api.views import api
 
 app_name = "api"
@@ -32,6 +39,8 @@ def read_only(view: View) -> View:
     def guarded(request: HttpRequest, *args: object, **kwargs: object) -> HttpResponse:
         if request.method == "GET":
             return view(request, *args, **kwargs)
+        if request.method == "HEAD":
+            return head_as_get(view, request, *args, **kwargs)
         if not request.user.is_staff and auth.authenticate(request) is None:
             return unauthorized()
         return method_not_allowed(["GET"])

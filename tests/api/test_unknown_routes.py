@@ -1,6 +1,7 @@
 """The JSON API answers unknown ids, paths and methods with a JSON error (docs/api.md)."""
 
 import pytest
+from django.test import Client
 
 from studio.models import (
     AvatarSet,
@@ -93,3 +94,38 @@ def test_it_answers_405_for_a_method_a_route_does_not_take(api, subject, method,
     assert error(response)["code"] == "method_not_allowed"
     assert Task.objects.get(pk=task.pk).state == TaskState.QUEUED
     assert AvatarSet.objects.get(pk=chosen.pk).published_at is None
+
+
+# --- HEAD -----------------------------------------------------------------------
+
+READABLE = ["subjects", "batches/{batch}", "tasks/{task}", "assets/{asset}", "sets/{set}"]
+
+
+@pytest.mark.parametrize("route", [*READABLE, "assets/{asset}/original", "openapi.json"])
+def test_it_answers_head_as_it_answers_get_without_the_body(api, subject, route):
+    task = a_batch(subject).tasks.get()
+    chosen = a_set(subject.assets.get())
+    url = f"{API}/" + route.format(
+        batch=task.batch_id, task=task.pk, asset=chosen.items.get().asset_id, set=chosen.pk
+    )
+    got = api.get(url)
+
+    response = api.head(url)
+
+    assert response.status_code == 200
+    assert response.content == b""
+    assert response["Content-Type"] == got["Content-Type"]
+    assert response["Content-Length"] == str(len(got.content))
+
+
+def test_it_still_answers_head_without_a_token_with_401(db):
+    response = Client().head(f"{API}/subjects")
+
+    assert response.status_code == 401
+
+
+def test_it_answers_head_on_a_route_that_only_writes_with_405(api):
+    response = api.head(f"{API}/batches")
+
+    assert response.status_code == 405
+    assert response["Allow"] == "POST"

@@ -108,3 +108,19 @@ def test_it_answers_an_error_of_its_own_in_json_naming_nothing_inside(stack: Sta
         assert str(stack.data_dir) not in answer.text
     log = (stack.data_dir / "web.log").read_text()
     assert log.count("Traceback") >= 2, log[-2000:]
+
+
+def test_it_answers_head_as_get_without_a_body_and_keeps_the_connection(stack: Stack):
+    token = stack.manage("api_token", "script", "--create-user").strip().splitlines()[-1]
+    web = Web(stack)
+    try:
+        with httpx.Client(base_url=web.url, headers={"Authorization": f"Bearer {token}"}) as api:
+            head = api.head(f"{API}/subjects")
+            got = api.get(f"{API}/subjects")  # the same connection: HEAD left it usable
+    finally:
+        web.stop()
+
+    assert head.status_code == 200
+    assert head.content == b""
+    assert head.headers["content-length"] == str(len(got.content))
+    assert got.json() == {"items": [], "next": None}
