@@ -1,13 +1,15 @@
 """What the stateful property test's machine draws besides Ember's own behaviours.
 
 Its Hypothesis profiles, the holes it may be told to avoid, what reading the
-references and saving an original may meet, the disk under the data dir, and the
-worker probed where a person may cancel.
+references and saving an original may meet, the disk under the data dir, the
+worker probed where a person may cancel, and what people decide about a task.
 """
 
+import contextlib
 import os
 import random
 import uuid
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -16,9 +18,10 @@ from asgiref.sync import sync_to_async
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 
-from studio.models import Batch, Task, TaskState
+from studio import engine
+from studio.models import Batch, Kind, Task, TaskState
 from studio.worker import Worker
-from tests.ember_model import FILE, JOB, POLL, RELEASE, SUBMIT, Death
+from tests.ember_model import FILE, JOB, POLL, RELEASE, SUBMIT, Clock, Death, EmberModel
 
 if TYPE_CHECKING:  # the machine drives this worker; only its type is needed here
     from tests.property_machine import AvatarsMachine
@@ -185,3 +188,59 @@ class ProbedWorker(Worker):
         if how in ("changed", "cancel_and_changed"):
             return None  # as if a frozen reference no longer hashed to its sha256
         return await super().load_references(task)
+
+
+class Decisions:
+    """What people decide about a task in the machine, and the ledger of those decisions.
+
+    A person's confirmed resubmit allows one more paid send; a resubmit withdrawn by a
+    cancel before it was sent no longer does. The machine's invariants read the ledger.
+    """
+
+    ember: "EmberModel"
+    clock: "Clock"
+    resubmits: Counter[str]  # a person's confirmed resubmits per task
+    confirmations: dict[str, int]  # task id -> the version its confirmation page showed
+    cancelled: set[str]  # tasks a cancel reported cancelled
+
+    def task(self, task_id: str) -> Task:
+        return Task.objects.get(pk=task_id)
+
+    def cancel(self, task_id: str) -> None:
+        if (
+            8 in KNOWN_HOLES
+            and self.task(task_id).kind == Kind.CLIP
+            and self.ember.charges[task_id]
+        ):
+            return
+        before = self.task(task_id).state
+        try:
+            task = engine.cancel_task(task=self.task(task_id))
+        except engine.TooLate:
+            return
+        if task.state == TaskState.CANCELLED:
+            self.cancelled.add(task_id)
+        elif before == TaskState.QUEUED and self.resubmits[task_id]:
+            # A resubmit withdrawn before it was sent: that decision no longer stands.
+            self.resubmits[task_id] -= 1
+
+    def resubmit(self, task_id: str) -> None:
+        """A person confirms a resubmit on the page that showed the task."""
+        self.clock.advance(1)  # a person reads the warning first
+        seen = self.task(task_id)
+        self.confirmations[task_id] = seen.version  # the form keeps what its page showed
+        engine.resubmit(task=seen, seen_version=seen.version, confirmed_not_received=True)
+        self.resubmits[task_id] += 1
+
+    def post_again(self, task_id: str) -> None:
+        """The same confirmation again: a browser's resend, a double click, a second tab.
+
+        It decides something only about the task as its page showed it: a resubmit sent
+        since (and lost in turn) was never shown to anyone.
+        """
+        seen, task = self.confirmations[task_id], self.task(task_id)
+        as_shown = task.version == seen
+        with contextlib.suppress(engine.ResubmitRefused):
+            engine.resubmit(task=task, seen_version=seen, confirmed_not_received=True)
+            if as_shown:
+                self.resubmits[task_id] += 1

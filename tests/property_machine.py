@@ -27,7 +27,7 @@ from hypothesis.stateful import (
 
 from studio import engine, originals
 from studio.ember.client import MAX_RETRY_AFTER, EmberClient
-from studio.models import ACTIVE, RECONCILABLE, Asset, AvatarSet, Kind, Origin, Task, TaskState
+from studio.models import ACTIVE, RECONCILABLE, Asset, AvatarSet, Origin, Task, TaskState
 from studio.worker import Worker
 from tests.ember_model import HISTORY, Clock, Death, EmberModel
 from tests.factories import EMBER, png_bytes
@@ -40,6 +40,7 @@ from tests.machine_parts import (
     RESTING,
     SAVES,
     WORKER_ROUTES,
+    Decisions,
     Disk,
     ProbedWorker,
     drawable,
@@ -47,7 +48,7 @@ from tests.machine_parts import (
 )
 
 
-class AvatarsMachine(RuleBasedStateMachine):
+class AvatarsMachine(Decisions, RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         # Each example starts from an empty database, a fresh data dir and its own clock.
@@ -98,9 +99,6 @@ class AvatarsMachine(RuleBasedStateMachine):
 
     # --- helpers -------------------------------------------------------------------
 
-    def task(self, task_id: str) -> Task:
-        return Task.objects.get(pk=task_id)
-
     def in_states(self, *states: TaskState) -> list[str]:
         rows = Task.objects.filter(pk__in=self.tasks).values_list("pk", "state")
         state = {str(pk): value for pk, value in rows}
@@ -141,45 +139,6 @@ class AvatarsMachine(RuleBasedStateMachine):
             if not due:
                 return
             self.drive(due[0])
-
-    def cancel(self, task_id: str) -> None:
-        if (
-            8 in KNOWN_HOLES
-            and self.task(task_id).kind == Kind.CLIP
-            and self.ember.charges[task_id]
-        ):
-            return
-        before = self.task(task_id).state
-        try:
-            task = engine.cancel_task(task=self.task(task_id))
-        except engine.TooLate:
-            return
-        if task.state == TaskState.CANCELLED:
-            self.cancelled.add(task_id)
-        elif before == TaskState.QUEUED and self.resubmits[task_id]:
-            # A resubmit withdrawn before it was sent: that decision no longer stands.
-            self.resubmits[task_id] -= 1
-
-    def resubmit(self, task_id: str) -> None:
-        """A person confirms a resubmit on the page that showed the task."""
-        self.clock.advance(1)  # a person reads the warning first
-        seen = self.task(task_id)
-        self.confirmations[task_id] = seen.version  # the form keeps what its page showed
-        engine.resubmit(task=seen, seen_version=seen.version, confirmed_not_received=True)
-        self.resubmits[task_id] += 1
-
-    def post_again(self, task_id: str) -> None:
-        """The same confirmation again: a browser's resend, a double click, a second tab.
-
-        It decides something only about the task as its page showed it: a resubmit sent
-        since (and lost in turn) was never shown to anyone.
-        """
-        seen, task = self.confirmations[task_id], self.task(task_id)
-        as_shown = task.version == seen
-        with contextlib.suppress(engine.ResubmitRefused):
-            engine.resubmit(task=task, seen_version=seen, confirmed_not_received=True)
-            if as_shown:
-                self.resubmits[task_id] += 1
 
     def snapshot(self, set_id: int) -> None:
         """Remember what a set held when it was published: it must never change after."""

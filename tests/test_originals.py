@@ -4,7 +4,6 @@ import hashlib
 import io
 import os
 import stat
-import threading
 import time
 from pathlib import Path
 
@@ -364,55 +363,6 @@ def test_it_keeps_an_original_that_was_durable_before_when_a_later_fsync_fails(
 
     assert listing(store_dir) == [original.path.name]
     assert original.path.read_bytes() == data
-
-
-def test_a_failed_save_never_takes_away_the_file_another_save_of_the_same_bytes_acknowledged(
-    store_dir, monkeypatch
-):
-    """Found by a review: two saves of one placeholder at once, one whose folder's fsync fails.
-
-    A names the file; before it takes the name back (the disk did not confirm it), B
-    finds the file there and acknowledges it; A then removes it: B's caller would
-    record the asset and let Ember release its copy of bytes Avatars no longer holds.
-    """
-    data = png_bytes(seed=19)
-    real = originals.fsync_dir
-    named, b_looks = threading.Event(), threading.Event()
-    finished: list[str] = []
-
-    def fsync_dir(directory: Path) -> None:
-        if threading.current_thread().name == "A":
-            named.set()
-            b_looks.wait(5)
-            time.sleep(0.3)  # B's whole save fits in this, if nothing holds it back
-            raise originals.NotDurable("The disk did not confirm the folder: EIO")
-        real(directory)
-
-    monkeypatch.setattr(originals, "fsync_dir", fsync_dir)
-    out: dict[str, object] = {}
-
-    def a() -> None:
-        with pytest.raises(originals.NotDurable):
-            originals.save(data)
-        finished.append("A")
-
-    def b() -> None:
-        named.wait(5)
-        b_looks.set()
-        out["b"] = originals.save(data)
-        finished.append("B")
-
-    threads = [threading.Thread(target=a, name="A"), threading.Thread(target=b, name="B")]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(10)
-
-    saved = out["b"]
-    assert isinstance(saved, originals.Original)
-    assert finished == ["A", "B"], "B acknowledged the name while A could still take it back"
-    assert saved.path.read_bytes() == data, "the original B acknowledged is gone"
-    assert listing(store_dir) == [saved.path.name]
 
 
 # --- housekeeping and names ---------------------------------------------------

@@ -24,6 +24,7 @@ from tests.factories import (
     generated_asset,
     history_route,
     history_row,
+    stored_asset,
     uncertain,
 )
 from tests.fake_ember import FakeEmber
@@ -353,7 +354,7 @@ def test_it_finishes_without_borrowing_the_history_or_release_of_another_image(
 ):
     fake = FakeEmber(ember)
     task = move(a_task(subject), TaskState.RUNNING, ember_job_id="job_2")
-    asset = generated_asset(task=task, ember_image_id="img_2")
+    asset = stored_asset(task=task, ember_image_id="img_2", history_id="")
     # A saved answer that names another image than the one whose bytes are safe.
     task = move(task, TaskState.COPYING, asset=asset, result=ember_result("img_1", "hist_1"))
 

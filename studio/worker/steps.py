@@ -312,32 +312,22 @@ class Steps:
             # only while it holds them: they may have gone since their row was written
             # (a file removed by hand, an upload's removal racing this copy).
             # (A stat of a local file: cheap enough for the loop, unlike a thread's hop.)
-            if not _held(asset) and not await self._copy_again(task, image, asset):
+            if not _held(asset) and not await self._copy_again(task, asset):
                 return
             released = await self.client.release(asset.ember_image_id)
         await db(_rest)(task, asset, released)
 
-    async def _copy_again(self, task: Task, image: dict[str, Any], asset: Asset) -> bool:
-        """Copy an original whose file went missing again; True once it is back on disk.
+    async def _copy_again(self, task: Task, asset: Asset) -> bool:
+        """Copy an asset's original whose file went missing again; True once it is back.
 
-        Nothing is released until then: the task rests `copy_failed` (or where the
-        failure says), and a reconcile later copies it again the same way.
+        The asset's own image, checked against the asset's own hash (never the image a
+        saved answer names, which may be another attempt's). Nothing is released until
+        then: the task rests `copy_failed` (or where the failure says), and a reconcile
+        later copies it again the same way.
         """
         log.warning("task=%s original %s is missing; copying it again", task.pk, asset.sha256)
-        original = await self._copy_or_rest(task, image)
-        if original is None:
-            return False
-        if original.sha256 != asset.sha256:
-            await db(move)(
-                task,
-                TaskState.COPY_FAILED,
-                phase="The copy from Ember failed; reconcile to retry",
-                error=f"The original {asset.sha256} is missing, and Ember's image "
-                f"{asset.ember_image_id} now has other bytes ({original.sha256}); "
-                "its copy was not released.",
-            )
-            return False
-        return True
+        own = {"id": asset.ember_image_id, "sha256": asset.sha256}
+        return await self._copy_or_rest(task, own) is not None
 
     async def _copy_or_rest(self, task: Task, image: dict[str, Any]) -> originals.Original | None:
         """Copy the image, or rest the task where the failure says and return None."""
