@@ -367,6 +367,21 @@ def test_it_finishes_without_borrowing_the_history_or_release_of_another_image(
     assert fake.file_route.call_count == 0
 
 
+def test_it_copies_a_missing_original_again_only_from_the_assets_own_image(subject, ember, worker):
+    fake = FakeEmber(ember)
+    task = move(a_task(subject), TaskState.RUNNING, ember_job_id="job_2")
+    asset = generated_asset(task=task, ember_image_id="img_2")  # its file is not on disk
+    task = move(task, TaskState.COPYING, asset=asset, result=ember_result("img_1", "hist_1"))
+    fake.file_route.mock(return_value=httpx.Response(404))
+
+    drain(worker)
+
+    fetched = [c.request.url.path for c in fake.file_route.calls]
+    assert fetched == ["/api/v1/images/img_2/file"]  # never the saved answer's img_1
+    assert row_of(task).state == TaskState.COPY_FAILED
+    assert released_images(fake) == []  # Ember keeps its protected copy
+
+
 def test_it_takes_the_history_id_from_the_repaired_rows_own_id(subject, ember, worker):
     fake = FakeEmber(ember, history=False)
     task = a_task(subject)
