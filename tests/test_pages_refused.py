@@ -64,6 +64,19 @@ def test_a_stale_form_leads_back_to_its_page_but_never_elsewhere(strict: Client)
     assert "Back to the form's page" not in text(theirs)
 
 
+@pytest.mark.parametrize("path", ["//evil.example/x", "/\\evil.example/x", "///evil.example/x"])
+def test_a_page_of_this_site_whose_path_reads_as_another_site_is_not_linked(
+    strict: Client, path: str
+):
+    """Found by a review: a Referer of http://testserver//evil.example/x linked off-site."""
+    refused = strict.post(
+        reverse("studio:subjects"), {"name": "Ada"}, HTTP_REFERER=f"http://testserver{path}"
+    )
+
+    assert "evil.example" not in refused.content.decode()
+    assert "Back to the form's page" not in text(refused)
+
+
 def test_a_stale_sign_in_form_gets_the_studios_page_too():
     response = Client(enforce_csrf_checks=True).post(
         reverse("login"), {"username": "grace", "password": "not-a-real-password"}

@@ -45,7 +45,10 @@ def same_site_path(referer: str, host: str) -> str:
     parts = urlsplit(referer)
     if not parts.path.startswith("/"):
         return ""
-    return parts.path + (f"?{parts.query}" if parts.query else "")
+    path = parts.path + (f"?{parts.query}" if parts.query else "")
+    # A page of this host whose path starts "//" (http://host//evil.example/x) would
+    # read, as a link, as another site's address.
+    return path if url_has_allowed_host_and_scheme(path, allowed_hosts={host}) else ""
 
 
 class MethodNotAllowedPage(MiddlewareMixin):
