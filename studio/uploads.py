@@ -94,5 +94,5 @@ def body_too_large(content_type: str) -> str:
 
 def fields_too_large() -> str:
     """Say that JSON or a form's fields passed their limit, naming an upload's as well."""
-    fields = min(settings.AVATARS_MAX_BODY_BYTES, settings.DATA_UPLOAD_MAX_MEMORY_SIZE)
+    fields = body_limit("application/json")
     return FIELDS_TOO_LARGE.format(fields=fields / MB, upload=settings.AVATARS_MAX_BODY_BYTES / MB)
