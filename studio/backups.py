@@ -140,7 +140,7 @@ def start_empty(dest: Path) -> None:
 
 def back_up_original(result: Backup, sha256: str, mime: str) -> None:
     """Put one original the snapshot names into the backup, or say why not."""
-    source = originals.path_for(sha256, originals.extension_for(mime))
+    source = originals.path_of(sha256, mime)
     try:
         placed = result.placer.place(source, result.dest / "originals" / source.name, sha256)
     except FileNotFoundError:

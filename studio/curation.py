@@ -252,6 +252,6 @@ def _unlink(files: set[tuple[str, str]]) -> None:
     for sha256, mime in files:
         if sha256 in shared:
             continue
-        originals.path_for(sha256, originals.extension_for(mime)).unlink(missing_ok=True)
+        originals.path_of(sha256, mime).unlink(missing_ok=True)
         for size in thumbs.SIZES:
             thumbs.path_for(sha256, size).unlink(missing_ok=True)

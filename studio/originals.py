@@ -102,6 +102,11 @@ def path_for(sha256: str, extension: str) -> Path:
     return originals_dir() / f"{sha256}{extension}"
 
 
+def path_of(sha256: str, mime: str) -> Path:
+    """Return where the original with this hash and type lives (ValueError if neither fits)."""
+    return path_for(sha256, extension_for(mime))
+
+
 def extension_for(mime: str) -> str:
     for known_mime, ext in FORMATS.values():
         if known_mime == mime:
@@ -387,7 +392,7 @@ def read(sha256: str, mime: str) -> bytes:
     cap (looked at before it is read, so neither hangs nor fills memory).
     """
     try:
-        data = read_regular(path_for(sha256, extension_for(mime)))
+        data = read_regular(path_of(sha256, mime))
     except NotAnOriginal:
         raise ChecksumFailed() from None
     if sha256_of(data) != sha256:

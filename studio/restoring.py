@@ -325,7 +325,7 @@ def unrestored(named: Iterable[tuple[str, str]], target: Path, said: list[str]) 
     lines = []
     for sha256, mime in sorted(set(named)):
         try:
-            name = originals.path_for(sha256, originals.extension_for(mime)).name
+            name = originals.path_of(sha256, mime).name
         except ValueError:
             lines.append(f"named by the database, not an original's name: {sha256!r}")
             continue

@@ -129,7 +129,7 @@ def check_original(sha256: str, mime: str, rows: list[Row]) -> Finding | None:
     """Return what is wrong with the file these rows name, or None when it is whole."""
     named_by = describe_rows(rows)
     try:
-        path = originals.path_for(sha256, originals.extension_for(mime))
+        path = originals.path_of(sha256, mime)
     except ValueError:
         return Finding(MISSING, f"{sha256}?", f"the row's hash or type names no file; {named_by}")
     finding = Finding(MISSING, path.name, f"no file; {named_by}", sha256=sha256, mime=mime)

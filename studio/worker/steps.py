@@ -373,7 +373,7 @@ class Steps:
 def _held(asset: Asset) -> bool:
     """Say whether the original of `asset` is in the archive under its name."""
     try:
-        return originals.path_for(asset.sha256, originals.extension_for(asset.mime)).is_file()
+        return originals.path_of(asset.sha256, asset.mime).is_file()
     except ValueError:  # a row whose hash or type names no original: nothing is held
         return False
 
