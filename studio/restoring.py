@@ -343,18 +343,11 @@ def hold_back(cursor: Any, backed_up_at: datetime, *, marker: str) -> int:
     free, but it too may be with Ember: it gets its attempt under that key (`note_clips`).
     """
     note_clips(cursor, marker=marker)
-    task, attempt = Task._meta.db_table, Attempt._meta.db_table
+    task = Task._meta.db_table
     unsent = f"kind = {marker} AND state IN ({marker}, {marker})"
     unsent_args = [Kind.IMAGE.value, *(state.value for state in UNSENT)]
     when = connection_time(backed_up_at, marker)
-    cursor.execute(
-        f"INSERT INTO {attempt} (version, task_id, number, idempotency_key, ember_job_id, "
-        f"submitted_at, answered_at, outcome, error) "
-        f"SELECT 1, t.id, COALESCE((SELECT MAX(a.number) FROM {attempt} a "
-        f"WHERE a.task_id = t.id), 0) + 1, '', '', {marker}, NULL, {marker}, {marker} "
-        f"FROM {task} t WHERE t.{unsent}",
-        [when, Attempt.Outcome.UNKNOWN.value, HELD_ERROR, *unsent_args],
-    )
+    _add_unknown_attempts(cursor, Kind.IMAGE, when, HELD_ERROR, marker=marker)
     cursor.execute(
         f"UPDATE {task} SET state = {marker}, phase = {marker}, error = {marker}, "
         f"next_attempt_at = NULL, submitted_at = {marker}, version = version + 1 "
@@ -374,23 +367,33 @@ def note_clips(cursor: Any, *, marker: str) -> None:
     restore's time, not the backup's: a clip re-sent under its key longer than the poll
     bound after its first send rests `uncertain`, and this one has not been re-sent yet.
     """
-    task, attempt = Task._meta.db_table, Attempt._meta.db_table
     now = connection_time(datetime.now(UTC), marker)
+    _add_unknown_attempts(cursor, Kind.CLIP, now, HELD_CLIP_NOTE, marker=marker)
+
+
+def _add_unknown_attempts(
+    cursor: Any, kind: Kind, when: object, error: str, *, marker: str
+) -> None:
+    """Record an `unknown` attempt, sent at `when`, for each task of `kind` waiting to be sent.
+
+    Each takes the number its send would have had. A clip's is under its key, and only
+    for a clip that has none under it yet; an image has no key.
+    """
+    task, attempt = Task._meta.db_table, Attempt._meta.db_table
+    key, unrecorded = "''", ""
+    if kind == Kind.CLIP:
+        key = "t.idempotency_key"
+        unrecorded = (
+            f" AND t.idempotency_key <> '' AND NOT EXISTS (SELECT 1 FROM {attempt} k "
+            f"WHERE k.task_id = t.id AND k.idempotency_key = t.idempotency_key)"
+        )
     cursor.execute(
         f"INSERT INTO {attempt} (version, task_id, number, idempotency_key, ember_job_id, "
         f"submitted_at, answered_at, outcome, error) "
         f"SELECT 1, t.id, COALESCE((SELECT MAX(a.number) FROM {attempt} a "
-        f"WHERE a.task_id = t.id), 0) + 1, t.idempotency_key, '', {marker}, NULL, {marker}, "
-        f"{marker} FROM {task} t WHERE t.kind = {marker} AND t.state IN ({marker}, {marker}) "
-        f"AND t.idempotency_key <> '' AND NOT EXISTS (SELECT 1 FROM {attempt} k "
-        f"WHERE k.task_id = t.id AND k.idempotency_key = t.idempotency_key)",
-        [
-            now,
-            Attempt.Outcome.UNKNOWN.value,
-            HELD_CLIP_NOTE,
-            Kind.CLIP.value,
-            *(state.value for state in UNSENT),
-        ],
+        f"WHERE a.task_id = t.id), 0) + 1, {key}, '', {marker}, NULL, {marker}, {marker} "
+        f"FROM {task} t WHERE t.kind = {marker} AND t.state IN ({marker}, {marker}){unrecorded}",
+        [when, Attempt.Outcome.UNKNOWN.value, error, kind.value, *(s.value for s in UNSENT)],
     )
 
 
