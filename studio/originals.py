@@ -260,14 +260,14 @@ def save(data: bytes) -> Original:
     info = inspect(data)
     digest = sha256_of(data)
     target = path_for(digest, info.extension)
-    with naming():
-        if target.exists():
-            return _acknowledge(target, digest, info, len(data))
-    temp = write_temp(target, data)
+    # Most saves are of new bytes: written before the lock is taken, so it is held briefly.
+    temp = None if target.exists() else write_temp(target, data)
     try:
         with naming():
-            if target.exists():  # another save named the same bytes meanwhile
+            if target.exists():  # stored before, or another save named the same bytes
                 return _acknowledge(target, digest, info, len(data))
+            if temp is None:  # there a moment ago, and taken back since
+                temp = write_temp(target, data)
             os.replace(temp, target)
             try:
                 fsync_dir(target.parent)  # the rename itself must survive power loss
@@ -278,7 +278,8 @@ def save(data: bytes) -> Original:
                 target.unlink(missing_ok=True)
                 raise
     finally:
-        temp.unlink(missing_ok=True)
+        if temp is not None:
+            temp.unlink(missing_ok=True)
     return Original(sha256=digest, path=target, info=info, size=len(data))
 
 
