@@ -246,12 +246,23 @@ def _delete(photos: list[Asset]) -> None:
 
 def _unlink(files: set[tuple[str, str]]) -> None:
     """Remove each original and its thumbnails unless an asset row (a result, an upload
-    made meanwhile) still stands on the same bytes."""
-    held = Asset.objects.filter(sha256__in=[sha256 for sha256, _ in files]).values_list("sha256")
-    shared = {sha256 for (sha256,) in held}
-    for sha256, mime in files:
-        if sha256 in shared:
-            continue
-        originals.path_of(sha256, mime).unlink(missing_ok=True)
+    made meanwhile) still stands on the same bytes.
+
+    The look for rows and the unlink happen under the originals' naming lock: a save
+    that acknowledged the file looks again under it once its row is committed (an
+    upload's `originals.keep`, the worker's `originals.holds` before a release), so
+    either this look sees that row or that look sees the file gone and puts it back.
+    """
+    with originals.naming():
+        standing = _standing({sha256 for sha256, _ in files})
+        gone = {(sha256, mime) for sha256, mime in files if sha256 not in standing}
+        for sha256, mime in gone:
+            originals.path_of(sha256, mime).unlink(missing_ok=True)
+    for sha256, _mime in gone:  # only a cache, rebuilt from the original when asked for
         for size in thumbs.SIZES:
             thumbs.path_for(sha256, size).unlink(missing_ok=True)
+
+
+def _standing(hashes: set[str]) -> set[str]:
+    """Return those of `hashes` that an asset row stands on."""
+    return set(Asset.objects.filter(sha256__in=hashes).values_list("sha256", flat=True))

@@ -294,17 +294,58 @@ def _acknowledge(target: Path, digest: str, info: ImageInfo, size: int) -> Origi
 
 
 @contextlib.contextmanager
-def naming() -> Iterator[None]:
-    """Hold the originals' naming lock (an flock, so across threads and processes)."""
+def naming(*, shared: bool = False, wait: bool = True) -> Iterator[bool]:
+    """Hold the originals' naming lock (an flock, so across threads and processes).
+
+    Saves and removals hold it alone; `shared` looks (`holds`) hold it together.
+    Yields False, holding nothing, when `wait` is off and someone else holds it.
+    """
     directory = originals_dir()
     directory.mkdir(parents=True, exist_ok=True)
     # Beside the folder, not in it: everything in originals/ is an original or a temp.
     fd = os.open(directory.parent / NAMING_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
+        try:
+            mode = fcntl.LOCK_SH if shared else fcntl.LOCK_EX
+            fcntl.flock(fd, mode if wait else mode | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+        else:
+            yield True
     finally:
         os.close(fd)  # closing the descriptor lets the lock go
+
+
+def holds(sha256: str, mime: str, *, wait: bool = True) -> bool | None:
+    """Say whether the original named is in the archive, looked at under the naming lock.
+
+    A removal checks that no row claims a file and unlinks it under the same lock, so a
+    True here stays true for a row committed before this call. None when `wait` is off
+    and the lock is taken (look again from a thread that may wait).
+    """
+    try:
+        path = path_of(sha256, mime)
+    except ValueError:  # a hash or type that names no original: nothing is held
+        return False
+    with naming(shared=True, wait=wait) as held:
+        return path.is_file() if held else None
+
+
+def keep(data: bytes, original: Original) -> bool:
+    """Write an acknowledged original again if a removal took it before its row was
+    committed; True when it had to. Call once the row claiming it is committed.
+
+    `save` may acknowledge a file already stored (the same bytes uploaded before, or
+    generated), whose last row a removal deletes before this caller's row is written:
+    the removal finds no row and unlinks. Looked at under the naming lock, after the
+    commit, the file is either still there for good or put back here.
+    """
+    with naming():
+        if original.path.is_file():
+            return False
+        write_atomically(original.path, data)
+        fsync_dir(original.path.parent)
+    return True
 
 
 def put_back(data: bytes, *, sha256: str, mime: str) -> Path:

@@ -1,5 +1,6 @@
 """Subjects and their reference photos."""
 
+import logging
 import re
 import secrets
 from dataclasses import dataclass
@@ -12,6 +13,8 @@ from django.utils.text import slugify
 from studio import metadata, originals
 from studio.engine.errors import InvalidRequest
 from studio.models import Asset, Origin, Subject, stored_facts
+
+log = logging.getLogger(__name__)
 
 SLUG_TRIES = 3  # numbered slugs tried before a random suffix; a concurrent create costs one
 
@@ -87,8 +90,12 @@ def upload_reference(*, subject: Subject, data: bytes, file_name: str) -> Upload
     # Location data never reaches the store, the studio's pages or Ember (lossless).
     # Checked cheaply first: stripping walks the file's structure, and a file built of
     # millions of tiny JPEG segments would cost seconds before the store refused it.
-    original = originals.save(metadata.strip_location(originals.precheck(data)))
+    stored = metadata.strip_location(originals.precheck(data))
+    original = originals.save(stored)
     with transaction.atomic():
+        # The bytes may be a photo being removed right now (its row gone, its file next):
+        # once this row is committed, the file is looked at again (`originals.keep`).
+        transaction.on_commit(lambda: _keep(stored, original))
         asset, created = Asset.objects.get_or_create(
             sha256=original.sha256,
             origin=Origin.UPLOADED,
@@ -100,3 +107,8 @@ def upload_reference(*, subject: Subject, data: bytes, file_name: str) -> Upload
         )
         asset.subjects.add(subject)
     return Upload(asset=asset, known=not created)
+
+
+def _keep(data: bytes, original: originals.Original) -> None:
+    if originals.keep(data, original):
+        log.warning("original %s was removed while uploaded again: stored again", original.sha256)

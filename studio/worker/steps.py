@@ -311,8 +311,7 @@ class Steps:
             # Always the image whose bytes Avatars holds, never one it did not copy, and
             # only while it holds them: they may have gone since their row was written
             # (a file removed by hand, an upload's removal racing this copy).
-            # (A stat of a local file: cheap enough for the loop, unlike a thread's hop.)
-            if not _held(asset) and not await self._copy_again(task, asset):
+            if not await _held(asset) and not await self._copy_again(task, asset):
                 return
             released = await self.client.release(asset.ember_image_id)
         await db(_rest)(task, asset, released)
@@ -370,12 +369,16 @@ class Steps:
         raise AssertionError("unreachable")
 
 
-def _held(asset: Asset) -> bool:
-    """Say whether the original of `asset` is in the archive under its name."""
-    try:
-        return originals.path_of(asset.sha256, asset.mime).is_file()
-    except ValueError:  # a row whose hash or type names no original: nothing is held
-        return False
+async def _held(asset: Asset) -> bool:
+    """Say whether the original of `asset` is in the archive under its name.
+
+    Looked at under the naming lock, so no removal is between its look for rows and its
+    unlink. Usually free, and then a stat on the loop; else from a thread that waits.
+    """
+    held = originals.holds(asset.sha256, asset.mime, wait=False)
+    if held is None:
+        held = await asyncio.to_thread(originals.holds, asset.sha256, asset.mime)
+    return bool(held)
 
 
 def _poll_trouble(exc: EmberError) -> str:
