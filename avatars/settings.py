@@ -4,6 +4,7 @@ import contextlib
 import os
 import socket
 import tempfile
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -141,6 +142,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "django_htmx",
+    "axes",
     "studio",
 ]
 
@@ -159,6 +161,8 @@ MIDDLEWARE = [
     "django_htmx.middleware.HtmxMiddleware",
     # A studio address opened that only takes a form's button press: a page, not an empty 405.
     "studio.web.refusals.MethodNotAllowedPage",
+    # Last: turns a sign-in refused for earlier failures into the studio's 429 page.
+    "axes.middleware.AxesMiddleware",
 ]
 # A form refused for its CSRF token gets the studio's page, with its navigation.
 CSRF_FAILURE_VIEW = "studio.web.refusals.csrf_failure"
@@ -237,6 +241,20 @@ STATIC_ROOT.mkdir(exist_ok=True)
 
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/"
+
+# Failed sign-ins (the studio's and the admin's) are counted per username and address;
+# past the limit, that pair is refused until the wait has passed since its last try.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = env_int("AVATARS_SIGN_IN_FAILURES", 5, minimum=1)
+AXES_COOLOFF_TIME = timedelta(minutes=env_float("AVATARS_SIGN_IN_COOLOFF_MINUTES", 15, minimum=1))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_LOCKOUT_CALLABLE = "studio.web.signing_in.locked_out"
+AXES_RESET_ON_SUCCESS = True  # a person who gets it right starts counting afresh
+AXES_DISABLE_ACCESS_LOG = True  # failures are kept (the admin lists them), not every sign-in
+AXES_VERBOSE = False  # its start-up banner; each failure is still logged as a warning
 
 LOGGING = {
     "version": 1,
