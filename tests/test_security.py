@@ -298,3 +298,48 @@ def test_an_upload_is_read_one_byte_past_the_cap_and_its_own_copy_let_go(setting
 
     assert data == b"x" * 11
     assert upload.file.closed, "the upload still holds its copy of the file"
+
+
+def directives(header: str) -> dict[str, list[str]]:
+    parsed = {}
+    for part in header.split(";"):
+        name, *values = part.split()
+        parsed[name] = values
+    return parsed
+
+
+@pytest.mark.django_db
+def test_every_answer_carries_a_policy_that_runs_only_the_studios_own_scripts(
+    client, person, subject
+):
+    staff = Client()
+    person.is_staff = True
+    person.save()
+    staff.force_login(person)
+    for browser, url in [
+        (client, "/accounts/login/"),
+        (staff, reverse("studio:home")),
+        (staff, reverse("studio:subject", args=[subject.pk])),
+        (staff, "/no/such/page/"),
+        (staff, "/admin/"),
+        (staff, "/api/v1/docs"),
+        (client, "/api/v1/subjects"),
+    ]:
+        policy = directives(browser.get(url)["Content-Security-Policy"])
+        assert policy["default-src"] == policy["script-src"] == ["'self'"], url
+        assert policy["style-src"] == policy["img-src"] == policy["form-action"] == ["'self'"]
+        assert policy["object-src"] == policy["base-uri"] == policy["frame-ancestors"] == ["'none'"]
+        assert policy["style-src-attr"] == ["'unsafe-inline'"], "attributes only (the bars)"
+
+
+@pytest.mark.django_db
+def test_the_api_docs_page_needs_no_internet(person):
+    staff = Client()
+    person.is_staff = True
+    person.save()
+    staff.force_login(person)
+
+    page = staff.get("/api/v1/docs").content.decode()
+
+    assert "/static/ninja/swagger-ui-bundle.js" in page
+    assert "https://" not in page, "the docs page loads something from the internet"

@@ -12,10 +12,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, Page, sync_playwright
+from playwright.sync_api import Browser, BrowserContext, Page, sync_playwright
 
 from tests import browsers
-from tests.e2e.studio import CHROMIUM_ARGS, DESKTOP, PHONE, Studio, sign_in
+from tests.e2e.studio import CHROMIUM_ARGS, DESKTOP, PHONE, Studio, policy_refusals, sign_in
 from tests.processes import Simulator, Stack, Template, migrated_template, new_stack, simulator
 
 HERE = Path(__file__).parent
@@ -79,13 +79,9 @@ def browser() -> Iterator[Browser]:
 
 @pytest.fixture
 def page(browser: Browser, studio: Studio) -> Iterator[Page]:
+    """A page at a desktop's size; whatever it shows must keep to the studio's policy."""
     context = browser.new_context(base_url=studio.url, viewport=DESKTOP)
-    context.set_default_timeout(15_000)
-    opened = context.new_page()
-    try:
-        yield opened
-    finally:
-        context.close()
+    yield from watched(context)
 
 
 @pytest.fixture
@@ -94,12 +90,20 @@ def phone(browser: Browser, studio: Studio) -> Iterator[Page]:
     context = browser.new_context(
         base_url=studio.url, viewport=PHONE, is_mobile=True, has_touch=True
     )
+    yield from watched(context)
+
+
+def watched(context: BrowserContext) -> Iterator[Page]:
+    """Open a page in `context`; once the test is done, fail it if the browser refused
+    anything the Content-Security-Policy forbids (a script, a style, an image)."""
     context.set_default_timeout(15_000)
+    refused = policy_refusals(context)
     opened = context.new_page()
     try:
         yield opened
     finally:
         context.close()
+    assert not refused, f"the browser refused {len(refused)} thing(s) by policy: {refused}"
 
 
 @pytest.fixture(params=["desktop", "phone"])

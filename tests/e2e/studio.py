@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 from axe_playwright_python.sync_playwright import Axe
 from PIL import Image, ImageDraw
-from playwright.sync_api import Locator, Page, expect
+from playwright.sync_api import BrowserContext, ConsoleMessage, Locator, Page, expect
 
 from tests.processes import Simulator, Template, free_port, new_stack
 
@@ -162,6 +162,22 @@ class Studio:
                 process.stop()
         if self.sim is not None:
             self.sim.stop()
+
+
+def policy_refusals(context: BrowserContext) -> list[str]:
+    """Collect what Chromium refuses by the page's Content-Security-Policy, in `context`.
+
+    Chromium says each refusal on the console ("Refused to execute inline script because
+    it violates the following Content Security Policy directive: ...").
+    """
+    refused: list[str] = []
+
+    def heard(message: ConsoleMessage) -> None:
+        if "Content Security Policy" in message.text:
+            refused.append(f"{message.page.url if message.page else '?'}: {message.text}")
+
+    context.on("console", heard)
+    return refused
 
 
 # --- what a person does ----------------------------------------------------------------
