@@ -5,6 +5,7 @@ database's locks within two seconds, runs the wake-up table and finishes the bat
 and Ember's ledger still shows one charge per task.
 """
 
+import shutil
 import signal
 import subprocess
 import sys
@@ -15,10 +16,12 @@ from pathlib import Path
 
 import pytest
 
+from studio.ownership import ADVISORY_KEY, LOCK_LOST
 from tests.processes import Simulator, Stack, seed, server_url
 from tests.processes import snapshot as tasks_of
 
 TAKEOVER_BOUND = 2.0  # seconds from the owner's death to the standby's pump running
+LOSS_BOUND = 5.0  # seconds from the lock's session ending to its worker's exit (a tick is 1 s)
 PROVIDERS = [{"provider": "openai", "candidates": 2}, {"provider": "flux", "candidates": 2}]
 REFUSED = "Another Avatars worker already owns this database"
 
@@ -34,7 +37,7 @@ def sim(tmp_path: Path) -> Iterator[Simulator]:
 class Worker:
     """`run_worker` as a process whose output goes to a file we can watch."""
 
-    def __init__(self, stack: Stack, name: str, *args: str) -> None:
+    def __init__(self, stack: Stack, name: str, *args: str, **env: str) -> None:
         self.log = stack.data_dir.parent / f"{name}.log"
         self.proc = stack.popen(
             sys.executable,
@@ -42,7 +45,7 @@ class Worker:
             "run_worker",
             *args,
             log=self.log,
-            env={"AVATARS_POLL_INTERVAL": "0.2"},
+            env={"AVATARS_POLL_INTERVAL": "0.2", **env},
         )
 
     def output(self) -> str:
@@ -130,6 +133,63 @@ def test_on_postgresql_a_standby_on_another_machine_takes_over_too(stack: Stack,
         tmp_path / "elsewhere", stack.simulator, DATABASE_URL=stack.env["DATABASE_URL"]
     )
     kill_the_owner_mid_batch_and_take_over(stack, elsewhere)
+
+
+END_THE_LOCKS_SESSION = f"""
+from django.db import connection
+with connection.cursor() as cursor:
+    cursor.execute(
+        "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND granted"
+        " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+        " AND classid = %s AND objid = %s AND objsubid = 1",
+        [{ADVISORY_KEY >> 32}, {ADVISORY_KEY & 0xFFFF_FFFF}],
+    )
+    result = [ended for (ended,) in cursor.fetchall()]
+"""
+
+
+@pytest.mark.skipif(not server_url(), reason="PostgreSQL only: runs in `make test-postgres`")
+def test_on_postgresql_a_worker_whose_lock_session_is_ended_stops_and_the_standby_finishes(
+    stack: Stack, tmp_path: Path
+):
+    """An operator (or a pooler, or a timeout) ends the session that holds the owner's
+    advisory lock while the owner is alive, two jobs with Ember and two tasks queued: the
+    owner stops within its tick, the standby on another machine takes over, and Ember's
+    ledger shows one charge per task."""
+    elsewhere = Stack(
+        tmp_path / "elsewhere", stack.simulator, DATABASE_URL=stack.env["DATABASE_URL"]
+    )
+    workers = [owner := Worker(stack, "owner", AVATARS_WORKERS="2")]
+    try:
+        owner.wait_for("Avatars worker running")
+        workers.append(standby := Worker(elsewhere, "standby", "--standby"))
+        standby.wait_for("standing by")
+        seed(stack, providers=PROVIDERS, frames=["image"])
+        # The machines share the originals (as on network storage): the reference photos.
+        shutil.copytree(stack.data_dir / "originals", elsewhere.data_dir / "originals")
+        wait_until(lambda: owner.output().count("to=running") == 2, "two jobs to be sent")
+
+        assert stack.django(END_THE_LOCKS_SESSION) == [True], "no session held the lock"
+        ended = time.monotonic()
+        code = owner.proc.wait(timeout=30)
+        stopped = time.monotonic()
+        took = stopped - ended
+
+        assert code != 0, owner.output()
+        assert LOCK_LOST in owner.output()
+        assert took < LOSS_BOUND, f"the owner stopped {took:.2f} s after losing its lock"
+        standby.wait_for("worker started", timeout=30)
+        wait_until(lambda: all_in(elsewhere, "done"), "the standby to finish the batch")
+    finally:
+        for worker in workers:
+            worker.stop()
+
+    assert owner.output().count("to=submitting") == 2, "the owner started more after its loss"
+    tasks = tasks_of(elsewhere)
+    assert len(tasks) == 4
+    assert all(t["on_disk"] and t["released"] is True for t in tasks)
+    charges = Counter(stack.simulator.get("/_sim/charges")["charges"])
+    assert {t["id"]: charges[t["id"]] for t in tasks} == {t["id"]: 1 for t in tasks}
 
 
 def test_without_the_flag_a_second_worker_still_refuses(stack: Stack):
