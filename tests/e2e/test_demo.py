@@ -1,5 +1,6 @@
 """`make demo`'s command, run for real: three processes on loopback, a printed login, Ctrl-C."""
 
+import fcntl
 import os
 import re
 import signal
@@ -7,6 +8,7 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -14,11 +16,15 @@ import pytest
 from tests.processes import ROOT, Stack, free_port
 
 
-def start_demo(data_dir, web_port: int, ember_port: int) -> tuple[subprocess.Popen[str], dict]:
+def start_demo(
+    data_dir, web_port: int, ember_port: int, *, starter: tuple[str, ...] = ()
+) -> tuple[subprocess.Popen[str], dict]:
+    """Start `manage.py demo` (under `starter`'s argv, when given) and read what it prints."""
     env = {**os.environ, "AVATARS_DATA_DIR": str(data_dir), "PYTHONUNBUFFERED": "1"}
     env.pop("DATABASE_URL", None)
     proc = subprocess.Popen(
         [
+            *starter,
             sys.executable,
             "manage.py",
             "demo",
@@ -149,3 +155,59 @@ def test_it_stops_everything_and_says_which_process_died_when_one_exits(tmp_path
     assert "Avatars demo stopped." not in done.stdout
     with pytest.raises(httpx.TransportError):  # the studio it had started is gone too
         httpx.get(f"http://127.0.0.1:{web}/", timeout=2)
+
+
+# A stand-in for `make`: runs the demo as its child and waits for it.
+MAKE = (sys.executable, "-c", "import subprocess, sys; subprocess.run(sys.argv[1:])")
+GONE_BOUND = 15.0  # seconds for all three to be gone once their starter is
+
+
+def listening(port: int) -> bool:
+    with socket.socket() as probe:
+        return probe.connect_ex(("127.0.0.1", port)) == 0
+
+
+def worker_lock_free(data_dir) -> bool:
+    with open(data_dir / "worker.lock", "a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        return True
+
+
+def demo_pid(parent: int) -> int:
+    """The pid of `parent`'s one child (the demo command under the stand-in for make)."""
+    children = Path(f"/proc/{parent}/task/{parent}/children").read_text().split()
+    assert len(children) == 1, children
+    return int(children[0])
+
+
+@pytest.mark.parametrize("killed", ["its starter (make)", "the demo command"])
+def test_nothing_is_left_running_when_the_demo_or_its_starter_is_killed_outright(tmp_path, killed):
+    """Found by a review: a harness that SIGKILLed `make demo` left the studio, the worker
+    and the simulator running, holding their ports and the worker's lock."""
+    data_dir = tmp_path / "demo"
+    web, ember = free_port(), free_port()
+    starter, _printed = start_demo(data_dir, web, ember, starter=MAKE)
+    try:
+        assert starter.stdout is not None
+        for line in starter.stdout:  # the children print to the same pipe
+            if "Avatars worker running" in line:
+                break
+        assert wait_until(lambda: listening(web) and listening(ember))
+        assert not worker_lock_free(data_dir), "the worker should hold its lock"
+        victim = starter.pid if killed.startswith("its starter") else demo_pid(starter.pid)
+        os.kill(victim, signal.SIGKILL)
+        gone = time.monotonic()
+        while listening(web) or listening(ember) or not worker_lock_free(data_dir):
+            took = time.monotonic() - gone
+            assert took < GONE_BOUND, (
+                f"{took:.1f} s after {killed} was killed: studio listening {listening(web)}, "
+                f"simulator listening {listening(ember)}, "
+                f"worker lock free {worker_lock_free(data_dir)}"
+            )
+            time.sleep(0.2)
+    finally:
+        starter.kill()
+        starter.communicate(timeout=60)

@@ -1,11 +1,13 @@
 """`manage.py demo`: set up and run the studio, the worker and the Ember simulator on loopback."""
 
+import ctypes
 import os
 import signal
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +18,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from studio.demo import seed_demo
 
 ROOT = Path(settings.BASE_DIR)
+PR_SET_PDEATHSIG = 1  # prctl(2)
 
 
 class Command(BaseCommand):
@@ -36,6 +39,7 @@ class Command(BaseCommand):
         stopping = threading.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda *_: stopping.set())
+        starter = os.getppid()  # `make`, a shell: gone without a signal, the demo stops too
         procs = {name: _start(argv, env) for name, argv in _commands(options).items()}
         url = f"http://127.0.0.1:{options['port']}/"
         self.stdout.write(
@@ -47,7 +51,7 @@ class Command(BaseCommand):
             f"  password: {seeded.password}\n"
         )
         self.stdout.flush()
-        failed = _watch(procs, stopping)
+        failed = _watch(procs, stopping, starter)
         _stop_all(procs)
         if failed:
             raise CommandError(failed)
@@ -88,19 +92,43 @@ def _commands(options: dict[str, Any]) -> dict[str, list[str]]:
 
 
 def _start(argv: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
-    """Start one child in a session of its own."""
+    """Start one child in a session of its own, sent SIGTERM if this command dies."""
     # Own sessions: Ctrl-C reaches only this command, which then sends each
     # child exactly one SIGTERM (a second signal would force the worker).
-    return subprocess.Popen(argv, cwd=ROOT, env=env, start_new_session=True)
+    return subprocess.Popen(
+        argv, cwd=ROOT, env=env, start_new_session=True, preexec_fn=_die_with(os.getpid())
+    )
 
 
-def _watch(procs: dict[str, subprocess.Popen[bytes]], stopping: threading.Event) -> str:
-    """Wait for a stop signal or a child's exit; return what failed ("" on a signal)."""
+def _die_with(parent: int) -> Callable[[], None]:
+    """Return what a child runs before its program: SIGTERM when `parent` dies (Linux).
+
+    This command killed outright (SIGKILL: no handler runs) would otherwise leave the
+    three running, holding their ports and the worker's lock.
+    """
+
+    def arrange() -> None:
+        if sys.platform.startswith("linux"):
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != parent:  # it died before the arrangement was made
+            os._exit(1)
+
+    return arrange
+
+
+def _watch(
+    procs: dict[str, subprocess.Popen[bytes]], stopping: threading.Event, starter: int
+) -> str:
+    """Wait for a stop signal, a child's exit or the starter's end; return what failed
+    ("" on a signal, or when whoever started this command is gone)."""
     # Only the signal handler sets the event: setting it here too could deadlock on its lock.
     while not stopping.is_set():
         exited = [name for name, proc in procs.items() if proc.poll() is not None]
         if exited:
             return f"The {exited[-1]} exited with code {procs[exited[-1]].returncode}."
+        if os.getppid() != starter:  # `make` killed outright: this command was handed on
+            break
         time.sleep(0.2)
     return ""
 
