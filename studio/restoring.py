@@ -146,24 +146,21 @@ def fill(
     for entry in manifest["originals"]:
         restore_original(result, src / "originals", target, entry, placed, names)
     originals.fsync_dir(target)
-    backed_up_at = manifest_time(manifest)
     if database is not None:
-        named = fill_sqlite(result, src / SQLITE_FILE, database, backed_up_at)
+        named = fill_sqlite(result, src / SQLITE_FILE, database)
     else:
-        named = fill_postgres(result, src / PG_DUMP_FILE, backed_up_at)
+        named = fill_postgres(result, src / PG_DUMP_FILE)
     result.problems += unrestored(named, target, result.problems)
 
 
-def fill_sqlite(
-    result: Restored, snapshot: Path, database: Path, backed_up_at: datetime
-) -> list[tuple[str, str]]:
+def fill_sqlite(result: Restored, snapshot: Path, database: Path) -> list[tuple[str, str]]:
     """Fill `database` in one rename: a copy of the snapshot, its unsent tasks held back."""
     connection.close()  # Django's connection must not hold the file while it is filled
     ready = database.with_name(f"{database.name}.restoring")
     ready.unlink(missing_ok=True)
     copy_sqlite(snapshot, ready)
     with closing(sqlite3.connect(ready)) as conn:
-        result.held_back = hold_back(conn.cursor(), backed_up_at, marker="?")
+        result.held_back = hold_back(conn.cursor(), marker="?")
         conn.commit()
     fsync_file(ready)
     named = list(originals_in_sqlite(ready))
@@ -172,12 +169,12 @@ def fill_sqlite(
     return named
 
 
-def fill_postgres(result: Restored, dump: Path, backed_up_at: datetime) -> list[tuple[str, str]]:
+def fill_postgres(result: Restored, dump: Path) -> list[tuple[str, str]]:
     """Fill the empty database from the dump, then hold back its unsent tasks."""
     clear_postgres()  # what an unfinished run of this restore left, if anything
     restore_postgres(dump)
     with transaction.atomic(), connection.cursor() as cursor:
-        result.held_back = hold_back(cursor, backed_up_at, marker="%s")
+        result.held_back = hold_back(cursor, marker="%s")
     return list(Asset.objects.values_list("sha256", "mime").distinct())
 
 
@@ -334,7 +331,7 @@ def unrestored(named: Iterable[tuple[str, str]], target: Path, said: list[str]) 
     return lines
 
 
-def hold_back(cursor: Any, backed_up_at: datetime, *, marker: str) -> int:
+def hold_back(cursor: Any, *, marker: str) -> int:
     """Rest `uncertain` the image tasks the snapshot holds as waiting to be sent; return how many.
 
     Each gets an `unknown` attempt (the number its send would have had), which is what
@@ -346,7 +343,12 @@ def hold_back(cursor: Any, backed_up_at: datetime, *, marker: str) -> int:
     task = Task._meta.db_table
     unsent = f"kind = {marker} AND state IN ({marker}, {marker})"
     unsent_args = [Kind.IMAGE.value, *(state.value for state in UNSENT)]
-    when = connection_time(backed_up_at, marker)
+    # The lost install may have sent it at any time up to its loss, minutes before this
+    # restore: stamped with the restore's time, as a clip is, so a resubmit within the
+    # poll bound needs a person's word that Ember never had it (with the backup's, a
+    # nightly backup's tasks could be resubmitted unasked while their jobs still ran),
+    # and its first history search comes once such a job has had time to finish.
+    when = connection_time(datetime.now(UTC), marker)
     _add_unknown_attempts(cursor, Kind.IMAGE, when, HELD_ERROR, marker=marker)
     cursor.execute(
         f"UPDATE {task} SET state = {marker}, phase = {marker}, error = {marker}, "
@@ -395,20 +397,6 @@ def _add_unknown_attempts(
         f"FROM {task} t WHERE t.kind = {marker} AND t.state IN ({marker}, {marker}){unrecorded}",
         [when, Attempt.Outcome.UNKNOWN.value, error, kind.value, *(s.value for s in UNSENT)],
     )
-
-
-def manifest_time(manifest: dict[str, Any]) -> datetime:
-    """Return when the backup was taken: its manifest's time, never later than now.
-
-    A time ahead of this machine's clock (a clock that ran ahead, or an edit) would put
-    the held-back tasks' history search off until then.
-    """
-    now = datetime.now(UTC)
-    try:
-        when = datetime.fromisoformat(str(manifest.get("created_at")))
-    except ValueError:
-        return now
-    return min(now, when if when.tzinfo else when.replace(tzinfo=UTC))
 
 
 def connection_time(when: datetime, marker: str) -> object:

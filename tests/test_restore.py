@@ -5,7 +5,7 @@ import io
 import json
 import os
 import sqlite3
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -250,13 +250,58 @@ def test_it_holds_back_the_images_the_backup_holds_as_waiting_to_be_sent(tmp_pat
     assert "Held back 2 image task(s)" in out
 
 
+@sqlite_only
+def test_a_held_back_image_of_an_old_backup_is_stamped_with_the_restores_time(tmp_path, subject):
+    """Found by a review: stamped with the backup's time, a nightly backup's held-back image
+    was past the poll bound at once, and the admin resubmitted it without the person's word
+    while the lost install's job still ran: paid twice."""
+    from tests.factories import plan
+
+    [image] = plan(subject)
+    run("backup", str(tmp_path / "backup"))
+    taken = manifest(tmp_path / "backup")
+    taken["created_at"] = (timezone.now() - timedelta(hours=2)).isoformat()  # last night's
+    (tmp_path / "backup" / "manifest.json").write_text(json.dumps(taken))
+    target, database = restore_into(tmp_path)
+    before = timezone.now()
+
+    code, out = run_restore(tmp_path / "backup", target, database)
+
+    assert code == 0, out
+    with sqlite3.connect(database) as conn:
+        [(state, task_sent)] = conn.execute("SELECT state, submitted_at FROM studio_task")
+        [(attempt_sent,)] = conn.execute("SELECT submitted_at FROM studio_attempt")
+    assert state == "uncertain"
+    for stamp in (task_sent, attempt_sent):
+        sent = datetime.fromisoformat(stamp).replace(tzinfo=UTC)
+        assert sent >= before - timedelta(seconds=1), f"stamped {sent}, restored at {before}"
+    image.submitted_at = datetime.fromisoformat(task_sent).replace(tzinfo=UTC)
+    assert not image.poll_bound_passed(), "a resubmit would need no person's word"
+
+
+def test_a_held_back_image_is_resubmitted_only_with_a_persons_word_within_the_bound(subject):
+    from tests.factories import plan
+
+    [image] = plan(subject)
+    with connection.cursor() as cursor:  # what the restore does to the snapshot's rows
+        restoring.hold_back(cursor, marker="%s")
+    held = type(image).objects.get(pk=image.pk)
+
+    with pytest.raises(engine.ResubmitRefused, match="poll bound"):
+        engine.resubmit(task=held, seen_version=held.version)
+    again = engine.resubmit(task=held, seen_version=held.version, confirmed_not_received=True)
+
+    assert again.state == TaskState.QUEUED
+    assert [a.outcome for a in again.attempts.order_by("number")] == ["unknown"]
+
+
 def test_a_restored_clip_the_lost_install_may_have_sent_cannot_be_cancelled(subject, ember, worker):
     """Found by a review: cancelled, its paid original would stay in Ember uncollected."""
     from tests.factories import plan
 
     [clip] = plan(subject, frames=("clip",))
     with connection.cursor() as cursor:  # what the restore does to the snapshot's rows
-        restoring.hold_back(cursor, timezone.now() - timedelta(days=1), marker="%s")
+        restoring.hold_back(cursor, marker="%s")
     clip.refresh_from_db()
 
     with pytest.raises(engine.TooLate):
