@@ -215,11 +215,19 @@ def test_it_does_not_ask_at_or_below_the_threshold(signed_in: Client, subject, s
     assert response.status_code == 302
 
 
+# What a person can type in a count box: plain numbers, and what a number box or a paste
+# lets through besides (a review found "3.0" planned 3 jobs from a button naming 0).
+COUNTS = st.one_of(
+    st.integers(0, 9),
+    st.integers(0, 9).map(lambda n: f"{n}.0"),
+    st.sampled_from(["", " 2 ", "+3", "-1", "03", "\uff13", "1e1", "2,0", "abc", "9" * 30]),
+    st.text(max_size=4),
+)
 FORM_INPUTS = st.fixed_dictionaries(
     {
-        "candidates_openai": st.integers(0, 8),
-        "candidates_flux": st.integers(0, 8),
-        "candidates_google": st.integers(0, 8),
+        "candidates_openai": COUNTS,
+        "candidates_flux": COUNTS,
+        "candidates_google": COUNTS,
         "frames": st.lists(st.sampled_from(engine.FRAMES), max_size=6),
     }
 )
@@ -230,15 +238,40 @@ FORM_INPUTS = st.fixed_dictionaries(
 )
 @given(inputs=FORM_INPUTS)
 def test_it_shows_the_number_of_tasks_the_engine_plans(subject, inputs: dict[str, Any]):
+    """Whatever is typed, the form plans nothing or exactly what its button names."""
     data = {"prompt": "a portrait", "subjects": [subject.pk], "token": secrets.token_urlsafe(24)}
     form = BatchForm({**data, **inputs})
     shown = form.paid_jobs()
 
     if not form.is_valid():
-        assert shown == 0, form.errors  # nothing to start: no provider or no frame
+        assert form.errors  # said beside the box or the section, nothing planned
         return
     batch = engine.generate(request=form.to_request())
-    assert batch.tasks.count() == shown
+    assert batch.tasks.count() == shown, f"the button named {shown} for {inputs}"
+
+
+@pytest.mark.parametrize("typed", ["3.0", "+3", "\uff13", "1e1"])
+def test_a_count_the_button_reads_as_zero_plans_nothing_and_says_why(
+    signed_in: Client, subject, typed
+):
+    """Found by a review: "3.0" was read as 0 by the button and as 3 by the form."""
+    response = signed_in.post(
+        "/batches/new/",
+        batch_form(subject, candidates_openai=typed, candidates_flux=0, start="0"),
+    )
+
+    assert response.status_code == 400
+    assert "Enter a whole number, like 2 (0 leaves it out)." in text(response)
+    assert not Batch.objects.exists()
+
+
+def test_an_empty_count_box_leaves_its_provider_out(signed_in: Client, subject):
+    response = signed_in.post(
+        "/batches/new/", batch_form(subject, candidates_openai="", candidates_flux=2, start="4")
+    )
+
+    assert response.status_code == 302
+    assert {t.provider for t in Batch.objects.get().tasks.all()} == {"flux"}
 
 
 # --- 9. form errors ----------------------------------------------------------------------------

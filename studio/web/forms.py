@@ -66,6 +66,25 @@ def _whole(value: Any) -> int:
     return int(text) if text.isascii() and text.isdigit() else 0
 
 
+class CountField(forms.IntegerField):
+    """A candidate count: ASCII digits only, an empty box 0 (as the page's script counts).
+
+    Django's IntegerField also takes "3.0", "+3" or "３": the button, counting as the
+    script does, named 0 jobs for those while 3 were planned. Whatever this field takes,
+    `_whole` reads as the same number, so the button names what is planned.
+    """
+
+    default_error_messages = {"invalid": "Enter a whole number, like 2 (0 leaves it out)."}
+
+    def to_python(self, value: Any) -> int | None:
+        text = str(value if value is not None else "").strip()
+        if text == "":
+            return 0
+        if not (text.isascii() and text.isdigit()):
+            raise forms.ValidationError(self.error_messages["invalid"], code="invalid")
+        return int(text)
+
+
 class BatchForm(forms.Form):
     """A new batch: one prompt, subjects and their photos, providers x frames x candidates.
 
@@ -110,8 +129,9 @@ class BatchForm(forms.Form):
         self.fields["token"].initial = secrets.token_urlsafe(24)
         for key, entry in settings.AVATARS_PROVIDERS.items():
             # Every provider starts at 0: nothing is paid for that the person did not ask.
-            self.fields[f"candidates_{key}"] = forms.IntegerField(
+            self.fields[f"candidates_{key}"] = CountField(
                 label=entry["label"],
+                required=False,
                 min_value=0,
                 max_value=engine.MAX_CANDIDATES,
                 initial=0,
