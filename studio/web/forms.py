@@ -69,7 +69,7 @@ def _whole(value: Any) -> int:
 class CountField(forms.IntegerField):
     """A candidate count: ASCII digits only, an empty box 0 (as the page's script counts).
 
-    Django's IntegerField also takes "3.0", "+3" or "３": the button, counting as the
+    Django's IntegerField also takes "3.0", "+3" or a full-width 3: the button, counting as the
     script does, named 0 jobs for those while 3 were planned. Whatever this field takes,
     `_whole` reads as the same number, so the button names what is planned.
     """
