@@ -336,6 +336,31 @@ def test_it_never_takes_the_row_of_an_earlier_lost_submit_for_the_latest(subject
     assert "img_1" in saved.error and "still protected in Ember" in saved.error
 
 
+@pytest.mark.parametrize("learned", ["now", "by an earlier reconcile"])
+def test_it_takes_the_row_naming_its_lost_send_beside_a_send_it_never_made(
+    subject, ember, learned
+):
+    """Found by a review: restored from a backup taken before a person's resubmit, the task
+    knew one lost send; history held that send's row and the resubmit's (made only by the
+    lost install). Reconcile called them "several rows this submit could be", for ever."""
+    task = uncertain(a_task(subject))  # attempt 1's answer was lost
+    own = history_row(task, job_id="job_1", image_id="img_1", history_id="hist_1")
+    own["source_metadata"]["attempt"] = 1
+    theirs = history_row(task, job_id="job_2", image_id="img_2", history_id="hist_2")
+    theirs["source_metadata"]["attempt"] = 2  # the lost install's resubmit
+    if learned != "now":
+        Attempt.objects.filter(task=task).update(ember_job_id="job_1")
+    history_route(ember, task, [theirs, own])
+
+    engine.reconcile(task=task)
+
+    saved = row_of(task)
+    assert saved.state == TaskState.COPYING, (saved.phase, saved.error)
+    assert (saved.ember_job_id, saved.result["image"]["id"]) == ("job_1", "img_1")
+    assert list(saved.attempts.values_list("number", "ember_job_id")) == [(1, "job_1")]
+    assert "img_2" in saved.error and "still protected in Ember" in saved.error
+
+
 def test_it_never_takes_another_jobs_row_for_a_task_that_knows_its_job(subject, ember):
     task = move(a_task(subject), TaskState.RUNNING, ember_job_id="job_2")
     task = move(task, TaskState.UNCERTAIN, phase="Ember did not finish in time")

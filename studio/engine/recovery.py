@@ -154,17 +154,30 @@ def _pick_row(task: Task, rows: list[dict[str, Any]]) -> dict[str, Any] | None:
 
     Once the task has an original, its own row is the one about that image: a row
     of another attempt must never lend it a history id. Before that, the row of the
-    task's job; and when the last submit's answer was lost (no job id), the one row
-    that no other attempt of the task has recorded, if there is exactly one.
+    task's job; when the last submit's answer was lost (no job id), the row of the job
+    history has since named for that submit (a row naming its attempt, `_learn_attempts`);
+    else the one row that no other attempt of the task has recorded, if there is exactly
+    one. (A restored install may meet rows of sends only the lost install made: a row
+    naming an attempt it never had is another paid original, not a rival for its own.)
     """
     if task.asset_id is not None:
         image_id = Asset.objects.filter(pk=task.asset_id).values_list("ember_image_id", flat=True)
         own_image = image_id.first()
         return next((r for r in rows if own_image and _row_image(r) == own_image), None)
-    if task.ember_job_id:
-        return next((r for r in rows if r.get("job_id") == task.ember_job_id), None)
+    job = task.ember_job_id or _latest_job(task)
+    if job:
+        return next((r for r in rows if r.get("job_id") == job), None)
     candidates = _unclaimed(task, rows)
     return candidates[0] if len(candidates) == 1 else None
+
+
+def _latest_job(task: Task) -> str:
+    """Return the job of the task's latest send ("" when its answer is still unknown).
+
+    A failed resubmit is not the latest send: the one before it is (as in `_unclaimed`).
+    """
+    latest = task.attempts.exclude(outcome=Attempt.Outcome.FAILED).order_by("-number").first()
+    return latest.ember_job_id if latest is not None else ""
 
 
 def _unclaimed(task: Task, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -236,7 +249,7 @@ def _no_row_phase(task: Task, rows: list[dict[str, Any]]) -> str:
     """Say, for people, why no row of Ember's history was taken as the task's own."""
     if task.asset_id is not None:
         return "Ember's history has no row for this task's image yet"
-    if not task.ember_job_id and len(_unclaimed(task, rows)) > 1:
+    if not task.ember_job_id and not _latest_job(task) and len(_unclaimed(task, rows)) > 1:
         return "Ember's history has several rows this submit could be; none was taken"
     return "Ember's history has no row for this task yet"
 
