@@ -337,9 +337,7 @@ def test_it_never_takes_the_row_of_an_earlier_lost_submit_for_the_latest(subject
 
 
 @pytest.mark.parametrize("learned", ["now", "by an earlier reconcile"])
-def test_it_takes_the_row_naming_its_lost_send_beside_a_send_it_never_made(
-    subject, ember, learned
-):
+def test_it_takes_the_row_naming_its_lost_send_beside_a_send_it_never_made(subject, ember, learned):
     """Found by a review: restored from a backup taken before a person's resubmit, the task
     knew one lost send; history held that send's row and the resubmit's (made only by the
     lost install). Reconcile called them "several rows this submit could be", for ever."""
