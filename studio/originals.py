@@ -285,7 +285,8 @@ def save(data: bytes) -> Original:
 
 def _acknowledge(target: Path, digest: str, info: ImageInfo, size: int) -> Original:
     """Return the original already stored under `target` if it holds these bytes."""
-    if file_sha256(target) != digest:
+    # Not a regular file (a pipe, a device put there by hand) is never opened: it could hang.
+    if not target.is_file() or file_sha256(target) != digest:
         raise ChecksumFailed()
     # Make sure the name is durable before acknowledging it again (a failure
     # here leaves the file: it was there, and matched, before this call).

@@ -136,11 +136,14 @@ def check_original(sha256: str, mime: str, rows: list[Row]) -> Finding | None:
     finding.image_ids = [r[4] for r in rows if r[3] == Origin.GENERATED and r[4]]
     finding.uploaded = all(r[3] == Origin.UPLOADED for r in rows)
     try:
-        if originals.file_sha256(path) == sha256:
+        # Looked at before it is opened: a pipe or a device in its place would hang the check.
+        if originals.sha256_of(originals.read_regular(path)) == sha256:
             return None
         finding.kind, finding.detail = CORRUPT, f"hashes to another value; {named_by}"
     except FileNotFoundError:
         pass
+    except originals.NotAnOriginal as exc:
+        finding.kind, finding.detail = CORRUPT, f"{exc}; {named_by}"
     except OSError as exc:
         finding.kind = CORRUPT
         finding.detail = f"could not be read: {exc.strerror or exc}; {named_by}"

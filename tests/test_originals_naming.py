@@ -63,3 +63,18 @@ def test_a_failed_save_never_takes_away_the_file_another_save_of_the_same_bytes_
     assert finished == ["A", "B"], "B acknowledged the name while A could still take it back"
     assert saved.path.read_bytes() == data, "the original B acknowledged is gone"
     assert sorted(os.listdir(store_dir)) == [saved.path.name]  # no temporary file left
+
+
+def test_a_save_over_a_pipe_in_an_originals_place_refuses_at_once(store_dir):
+    """A pipe (or a device) put where an original belongs is not opened: it would hang."""
+    data = png_bytes(seed=23)
+    target = originals.path_for(originals.sha256_of(data), ".png")
+    store_dir.mkdir(parents=True, exist_ok=True)
+    os.mkfifo(target)
+    started = time.monotonic()
+
+    with pytest.raises(originals.ChecksumFailed):
+        originals.save(data)
+
+    took = time.monotonic() - started
+    assert took < 2.0, f"the save took {took:.1f} s (bound 2 s)"

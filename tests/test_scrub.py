@@ -108,6 +108,34 @@ def test_it_finds_a_deleted_file_and_exits_non_zero():
     assert "Checked 1 original: 1 missing." in out
 
 
+BOUND = 5.0  # seconds for a check of two originals, whatever stands in one's place
+
+
+@pytest.mark.parametrize("odd", ["a pipe", "a link to /dev/zero", "a folder"])
+def test_it_calls_corrupt_what_is_no_regular_file_without_opening_it(odd):
+    """Found by a review: a pipe in an original's place hung the nightly check for ever,
+    and a link to /dev/zero read without end."""
+    asset = uploaded(1)
+    generated(2)
+    path = file_of(asset)
+    path.unlink()
+    if odd == "a pipe":
+        os.mkfifo(path)
+    elif odd == "a folder":
+        path.mkdir()
+    else:
+        path.symlink_to("/dev/zero")
+    started = time.monotonic()
+
+    code, out = check()
+
+    took = time.monotonic() - started
+    assert took < BOUND, f"the check took {took:.1f} s (bound {BOUND} s)"
+    assert code == 1
+    assert f"corrupt: {path.name}" in out
+    assert "Checked 2 originals: 1 corrupt." in out
+
+
 def test_it_reports_a_file_no_row_names_but_exits_zero():
     generated(1)
     orphan = originals.save(png_bytes(99))
