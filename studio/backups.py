@@ -98,6 +98,14 @@ class Backup:
     placer: Placer = field(default_factory=Placer)
 
 
+def cause(exc: BaseException) -> str:
+    """Say, for an operator, what stopped a backup or a restore ("the disk is full: /x/y")."""
+    if isinstance(exc, OSError):
+        where = f": {exc.filename}" if exc.filename else ""
+        return f"{(exc.strerror or str(exc)).rstrip('.')}{where}"
+    return str(exc).strip().rstrip(".") or type(exc).__name__
+
+
 def backup(dest: Path, *, link: bool = False) -> Backup:
     """Snapshot the database into `dest`, then the originals its rows name, then a manifest.
 

@@ -1,7 +1,9 @@
 """Backup: `manage.py backup DEST` (docs/operations.md)."""
 
+import errno
 import os
 import shutil
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -162,3 +164,40 @@ def test_it_says_how_to_use_pg_dump_when_it_is_not_installed(tmp_path, monkeypat
     assert "pg_dump is not on PATH, so nothing was backed up." in out
     assert f"`pg_dump --format=custom --file={dest}/db.pgdump`" in out
     assert not dest.exists()
+
+
+@pytest.mark.parametrize(
+    ("failure", "said"),
+    [
+        (
+            OSError(errno.ENOSPC, "No space left on device", "/backups/db.sqlite3"),
+            "No space left on device: /backups/db.sqlite3",
+        ),
+        (sqlite3.OperationalError("database or disk is full"), "database or disk is full"),
+    ],
+)
+def test_a_backup_the_disk_stops_says_so_in_a_sentence(tmp_path, monkeypatch, failure, said):
+    """Found by a review: a full disk ended the backup in a traceback, and the half-written
+    folder was then refused as "not empty" with no word of why."""
+    stored(1)
+
+    def the_disk_fills_up(*_args: object) -> None:
+        raise failure
+
+    monkeypatch.setattr(backups, "copy_sqlite", the_disk_fills_up)
+    monkeypatch.setattr(backups, "dump_postgres", the_disk_fills_up)
+    code, out = run("backup", str(tmp_path / "backup"))
+
+    assert code == 1
+    assert f"The backup stopped: {said}. What it wrote in {tmp_path / 'backup'} is not a" in out
+    assert "remove that folder" in out
+    assert "Traceback" not in out
+
+
+def test_a_backup_into_a_folder_that_cannot_be_made_says_so(tmp_path):
+    (tmp_path / "a-file").write_text("not a folder")
+
+    code, out = run("backup", str(tmp_path / "a-file" / "backup"))
+
+    assert code == 1
+    assert "The backup stopped: Not a directory" in out, out

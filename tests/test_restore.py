@@ -473,3 +473,18 @@ def test_a_backup_dated_ahead_of_this_clock_is_searched_for_now(tmp_path, subjec
     with sqlite3.connect(database) as conn:
         [(sent,)] = conn.execute("SELECT submitted_at FROM studio_task").fetchall()
     assert sent < "2099"
+
+
+def test_a_restore_the_disk_stops_says_so_in_a_sentence(tmp_path, monkeypatch):
+    def the_disk_fills_up(*_args: object, **_kwargs: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device", "/data/originals/x.png")
+
+    monkeypatch.setattr(restoring, "restore", the_disk_fills_up)
+    code, out = run("restore", str(tmp_path / "backup"))
+
+    assert code == 1
+    assert (
+        "The restore stopped: No space left on device: /data/originals/x.png. What it had "
+        "placed was taken away and the database left empty: deal with the cause and run it "
+        "again." in out
+    )

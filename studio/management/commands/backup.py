@@ -1,11 +1,14 @@
 """`manage.py backup DEST`: a consistent snapshot while the worker runs (docs/operations.md)."""
 
+import sqlite3
 from pathlib import Path
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import DatabaseError
 
 from studio import backups
+from studio.backups import cause
 
 
 class Command(BaseCommand):
@@ -29,6 +32,14 @@ class Command(BaseCommand):
             result = backups.backup(dest, link=options["link"])
         except backups.BackupError as exc:
             raise CommandError(str(exc), returncode=1) from None
+        except (OSError, DatabaseError, sqlite3.Error) as exc:
+            # A full disk, a folder that cannot be made: said as a sentence, not a traceback.
+            raise CommandError(
+                f"The backup stopped: {cause(exc)}. What it wrote in {dest} is not a backup "
+                "(it has no manifest, and restore refuses it): remove that folder, deal with "
+                "the cause, and back up into a new folder.",
+                returncode=1,
+            ) from None
         kind = "SQLite (online backup API)" if result.database == "sqlite" else "pg_dump"
         self.stdout.write(f"Database: {dest / result.database_file}, by {kind}.")
         self.stdout.write(result.placer.counts("Backed up"))
