@@ -246,6 +246,22 @@ def test_it_tells_the_results_to_reload_when_an_image_arrives(signed_in: Client,
     assert more["HX-Trigger"] == "results-changed"
 
 
+@pytest.mark.parametrize("last", [TaskState.FAILED, TaskState.CANCELLED])
+def test_it_tells_the_results_to_reload_when_the_batch_ends_with_no_new_image(
+    signed_in: Client, subject, last
+):
+    """Found by a review: a batch whose last task failed said "All done", but its results
+    offered "Choose favourites" only after a reload."""
+    batch = plan(subject, candidates=2)
+    put(batch, TaskState.DONE, last)
+
+    polled = signed_in.get(f"/batches/{batch.pk}/progress/", {"delivered": "1"})
+    results = signed_in.get(f"/batches/{batch.pk}/results/")
+
+    assert polled["HX-Trigger"] == "results-changed"
+    assert "Choose favourites" in results.content.decode()
+
+
 def test_it_tells_the_results_to_reload_when_a_saved_image_waits_for_embers_record(
     signed_in: Client, subject
 ):

@@ -146,6 +146,23 @@ def test_it_shows_reference_photos_of_the_ticked_subjects_only(person: Page):
     expect(photo).to_be_hidden()
 
 
+def test_back_to_the_form_shows_the_photos_of_the_subjects_ticked_again(
+    page: Page, no_worker: None
+):
+    """Found by a review: after Back the browser ticked Bo again, and the photos section
+    said "Tick a subject to see its photos." beside the tick."""
+    sign_in(page)
+    fill_batch(page, prompt="Bo and Back", candidates=1)
+    start_button(page).click()
+    expect(page).to_have_url(re.compile(r"/batches/[0-9a-f-]+/$"))
+
+    page.go_back()
+
+    expect(page.get_by_label("Bo", exact=True)).to_be_checked()
+    expect(page.locator(".pick", has_text="bo.png")).to_be_visible()
+    expect(page.get_by_text("Tick a subject to see its photos.")).to_be_hidden()
+
+
 def test_it_puts_the_limits_on_the_inputs(page: Page):
     sign_in(page)
     go(page, "New batch")

@@ -74,6 +74,7 @@
   // form posted twice with the batch it already planned).
   window.addEventListener("pageshow", function () {
     button.disabled = false;
+    followSubjects(); // the browser put the ticks back: show those subjects' photos again
     recount();
   });
   followSubjects();

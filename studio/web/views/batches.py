@@ -209,7 +209,9 @@ def batch_progress(request: HttpRequest, batch_id: UUID) -> HttpResponse:
     The page sends the task versions it shows (`seen`) and the images it had
     (`delivered`); only rows whose version moved are swapped (by id), so the rest of
     the page, and the person's keyboard focus in it, stay put. A change in the number
-    of delivered images tells the results section to reload (`results-changed`).
+    of delivered images tells the results section to reload (`results-changed`), and so
+    does the batch's end (the page polls only while it goes on): a done batch's results
+    offer "Choose favourites", also when its last task failed or was cancelled.
     """
     found = get_object_or_404(Batch, pk=batch_id)
     context = _progress_context(request, found)
@@ -219,7 +221,7 @@ def batch_progress(request: HttpRequest, batch_id: UUID) -> HttpResponse:
         seen = [""] * len(tasks)
     context["changed"] = [t for t, v in zip(tasks, seen, strict=True) if str(t.version) != v]
     response = render(request, "studio/_progress_poll.html", context)
-    if request.GET.get("delivered", "") != str(context["delivered"]):
+    if context["done"] or request.GET.get("delivered", "") != str(context["delivered"]):
         response["HX-Trigger"] = "results-changed"
     return response
 
