@@ -132,6 +132,39 @@ def test_it_renames_a_subject_and_its_photos_captions(signed_in: Client, make_su
     assert "Ada L. · ada.png" in text(signed_in.get("/gallery/"))
 
 
+def test_it_asks_before_renaming_a_subject_to_a_name_another_has(signed_in: Client, make_subject):
+    """Found by a review: Cy renamed to Ada made two entries alike in every list, unasked."""
+    ada, cy = make_subject("Ada"), make_subject("Cy")
+
+    asked = signed_in.post(f"/subjects/{cy.pk}/rename/", {"name": " ada "})
+
+    cy.refresh_from_db()
+    assert asked.status_code == 200 and cy.name == "Cy"
+    assert "There is already a subject named Ada." in text(asked)
+    assert f'href="/subjects/{ada.pk}/"' in asked.content.decode()
+    assert "Rename to ada anyway" in text(asked)
+
+    done = signed_in.post(
+        f"/subjects/{cy.pk}/rename/", {"name": "Ada", "confirm": "yes"}, follow=True
+    )
+
+    cy.refresh_from_db()
+    assert cy.name == "Ada"
+    assert messages_of(done) == ["Renamed Cy to Ada."]
+
+
+def test_it_renames_a_subject_to_its_own_name_in_other_letters_without_asking(
+    signed_in: Client, make_subject
+):
+    ada = make_subject("ada")
+
+    response = signed_in.post(f"/subjects/{ada.pk}/rename/", {"name": "Ada"}, follow=True)
+
+    ada.refresh_from_db()
+    assert ada.name == "Ada"
+    assert messages_of(response) == ["Renamed ada to Ada."]
+
+
 @pytest.mark.parametrize(
     ("typed", "said"),
     [("   ", "A subject needs a name."), ("A" * 121, "at most 120 characters")],

@@ -83,8 +83,9 @@ class Renaming:
     """A refused rename, shown again beside its field: what was typed and why it was refused."""
 
     value: str
-    error: str
+    error: str = ""
     photo: int | None = None  # the photo renamed, or None for the subject
+    taken: Subject | None = None  # another subject of that name: asked about first
 
 
 @login_required
@@ -148,7 +149,7 @@ def _subject_page(
         "renaming": renaming,
         "limit_mb": f"{settings.AVATARS_MAX_IMAGE_BYTES / (1024 * 1024):g}",
     }
-    refused = bool(form.errors) or renaming is not None
+    refused = bool(form.errors) or (renaming is not None and renaming.taken is None)
     return render(request, "studio/subject.html", context, status=400 if refused else 200)
 
 
@@ -159,6 +160,11 @@ def subject_rename(request: HttpRequest, subject_id: int) -> HttpResponse:
     found = get_object_or_404(Subject, pk=subject_id)
     name = request.POST.get("name", "")
     old = found.name
+    # A name another subject has is asked about first, as when adding: two people may
+    # share a name, but two entries alike in every list are more often a slip.
+    taken = None if request.POST.get("confirm") == "yes" else _named(name.strip())
+    if taken is not None and taken.pk != found.pk:
+        return _subject_page(request, found, renaming=Renaming(value=name, taken=taken))
     try:
         curation.rename_subject(subject=found, name=name)
     except engine.InvalidRequest as exc:
