@@ -129,6 +129,12 @@ def test_it_shows_every_error_beside_its_section_at_once(person: Page):
         section = person.locator("fieldset", has=person.locator("legend", has_text=legend))
         expect(section.locator(".error")).to_have_text(error)
     expect(person.locator(".error").first).to_be_visible()
+    # Found by a review: on a phone the page came back at its top, the errors a screen
+    # below, nothing said. The summary is there, in view and focused (read out).
+    problems = person.get_by_test_id("problems")
+    expect(problems).to_be_focused()
+    expect(problems).to_be_in_viewport()
+    expect(problems).to_contain_text("Subjects: Choose at least one subject.")
     fits_the_screen(person)
     audit(person)
     screenshot(person, "batch-new-errors")

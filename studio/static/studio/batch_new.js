@@ -79,4 +79,7 @@
   });
   followSubjects();
   recount();
+  // A refused form: the summary of what to fix is read out and in view, even on a phone.
+  var problems = document.getElementById("problems");
+  if (problems) problems.focus();
 })();
