@@ -149,7 +149,10 @@ def inspect(data: bytes) -> ImageInfo:
                 fmt = ALIASES.get(img.format or "", img.format or "")
                 width, height = img.size
                 if width * height > settings.AVATARS_MAX_IMAGE_PIXELS:
-                    raise NotAnImage(f"The image has too many pixels ({width} x {height}).")
+                    raise NotAnImage(
+                        f"The image has too many pixels ({width} x {height}); at most "
+                        f"{settings.AVATARS_MAX_IMAGE_PIXELS:,} are accepted."
+                    )
                 if max(width, height) > MAX_SIDE:
                     raise NotAnImage(
                         f"The image is {width} x {height} pixels; "
@@ -176,7 +179,10 @@ def inspect(data: bytes) -> ImageInfo:
     except jpeg.BadJpeg as exc:
         raise NotAnImage(str(exc)) from None
     except (Image.DecompressionBombError, Image.DecompressionBombWarning):
-        raise NotAnImage("The image has too many pixels.") from None
+        raise NotAnImage(
+            f"The image has too many pixels; at most {settings.AVATARS_MAX_IMAGE_PIXELS:,} "
+            "are accepted."
+        ) from None
     except UnidentifiedImageError:
         raise NotAnImage("The file is not a PNG, JPEG, WebP or GIF image.") from None
     except Exception as exc:  # Pillow raises many types on broken files

@@ -252,7 +252,7 @@ def test_it_refuses_a_decompression_bomb_and_writes_nothing(store_dir, bomb_png)
     with pytest.raises(NotAnImage) as refused:
         originals.save(bomb_png)
 
-    assert str(refused.value) == "The image has too many pixels."
+    assert str(refused.value) == "The image has too many pixels; at most 40,000,000 are accepted."
     assert listing(store_dir) == []
 
 
@@ -262,7 +262,9 @@ def test_it_refuses_an_image_over_the_pixel_limit_and_writes_nothing(store_dir, 
     with pytest.raises(NotAnImage) as refused:
         originals.save(png_bytes(seed=8, size=(64, 48)))
 
-    assert str(refused.value) == "The image has too many pixels (64 x 48)."
+    assert str(refused.value) == (
+        "The image has too many pixels (64 x 48); at most 3,071 are accepted."
+    )
     assert listing(store_dir) == []
 
 

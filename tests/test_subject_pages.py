@@ -217,3 +217,10 @@ def test_it_links_a_small_svg_favicon_from_every_page(signed_in: Client):
     body = signed_in.get("/subjects/").content.decode()
 
     assert '<link rel="icon" href="/static/studio/favicon.svg" type="image/svg+xml">' in body
+
+
+def test_the_upload_says_both_limits_a_photo_is_held_to(signed_in: Client, subject):
+    """Found by a review: an 8000 x 8000 photo was refused by a limit the page never named."""
+    page = signed_in.get(f"/subjects/{subject.pk}/")
+
+    assert "up to 25 MB and 40 megapixels" in text(page)

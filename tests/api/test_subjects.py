@@ -334,7 +334,7 @@ def test_it_refuses_an_upload_with_too_many_pixels_and_stores_nothing(
     assert response.status_code == 400
     assert error(response) == {
         "code": "not_an_image",
-        "message": "The image has too many pixels (64 x 48).",
+        "message": "The image has too many pixels (64 x 48); at most 1,000 are accepted.",
     }
     assert Asset.objects.count() == 1
     assert stored_originals(data_dir) == files

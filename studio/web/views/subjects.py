@@ -148,6 +148,7 @@ def _subject_page(
         "form": form,
         "renaming": renaming,
         "limit_mb": f"{settings.AVATARS_MAX_IMAGE_BYTES / (1024 * 1024):g}",
+        "limit_mp": f"{settings.AVATARS_MAX_IMAGE_PIXELS / 1_000_000:g}",
     }
     refused = bool(form.errors) or (renaming is not None and renaming.taken is None)
     return render(request, "studio/subject.html", context, status=400 if refused else 200)
