@@ -300,3 +300,18 @@ def test_it_names_providers_by_label_on_the_batch_pages(signed_in: Client, subje
         for key in ("openai", "google", "flux "):
             assert key not in page
     assert "FLUX" in pages[1] and "Imagen" in pages[1]
+
+
+def test_without_script_a_batch_page_reloads_while_the_batch_goes_on(signed_in: Client, subject):
+    """Found by a review: without JavaScript the page said "3 in progress" long after the
+    jobs were done, and did not say that only a reload would tell."""
+    batch = plan(subject, candidates=2)
+    put(batch, TaskState.DONE)
+
+    going = signed_in.get(f"/batches/{batch.pk}/").content.decode()
+    put(batch, TaskState.DONE, TaskState.DONE)
+    ended = signed_in.get(f"/batches/{batch.pk}/").content.decode()
+
+    assert '<noscript><meta http-equiv="refresh" content="10"></noscript>' in going
+    assert "This page reloads every 10 seconds while the batch goes on." in going
+    assert 'http-equiv="refresh"' not in ended and "reloads every" not in ended

@@ -24,6 +24,7 @@ from studio.web.views.common import login_required_htmx, page_of, posted, user_o
 
 BATCHES_PAGE = 20
 THUMBS_PER_BATCH = 4
+NO_SCRIPT_RELOAD = 10  # seconds between reloads of a batch page whose browser runs no script
 # A form that asks for what this person started this recently asks before paying again.
 SAME_BATCH_WINDOW = timedelta(minutes=10)
 FORM_REUSED = (
@@ -189,6 +190,7 @@ def _progress_context(request: HttpRequest, batch: Batch) -> dict[str, Any]:
         # Images on the page, whatever their state (the results section's own count).
         "delivered": sum(1 for task in tasks if task.asset_id),
         "tab_title": outcome.tab_title(batch.title),
+        "reload_seconds": NO_SCRIPT_RELOAD,
         "worker_status": WorkerHeartbeat.status(),
     }
 
