@@ -155,3 +155,20 @@ def test_it_says_when_an_original_is_missing_from_the_store(signed_in: Client):
 
     assert signed_in.get(f"/assets/{asset.pk}/original/").status_code == 503
     assert signed_in.get(f"/assets/{asset.pk}/thumb/256/").status_code == 503
+
+
+def test_the_batch_filter_tells_batches_of_one_title_apart(signed_in: Client, subject):
+    """Found by a review: three batches titled "T" were listed "T / T / T"."""
+    from studio.models import Batch
+
+    first, second = a_batch(subject), a_batch(subject)
+    Batch.objects.filter(pk__in=[first.pk, second.pk]).update(title="T")
+    Batch.objects.filter(pk=first.pk).update(created_at="2026-11-02T09:05:00Z")
+    Batch.objects.filter(pk=second.pk).update(created_at="2026-11-30T18:40:00Z")
+    for seed, batch in enumerate((first, second)):
+        stored_asset(seed + 1, batch=batch)
+
+    page = signed_in.get("/gallery/").content.decode()
+
+    assert ">T (2 Nov 2026, 09:05)</option>" in page
+    assert ">T (30 Nov 2026, 18:40)</option>" in page

@@ -60,7 +60,9 @@ class GalleryFilter:
 
     def batches(self) -> list[Batch]:
         """Return the recent batches to filter by, with the chosen one even if it is older."""
-        recent = list(Batch.objects.order_by("-created_at").only("pk", "title")[:BATCH_CHOICES])
+        recent = list(
+            Batch.objects.order_by("-created_at").only("pk", "title", "created_at")[:BATCH_CHOICES]
+        )
         if self.batch is not None and self.batch.pk not in {b.pk for b in recent}:
             recent.append(self.batch)
         return recent
