@@ -7,6 +7,7 @@ cache: deleting any file in it costs one rebuild from the original, never data.
 """
 
 import io
+import stat
 from pathlib import Path
 
 from django.conf import settings
@@ -42,7 +43,7 @@ def thumbnail(*, sha256: str, mime: str, size: int) -> Path:
     first frame.
     """
     target = path_for(sha256, size)
-    if target.is_file():
+    if whole(target):
         return target
     data = render(originals.read(sha256, mime), size)
     # Fsynced before the rename, so a power loss cannot leave a truncated thumbnail
@@ -50,6 +51,29 @@ def thumbnail(*, sha256: str, mime: str, size: int) -> Path:
     # costs a rebuild. Two requests building one thumbnail both win with equal bytes.
     originals.write_atomically(target, data)
     return target
+
+
+def whole(path: Path) -> bool:
+    """Say whether `path` is a regular file that is a whole WebP, by its header alone.
+
+    A RIFF file says its own length: a thumbnail damaged in place (garbage written over
+    it, a truncation) fails this and is built again instead of being served, and cached
+    by browsers for a year under its immutable name. Twelve bytes read, nothing decoded.
+    """
+    try:
+        info = path.stat()
+        if not stat.S_ISREG(info.st_mode):
+            return False
+        with path.open("rb") as file:
+            head = file.read(12)
+    except OSError:
+        return False
+    return (
+        len(head) == 12
+        and head[:4] == b"RIFF"
+        and head[8:] == b"WEBP"
+        and int.from_bytes(head[4:8], "little") + 8 == info.st_size
+    )
 
 
 def render(data: bytes, size: int) -> bytes:

@@ -143,6 +143,25 @@ def test_it_rebuilds_a_thumbnail_whose_cache_file_was_deleted(signed_in: Client)
     assert thumbs.path_for(asset.sha256, 128).is_file()
 
 
+@pytest.mark.parametrize("damage", ["garbage", "cut short"])
+def test_it_rebuilds_a_thumbnail_damaged_in_place_instead_of_serving_it(signed_in: Client, damage):
+    """Found by a review: "garbage" written over a cached thumbnail was served as image/webp,
+    immutable for a year, and no tool ever noticed."""
+    asset = stored_asset(17)
+    first = signed_in.get(f"/assets/{asset.pk}/thumb/128/").content
+    cached = thumbs.path_for(asset.sha256, 128)
+    if damage == "garbage":
+        cached.write_bytes(b"garbage")
+    else:
+        cached.write_bytes(first[: len(first) // 2])
+
+    again = signed_in.get(f"/assets/{asset.pk}/thumb/128/")
+
+    assert again.status_code == 200
+    assert again.content == first
+    assert cached.read_bytes() == first
+
+
 def test_it_refuses_a_thumbnail_size_it_does_not_make(signed_in: Client):
     asset = stored_asset(17)
 
