@@ -15,7 +15,7 @@ import os
 import shutil
 import sqlite3
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +24,7 @@ from typing import Any
 from django.db import connection
 from django.utils import timezone
 
-from studio import originals
+from studio import originals, removals
 from studio.models import Asset
 
 MANIFEST = "manifest.json"
@@ -117,6 +117,18 @@ def backup(dest: Path, *, link: bool = False) -> Backup:
     if kind not in ("sqlite", "postgresql"):
         raise BackupError(f"Backups support SQLite and PostgreSQL, not {kind}.")
     start_empty(dest)
+    # From before the snapshot until its originals are copied, a photo's removal writes
+    # down its unlink instead of doing it (removals.py): every file a row names is there.
+    with removals.backing_up():
+        result = _snapshot_and_originals(dest, kind, link)
+    removals.finish_pending()
+    write_manifest(result)
+    return result
+
+
+def _snapshot_and_originals(dest: Path, kind: str, link: bool) -> Backup:
+    """Snapshot the database into `dest`, then copy in the originals its rows name."""
+    named: Iterable[tuple[str, str]]
     if kind == "sqlite":
         result = Backup(dest=dest, database=kind, database_file=SQLITE_FILE)
         result.placer.link = link
@@ -125,16 +137,23 @@ def backup(dest: Path, *, link: bool = False) -> Backup:
     else:
         result = Backup(dest=dest, database=kind, database_file=PG_DUMP_FILE)
         result.placer.link = link
+        # The dump's rows, read around it: a row removed after the dump is in the first
+        # read, one made during it in the second. (One made and removed while the dump
+        # ran, but in it, is missed: restored, it names a file the backup lacks.)
+        before = set(_asset_files())
         dump_postgres(dest / PG_DUMP_FILE)
-        # Read after the dump: every row it holds (assets are never deleted), maybe newer.
-        rows = Asset.objects.order_by("sha256").values_list("sha256", "mime").distinct()
-        named = rows.iterator()
+        named = sorted(before | set(_asset_files()))
     (dest / "originals").mkdir(mode=0o700)
     for sha256, mime in named:
         back_up_original(result, sha256, mime)
     originals.fsync_dir(dest / "originals")
-    write_manifest(result)
     return result
+
+
+def _asset_files() -> Iterator[tuple[str, str]]:
+    """Yield each (sha256, mime) the asset rows name, once."""
+    rows = Asset.objects.order_by("sha256").values_list("sha256", "mime").distinct()
+    yield from rows.iterator()
 
 
 def start_empty(dest: Path) -> None:

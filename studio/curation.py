@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from django.db import transaction
 from django.db.models import F, Q
 
-from studio import originals, thumbs
+from studio import originals, removals, thumbs
 from studio.engine import InvalidRequest
 from studio.models import Asset, AvatarSet, Batch, Origin, SetItem, Subject, Task
 from studio.store import update
@@ -253,11 +253,12 @@ def _unlink(files: set[tuple[str, str]]) -> None:
     upload's `originals.keep`, the worker's `originals.holds` before a release), so
     either this look sees that row or that look sees the file gone and puts it back.
     """
+    removals.finish_pending()  # what a backup held off, if none runs now
     with originals.naming():
         standing = _standing({sha256 for sha256, _ in files})
         gone = {(sha256, mime) for sha256, mime in files if sha256 not in standing}
-        for sha256, mime in gone:
-            originals.path_of(sha256, mime).unlink(missing_ok=True)
+        # Now, or once a running backup has copied them (removals.py).
+        removals.unlink(gone)
     for sha256, _mime in gone:  # only a cache, rebuilt from the original when asked for
         for size in thumbs.SIZES:
             thumbs.path_for(sha256, size).unlink(missing_ok=True)
