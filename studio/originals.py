@@ -148,16 +148,7 @@ def inspect(data: bytes) -> ImageInfo:
             with Image.open(io.BytesIO(data), formats=list(FORMATS)) as img:
                 fmt = ALIASES.get(img.format or "", img.format or "")
                 width, height = img.size
-                if width * height > settings.AVATARS_MAX_IMAGE_PIXELS:
-                    raise NotAnImage(
-                        f"The image has too many pixels ({width} x {height}); at most "
-                        f"{settings.AVATARS_MAX_IMAGE_PIXELS:,} are accepted."
-                    )
-                if max(width, height) > MAX_SIDE:
-                    raise NotAnImage(
-                        f"The image is {width} x {height} pixels; "
-                        f"no side may be longer than {MAX_SIDE}."
-                    )
+                _check_size(width, height)
                 if fmt == "JPEG":
                     jpeg.check_scans(jpeg.scans(data), width, height)
                 # Counting frames only parses their headers; every frame is decoded onto
@@ -211,6 +202,19 @@ def _check_frames(frames: int, width: int, height: int, *, animated: bool) -> No
         raise NotAnImage(
             f"The animation has too many pixels across its frames ({frames} frames of "
             f"{width} x {height}; at most {settings.AVATARS_MAX_TOTAL_PIXELS:,} in all)."
+        )
+
+
+def _check_size(width: int, height: int) -> None:
+    """Refuse a still past the pixel cap, or with a side longer than any accepted."""
+    if width * height > settings.AVATARS_MAX_IMAGE_PIXELS:
+        raise NotAnImage(
+            f"The image has too many pixels ({width} x {height}); at most "
+            f"{settings.AVATARS_MAX_IMAGE_PIXELS:,} are accepted."
+        )
+    if max(width, height) > MAX_SIDE:
+        raise NotAnImage(
+            f"The image is {width} x {height} pixels; no side may be longer than {MAX_SIDE}."
         )
 
 
