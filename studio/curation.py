@@ -255,15 +255,10 @@ def _unlink(files: set[tuple[str, str]]) -> None:
     """
     removals.finish_pending()  # what a backup held off, if none runs now
     with originals.naming():
-        standing = _standing({sha256 for sha256, _ in files})
+        standing = removals.standing_on({sha256 for sha256, _ in files})
         gone = {(sha256, mime) for sha256, mime in files if sha256 not in standing}
         # Now, or once a running backup has copied them (removals.py).
         removals.unlink(gone)
     for sha256, _mime in gone:  # only a cache, rebuilt from the original when asked for
         for size in thumbs.SIZES:
             thumbs.path_for(sha256, size).unlink(missing_ok=True)
-
-
-def _standing(hashes: set[str]) -> set[str]:
-    """Return those of `hashes` that an asset row stands on."""
-    return set(Asset.objects.filter(sha256__in=hashes).values_list("sha256", flat=True))

@@ -9,7 +9,6 @@ name that this call put there: nothing may be acknowledged after it.
 """
 
 import contextlib
-import fcntl
 import hashlib
 import io
 import os
@@ -24,7 +23,7 @@ from pathlib import Path
 from django.conf import settings
 from PIL import Image, ImageSequence, UnidentifiedImageError
 
-from studio import chunks, jpeg
+from studio import chunks, flocks, jpeg
 
 # Pillow format -> (mime, extension). Anything else is refused.
 FORMATS = {
@@ -314,17 +313,8 @@ def naming(*, shared: bool = False, wait: bool = True) -> Iterator[bool]:
     directory = originals_dir()
     directory.mkdir(parents=True, exist_ok=True)
     # Beside the folder, not in it: everything in originals/ is an original or a temp.
-    fd = os.open(directory.parent / NAMING_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        try:
-            mode = fcntl.LOCK_SH if shared else fcntl.LOCK_EX
-            fcntl.flock(fd, mode if wait else mode | fcntl.LOCK_NB)
-        except BlockingIOError:
-            yield False
-        else:
-            yield True
-    finally:
-        os.close(fd)  # closing the descriptor lets the lock go
+    with flocks.held(directory.parent / NAMING_LOCK, shared=shared, wait=wait) as taken:
+        yield taken
 
 
 def holds(sha256: str, mime: str, *, wait: bool = True) -> bool | None:

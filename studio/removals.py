@@ -10,14 +10,12 @@ it, once no backup runs, for each file no asset row has come to stand on meanwhi
 """
 
 import contextlib
-import fcntl
-import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from django.conf import settings
 
-from studio import originals
+from studio import flocks, originals
 from studio.models import Asset
 
 BACKUP_LOCK = "backup.lock"  # in the data dir: shared by backups, taken alone to unlink
@@ -29,24 +27,9 @@ def _data_dir() -> Path:
 
 
 @contextlib.contextmanager
-def _backup_lock(mode: int) -> Iterator[bool]:
-    """Hold `backup.lock` in `mode` (with LOCK_NB: yield False, holding nothing, if busy)."""
-    fd = os.open(_data_dir() / BACKUP_LOCK, os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        try:
-            fcntl.flock(fd, mode)
-        except BlockingIOError:
-            yield False
-        else:
-            yield True
-    finally:
-        os.close(fd)
-
-
-@contextlib.contextmanager
 def backing_up() -> Iterator[None]:
     """Hold off the unlinking of originals while a backup snapshots and copies them."""
-    with _backup_lock(fcntl.LOCK_SH):
+    with flocks.held(_data_dir() / BACKUP_LOCK, shared=True):
         yield
 
 
@@ -56,7 +39,7 @@ def unlink(files: Iterable[tuple[str, str]]) -> bool:
     The caller holds the originals' naming lock and has checked no row stands on them.
     """
     files = list(files)
-    with _backup_lock(fcntl.LOCK_EX | fcntl.LOCK_NB) as alone:
+    with flocks.held(_data_dir() / BACKUP_LOCK, wait=False) as alone:
         if alone:
             for sha256, mime in files:
                 originals.path_of(sha256, mime).unlink(missing_ok=True)
@@ -75,16 +58,12 @@ def finish_pending() -> int:
     path = _data_dir() / PENDING
     if not path.exists():
         return 0
-    with originals.naming(), _backup_lock(fcntl.LOCK_EX | fcntl.LOCK_NB) as alone:
+    with originals.naming(), flocks.held(_data_dir() / BACKUP_LOCK, wait=False) as alone:
         if not alone or not path.exists():
             return 0
         entries = {tuple(line.split()) for line in path.read_text().splitlines()}
         files = {(e[0], e[1]) for e in entries if len(e) == 2}
-        standing = set(
-            Asset.objects.filter(sha256__in={sha256 for sha256, _ in files}).values_list(
-                "sha256", flat=True
-            )
-        )
+        standing = standing_on({sha256 for sha256, _ in files})
         gone = 0
         for sha256, mime in files:
             if sha256 in standing:
@@ -94,3 +73,8 @@ def finish_pending() -> int:
                 gone += 1
         path.unlink()
     return gone
+
+
+def standing_on(hashes: set[str]) -> set[str]:
+    """Return those of `hashes` that an asset row stands on."""
+    return set(Asset.objects.filter(sha256__in=hashes).values_list("sha256", flat=True))

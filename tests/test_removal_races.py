@@ -12,7 +12,7 @@ import threading
 
 import pytest
 
-from studio import curation, engine, originals
+from studio import curation, engine, originals, removals
 from studio.engine import library
 from studio.models import Asset, Origin
 from studio.worker.steps import _held
@@ -51,7 +51,7 @@ def test_the_look_before_a_release_never_sees_a_file_a_removal_is_about_to_take(
     path = originals.path_of(photo.sha256, photo.mime)
     saved = originals.save(data)  # the worker's copy: the file is there, acknowledged
     checked, go = threading.Event(), threading.Event()
-    real_standing = curation._standing
+    real_standing = removals.standing_on
 
     def standing(hashes: set[str]) -> set[str]:
         found = real_standing(hashes)  # no row yet: the worker's comes right after
@@ -59,7 +59,7 @@ def test_the_look_before_a_release_never_sees_a_file_a_removal_is_about_to_take(
         go.wait(0.5)  # the worker's row and its look fit in here, if nothing holds them
         return found
 
-    monkeypatch.setattr(curation, "_standing", standing)
+    monkeypatch.setattr(removals, "standing_on", standing)
     Asset.objects.filter(pk=photo.pk).delete()  # the removal's own commit
     removal = threading.Thread(target=curation._unlink, args=({(photo.sha256, photo.mime)},))
     removal.start()
