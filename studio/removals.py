@@ -39,6 +39,8 @@ def unlink(files: Iterable[tuple[str, str]]) -> bool:
     The caller holds the originals' naming lock and has checked no row stands on them.
     """
     files = list(files)
+    if not files:
+        return True
     with flocks.held(_data_dir() / BACKUP_LOCK, wait=False) as alone:
         if alone:
             for sha256, mime in files:
