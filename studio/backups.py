@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from django.db import connection
+from django.db import DatabaseError, connection
 from django.utils import timezone
 
 from studio import originals, removals
@@ -96,6 +96,11 @@ class Backup:
     missing: list[str] = field(default_factory=list)
     corrupt: list[str] = field(default_factory=list)
     placer: Placer = field(default_factory=Placer)
+
+
+# What stops a backup or a restore part way (a full disk, a folder that cannot be made),
+# said as a sentence by the commands (`cause`) rather than as a traceback.
+STOPPED_BY: tuple[type[BaseException], ...] = (OSError, DatabaseError, sqlite3.Error)
 
 
 def cause(exc: BaseException) -> str:

@@ -21,7 +21,13 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from studio.ember.client import EmberClient, EmberError
-from studio.engine.recovery import _others_note, _record_history, _refused_note, _usable
+from studio.engine.recovery import (
+    _others_note,
+    _record_history,
+    _refused_note,
+    _usable,
+    latest_send,
+)
 from studio.models import Attempt, HistorySearch, Kind, Task, TaskState
 from studio.store import Conflict, update
 
@@ -121,7 +127,7 @@ def _still_lost(task: Task, number: int) -> bool:
     """Say whether `task` still rests `uncertain` on the lost answer of attempt `number`."""
     if task.state != TaskState.UNCERTAIN or task.ember_job_id or task.asset_id is not None:
         return False
-    latest = task.attempts.exclude(outcome=Attempt.Outcome.FAILED).order_by("-number").first()
+    latest = latest_send(task)
     return latest is not None and latest.number == number and not latest.ember_job_id
 
 

@@ -171,12 +171,15 @@ def _pick_row(task: Task, rows: list[dict[str, Any]]) -> dict[str, Any] | None:
     return candidates[0] if len(candidates) == 1 else None
 
 
-def _latest_job(task: Task) -> str:
-    """Return the job of the task's latest send ("" when its answer is still unknown).
+def latest_send(task: Task) -> Attempt | None:
+    """Return the task's latest send: a failed resubmit is not it, the one before it is
+    (as in `_unclaimed`)."""
+    return task.attempts.exclude(outcome=Attempt.Outcome.FAILED).order_by("-number").first()
 
-    A failed resubmit is not the latest send: the one before it is (as in `_unclaimed`).
-    """
-    latest = task.attempts.exclude(outcome=Attempt.Outcome.FAILED).order_by("-number").first()
+
+def _latest_job(task: Task) -> str:
+    """Return the job of the task's latest send ("" when its answer is still unknown)."""
+    latest = latest_send(task)
     return latest.ember_job_id if latest is not None else ""
 
 

@@ -60,10 +60,15 @@ def count_jobs(candidates: Iterable[int], frames: Iterable[str]) -> int:
     return sum(n for n in candidates if n > 0) * len({f for f in frames if f in engine.FRAMES})
 
 
+def _digits(value: Any) -> int | None:
+    """Read a typed count as the page's script does: ASCII digits, else None."""
+    text = str(value if value is not None else "").strip()
+    return int(text) if text.isascii() and text.isdigit() else None
+
+
 def _whole(value: Any) -> int:
     """Read a typed candidate count as the page's script does: not a number counts as 0."""
-    text = str(value or "").strip()
-    return int(text) if text.isascii() and text.isdigit() else 0
+    return _digits(value) or 0
 
 
 class CountField(forms.IntegerField):
@@ -77,12 +82,12 @@ class CountField(forms.IntegerField):
     default_error_messages = {"invalid": "Enter a whole number, like 2 (0 leaves it out)."}
 
     def to_python(self, value: Any) -> int | None:
-        text = str(value if value is not None else "").strip()
-        if text == "":
+        if str(value if value is not None else "").strip() == "":
             return 0
-        if not (text.isascii() and text.isdigit()):
+        count = _digits(value)
+        if count is None:
             raise forms.ValidationError(self.error_messages["invalid"], code="invalid")
-        return int(text)
+        return count
 
 
 class BatchForm(forms.Form):

@@ -1,14 +1,12 @@
 """`manage.py backup DEST`: a consistent snapshot while the worker runs (docs/operations.md)."""
 
-import sqlite3
 from pathlib import Path
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import DatabaseError
 
 from studio import backups
-from studio.backups import cause
+from studio.backups import STOPPED_BY, cause
 
 
 class Command(BaseCommand):
@@ -32,7 +30,7 @@ class Command(BaseCommand):
             result = backups.backup(dest, link=options["link"])
         except backups.BackupError as exc:
             raise CommandError(str(exc), returncode=1) from None
-        except (OSError, DatabaseError, sqlite3.Error) as exc:
+        except STOPPED_BY as exc:
             # A full disk, a folder that cannot be made: said as a sentence, not a traceback.
             raise CommandError(
                 f"The backup stopped: {cause(exc)}. What it wrote in {dest} is not a backup "

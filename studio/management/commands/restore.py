@@ -1,14 +1,12 @@
 """`manage.py restore SRC`: a backup into a new data dir (docs/operations.md)."""
 
-import sqlite3
 from pathlib import Path
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import DatabaseError
 
 from studio import backups, restoring
-from studio.backups import cause
+from studio.backups import STOPPED_BY, cause
 
 
 class Command(BaseCommand):
@@ -25,7 +23,7 @@ class Command(BaseCommand):
             result = restoring.restore(options["src"].resolve())
         except backups.BackupError as exc:
             raise CommandError(str(exc), returncode=1) from None
-        except (OSError, DatabaseError, sqlite3.Error) as exc:
+        except STOPPED_BY as exc:
             # What it placed was taken away (restoring.undo): it can simply be run again.
             raise CommandError(
                 f"The restore stopped: {cause(exc)}. What it had placed was taken away and "
