@@ -46,6 +46,10 @@ STOPPABLE = (*ACTIVE, TaskState.PREPARING, TaskState.SUBMITTING)
 # transport bound, not a verdict on the job. Past it, resubmitting needs no confirmation.
 POLL_BOUND = 1800.0
 
+# A `copy_failed` task's phase when Ember's file route said 404: a reconcile asks again,
+# and helps only if Ember has the image back. Its page says what a person can do.
+GONE_PHASE = "Ember says it no longer has this image; a reconcile cannot copy it"
+
 
 class Kind(models.TextChoices):
     IMAGE = "image"

@@ -40,7 +40,7 @@ from studio.backups import (
     originals_in_sqlite,
     run_pg,
 )
-from studio.models import Asset, Attempt, Kind, Task, TaskState
+from studio.models import Asset, Attempt, Kind, Task, TaskState, WorkerHeartbeat
 
 NOT_EMPTY = "restore into a new data dir with an empty database."
 HELD_PHASE = "Restored from a backup: looking for it in Ember's history"
@@ -160,7 +160,7 @@ def fill_sqlite(result: Restored, snapshot: Path, database: Path) -> list[tuple[
     ready.unlink(missing_ok=True)
     copy_sqlite(snapshot, ready)
     with closing(sqlite3.connect(ready)) as conn:
-        result.held_back = hold_back(conn.cursor(), marker="?")
+        result.held_back = settle(conn.cursor(), marker="?")
         conn.commit()
     fsync_file(ready)
     named = list(originals_in_sqlite(ready))
@@ -174,7 +174,7 @@ def fill_postgres(result: Restored, dump: Path) -> list[tuple[str, str]]:
     clear_postgres()  # what an unfinished run of this restore left, if anything
     restore_postgres(dump)
     with transaction.atomic(), connection.cursor() as cursor:
-        result.held_back = hold_back(cursor, marker="%s")
+        result.held_back = settle(cursor, marker="%s")
     return list(Asset.objects.values_list("sha256", "mime").distinct())
 
 
@@ -329,6 +329,17 @@ def unrestored(named: Iterable[tuple[str, str]], target: Path, said: list[str]) 
         if not (target / name).is_file() and not any(name in line for line in said):
             lines.append(f"named by the database, not in the backup: {name}")
     return lines
+
+
+def settle(cursor: Any, *, marker: str) -> int:
+    """Make the snapshot's rows true of this install; return how many images were held back.
+
+    Its unsent tasks are held back (`hold_back`), and the lost install's worker is
+    forgotten: its last heartbeat would tell the admin, for a while, that a worker runs
+    here when none has started yet.
+    """
+    cursor.execute(f"DELETE FROM {WorkerHeartbeat._meta.db_table}")
+    return hold_back(cursor, marker=marker)
 
 
 def hold_back(cursor: Any, *, marker: str) -> int:

@@ -9,7 +9,7 @@ from django.test import Client
 from django.utils import timezone
 
 from studio import engine
-from studio.models import Batch, Subject, Task, TaskState
+from studio.models import GONE_PHASE, Batch, Subject, Task, TaskState
 from studio.store import move
 from tests.factories import batch_request, stored_asset
 from tests.studio_pages import text
@@ -170,6 +170,25 @@ def test_it_says_stuck_tasks_in_plain_words_with_what_happens_next(signed_in: Cl
     assert "RemoteProtocolError" not in page
     assert "The connection to Ember failed after sending" in page  # the reason stays
     assert "Repair in admin" not in page  # not staff
+
+
+def test_it_says_a_copy_ember_no_longer_has_cannot_be_made_without_paying_again(
+    signed_in: Client, subject
+):
+    """Noticed by a review: a task whose image Ember had deleted promised that an
+    operator would copy it, which no reconcile can do."""
+    batch = plan(subject, candidates=2)
+    gone, failed = batch.tasks.order_by("ordinal")
+    move(gone, TaskState.COPY_FAILED, phase=GONE_PHASE, error="Image not found.")
+    move(failed, TaskState.COPY_FAILED, phase="The copy from Ember failed; reconcile to retry")
+
+    page = text(signed_in.get(f"/batches/{batch.pk}/"))
+
+    assert page.count("Made by Ember, not saved here yet") == 2
+    assert page.count("An operator copies the finished image from Ember") == 1, page
+    assert "Ember says it no longer has this image, so it cannot be saved here" in page
+    assert "a new batch would make another, paid again" in page
+    assert "Image not found." in page  # Ember's own words stay
 
 
 def test_it_links_staff_to_the_admin_list_of_this_batchs_stuck_tasks(

@@ -15,7 +15,7 @@ from django.db import connection
 from django.utils import timezone
 
 from studio import backups, engine, originals, restoring, scrub
-from studio.models import Attempt, Origin, TaskState
+from studio.models import Attempt, Origin, TaskState, WorkerHeartbeat
 from tests.backup_parts import (
     cross_device,
     file_of,
@@ -293,6 +293,36 @@ def test_a_held_back_image_is_resubmitted_only_with_a_persons_word_within_the_bo
 
     assert again.state == TaskState.QUEUED
     assert [a.outcome for a in again.attempts.order_by("number")] == ["unknown"]
+
+
+def test_a_restored_install_shows_no_worker_running_until_its_own_starts(tmp_path):
+    """Noticed by a review: the lost install's last beat, a second old, said "worker
+    running" in the restored install's admin for up to 15 s, with no worker started."""
+    WorkerHeartbeat.objects.create(
+        started_at=timezone.now(), seen_at=timezone.now(), pid=4242, host="lost-machine"
+    )
+    assert WorkerHeartbeat.status() == "worker running"
+
+    with connection.cursor() as cursor:  # what the restore does to the snapshot's rows
+        restoring.settle(cursor, marker="%s")
+
+    assert WorkerHeartbeat.status() == "no worker seen yet"
+
+
+@sqlite_only
+def test_a_restored_database_holds_no_heartbeat_of_the_lost_worker(tmp_path):
+    WorkerHeartbeat.objects.create(
+        started_at=timezone.now(), seen_at=timezone.now(), pid=4242, host="lost-machine"
+    )
+    run("backup", str(tmp_path / "backup"))
+    target, database = restore_into(tmp_path)
+
+    code, out = run_restore(tmp_path / "backup", target, database)
+
+    assert code == 0, out
+    with sqlite3.connect(database) as conn:
+        beats = conn.execute("SELECT pid, host FROM studio_workerheartbeat").fetchall()
+    assert beats == [], f"the lost worker's beat came back: {beats}"
 
 
 def test_a_restored_clip_the_lost_install_may_have_sent_cannot_be_cancelled(subject, ember, worker):

@@ -10,7 +10,7 @@ from django.conf import settings
 from django.db import connections
 
 from studio import engine, originals
-from studio.models import Asset, Task, TaskState
+from studio.models import GONE_PHASE, Asset, Task, TaskState
 from studio.worker import (
     Worker,
 )
@@ -232,8 +232,41 @@ def test_it_releases_nothing_when_a_missing_original_cannot_be_copied_again(
 
     task.refresh_from_db()
     assert task.state == TaskState.COPY_FAILED
+    assert task.phase == GONE_PHASE
     assert fake.release_route.call_count == 0  # Ember keeps its protected copy
     assert task.protection_released is None
+
+
+@pytest.mark.parametrize(
+    ("answer", "phase", "fetches"),
+    [
+        (404, GONE_PHASE, 1),  # gone: asking again gets the same answer
+        (503, "The copy from Ember failed; reconcile to retry", 3),
+    ],
+)
+def test_it_says_when_ember_no_longer_has_the_image_and_a_reconcile_cannot_copy_it(
+    subject, ember, worker, answer, phase, fetches
+):
+    """Noticed by a review: a restored task whose image Ember's retention had removed said
+    "reconcile to retry", and each reconcile ended the same way."""
+    fake = FakeEmber(ember)
+    fake.file_route.mock(
+        return_value=httpx.Response(answer, json={"error": {"code": "x", "message": "No image."}})
+    )
+    [task] = plan(subject)
+    quick = Worker(client=worker.client, workers=1, poll_interval=0, tick=0, fetch_retry_delay=0)
+    drain(quick)
+    task.refresh_from_db()
+    assert (task.state, task.phase, task.error) == (TaskState.COPY_FAILED, phase, "No image.")
+    assert fake.file_route.call_count == fetches
+
+    engine.reconcile(task=task, client=worker.client)
+    drain(quick)
+
+    task.refresh_from_db()
+    assert (task.state, task.phase) == (TaskState.COPY_FAILED, phase)
+    assert len(fake.submits) == 1  # never made again
+    assert fake.release_route.call_count == 0
 
 
 def test_it_finishes_two_tasks_whose_results_have_the_same_bytes(subject, ember, worker):

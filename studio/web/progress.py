@@ -11,7 +11,7 @@ from typing import Any
 
 from django.db.models import Count, Q
 
-from studio.models import RECONCILABLE, STOPPABLE, Task, TaskState
+from studio.models import GONE_PHASE, RECONCILABLE, STOPPABLE, Task, TaskState
 
 # The outcome groups, in the order the bar shows them: (key, states).
 GROUPS: tuple[tuple[str, tuple[TaskState, ...]], ...] = (
@@ -56,6 +56,11 @@ NEXT_STEPS = {
         "An operator copies the finished image from Ember; it is not made or paid again."
     ),
 }
+# A copy Ember's file route answered 404: nothing is left there to copy.
+GONE_NEXT_STEP = (
+    "Ember says it no longer has this image, so it cannot be saved here. An operator can "
+    "check with Ember; a new batch would make another, paid again."
+)
 DASH = "\u2013"  # an en dash between the progress and the title in the tab
 # "(RemoteProtocolError)": an exception's class name, for the admin, not for the person.
 CLASS_NAME = re.compile(r"\s*\((?:[A-Z][a-z0-9]+){2,}\)")
@@ -131,12 +136,19 @@ class Outcome:
         return f"{self.ready} of {self.total} ready {DASH} {title}"
 
 
+def next_step(task: Task) -> str:
+    """Say what happens next to a task that waits for a person ("" for the others)."""
+    if task.state == TaskState.COPY_FAILED and task.phase == GONE_PHASE:
+        return GONE_NEXT_STEP
+    return NEXT_STEPS.get(TaskState(task.state), "")
+
+
 def dress(tasks: list[Task]) -> list[Task]:
     """Give each task the words its row shows: label, reason, next step, and if it may stop."""
     for task in tasks:
         state = TaskState(task.state)
         task.label = STATE_LABELS[state]  # type: ignore[attr-defined]
-        task.next_step = NEXT_STEPS.get(state, "")  # type: ignore[attr-defined]
+        task.next_step = next_step(task)  # type: ignore[attr-defined]
         task.reason = plain_error(task.error)  # type: ignore[attr-defined]
         # Engineers' phases ("Reconcile before retry") give way to the next step above.
         task.show_phase = state in STOPPABLE  # type: ignore[attr-defined]

@@ -28,11 +28,12 @@ from studio.ember.client import (
     Submitted,
     encode_payload,
 )
-from studio.models import ACTIVE, Asset, Attempt, Task, TaskState
+from studio.models import ACTIVE, GONE_PHASE, Asset, Attempt, Task, TaskState
 from studio.store import Conflict, move, update
 from studio.worker import turns
 from studio.worker.pacing import Pacing
 from studio.worker.transitions import (
+    COPY_FAILED_PHASE,
     RECONCILE_PHASE,
     Answer,
     _attempt_number,
@@ -339,7 +340,7 @@ class Steps:
             await db(move)(
                 task,
                 TaskState.COPY_FAILED,
-                phase="The copy from Ember failed; reconcile to retry",
+                phase=GONE_PHASE if isinstance(exc, EmberNotFound) else COPY_FAILED_PHASE,
                 error=getattr(exc, "message", None) or str(exc),
             )
         return None

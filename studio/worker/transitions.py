@@ -46,6 +46,7 @@ MAY_HAVE_REACHED = (
 )
 RECONCILE_PHASE = "Reconcile before retry"
 UNSAFE_ID_PHASE = "Ember named an id Avatars will not use; look the job up in Ember"
+COPY_FAILED_PHASE = "The copy from Ember failed; reconcile to retry"
 NOTHING_MORE_SENT = (
     "Nothing more was sent to Ember for this task: its paid original may still be protected there."
 )
