@@ -91,6 +91,9 @@ def test_it_says_the_time_a_batch_was_started_is_utc(signed_in: Client, subject)
     ("states", "words", "title"),
     [
         ([TaskState.DONE] * 2 + [TaskState.CANCELLED] * 22, "2 ready · 22 cancelled", "All done"),
+        # Noticed by a review: a batch cancelled whole said "All done" in its tab.
+        ([TaskState.CANCELLED] * 3, "3 cancelled", "None ready"),
+        ([TaskState.FAILED, TaskState.CANCELLED], "1 failed · 1 cancelled", "None ready"),
         (
             [TaskState.DONE] * 3 + [TaskState.FAILED] + [TaskState.QUEUED] * 4,
             "3 ready · 4 in progress · 1 failed",

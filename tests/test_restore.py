@@ -476,6 +476,7 @@ def test_a_restore_killed_before_it_finished_keeps_the_worker_off_until_run_agai
     settings.AVATARS_DATA_DIR = target
     code, out = run("run_worker", "--once")
     assert code == 1 and "has not finished" in out
+    assert "running" not in out, out  # it never said it ran
 
     again = restoring.restore(tmp_path / "backup", data_dir=target, database=database)
     assert (again.restored, again.problems) == (1, [])

@@ -130,7 +130,10 @@ class Outcome:
         ]
 
     def tab_title(self, title: str) -> str:
-        """Say progress in the browser tab: "3 of 8 ready", or "All done", before the title."""
+        """Say progress in the browser tab before the title: "3 of 8 ready", or once the batch
+        rests "All done" ("None ready" when every task was cancelled or failed)."""
+        if self.done and self.total and not self.ready:
+            return f"None ready {DASH} {title}"
         if self.done:
             return f"All done {DASH} {title}"
         return f"{self.ready} of {self.total} ready {DASH} {title}"

@@ -209,7 +209,7 @@ def test_it_shows_progress_in_words_and_keeps_focus_while_it_polls(person: Page,
 
     person.get_by_role("button", name="Cancel batch").click()
     expect(person.get_by_test_id("progress-text")).to_have_text("3 cancelled")
-    expect(person).to_have_title(f"All done {DASH} {prompt} · Avatars")
+    expect(person).to_have_title(f"None ready {DASH} {prompt} · Avatars")
 
 
 def test_it_updates_the_words_and_title_without_a_reload(page: Page):

@@ -7,7 +7,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from studio import metrics
+from studio import metrics, restoring
 from studio.ownership import AlreadyRunning, NotDurable, OwnershipLost, stand_by
 from studio.restoring import RestoreUnfinished
 from studio.worker import Worker
@@ -42,6 +42,7 @@ class Command(BaseCommand):
         except (AlreadyRunning, NotDurable) as exc:
             raise CommandError(str(exc)) from None
         try:
+            restoring.unfinished()  # refused before saying it runs (the loop checks again)
             # The owner alone tidies the figure files: no other worker is starting now.
             metrics.forget_dead_processes()
             tune_interpreter()
