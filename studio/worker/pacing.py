@@ -63,7 +63,9 @@ class Pacing:
             return Plan(self.interval, (), None)
         width = basis.done - basis.running
         just_past = basis.done + self.narrow  # a job not done by the top is likely just past it
-        if width <= self.narrow:
+        # Widened below by jobs done at its top, a bracket that reached 0 cannot widen on:
+        # narrow or not, it is probed, or jobs done at once would keep their first top.
+        if width <= self.narrow and not (basis.drop and basis.running == 0):
             return Plan(basis.done, (just_past,), basis)
         # A job just past the "running" time is still asked about within an interval.
         middle = basis.running + min(width / 2, self.interval)
@@ -118,4 +120,6 @@ class Pacing:
         # Done at the top of a narrow bracket, or at a probe below a widening: look twice
         # as far below.
         drop = 2 * max(basis.done - basis.running, basis.drop, CLOSEST / 2)
+        # No further than 0: a drop past the top would only double on, unbounded.
+        drop = min(drop, max(seen_done, CLOSEST / 2))
         return Bracket(max(0.0, seen_done - drop), seen_done, drop)
