@@ -10,7 +10,7 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from studio import originals
+from studio import originals, restoring
 from studio.models import Asset, Origin
 from tests.factories import png_bytes
 from tests.processes import server_url
@@ -55,3 +55,28 @@ def cross_device(src: Path, dst: Path) -> None:
 
 def manifest(dest: Path) -> dict:
     return json.loads((dest / "manifest.json").read_text())
+
+
+def restore_into(tmp_path: Path) -> tuple[Path, Path]:
+    """Return a new data dir and its empty database file, as settings leave them."""
+    target = tmp_path / "restored"
+    target.mkdir()
+    database = target / "db.sqlite3"
+    database.touch()
+    return target, database
+
+
+def run_restore(src: Path, target: Path, database: Path) -> tuple[int, str]:
+    """Restore as the command says it (its output), into `database` rather than the test's."""
+    out = io.StringIO()
+    restored = restoring.restore(src, data_dir=target, database=database)
+    command = __import__("studio.management.commands.restore", fromlist=["Command"]).Command
+    real = restoring.restore
+    try:
+        restoring.restore = lambda *args, **kwargs: restored  # type: ignore[assignment]
+        call_command(command(), str(src), stdout=out)
+    except CommandError as exc:
+        return exc.returncode, f"{out.getvalue()}{exc}"
+    finally:
+        restoring.restore = real  # type: ignore[assignment]
+    return 0, out.getvalue()
