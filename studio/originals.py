@@ -161,6 +161,11 @@ def inspect(data: bytes) -> ImageInfo:
                 pictures = [img] if fmt == "JPEG" else ImageSequence.Iterator(img)
                 for frame in pictures:
                     frames += 1
+                    # A GIF's frame larger than its screen grows Pillow's canvas to it as
+                    # the frame is reached (before it is decoded): the size read at open
+                    # says nothing of the frames after it.
+                    width, height = max(width, frame.width), max(height, frame.height)
+                    _check_size(width, height)
                     # A declared count may lie.
                     _check_frames(frames, width, height, animated=fmt != "JPEG")
                     frame.load()

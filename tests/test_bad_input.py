@@ -22,6 +22,7 @@ from studio.models import Asset
 from tests.factories import png_bytes
 from tests.hostile import (
     animated,
+    growing_gif,
     many_block_gif,
     many_chunk_png,
     many_chunk_webp,
@@ -74,6 +75,9 @@ def corpus() -> dict[str, tuple[bytes, str]]:
         # 6000 x 6000 is within a still's cap, but each frame is composed onto canvases of
         # that size, several held at once: 5 frames once took 900 MB.
         "animation on a huge canvas": (many_frame_gif(frames=2), "pixels a frame"),
+        # A 1 x 1 screen whose later frames Pillow grows the canvas to: once taken as
+        # a 1 x 1 image after decoding gigabytes (found by a review, over uvicorn).
+        "GIF whose frames outgrow its screen": (growing_gif(), "4000 x 4000 pixels"),
         # Pillow reads a JPEG's header a byte at a time: 24 MB of this once took 13 s.
         "JPEG padded with fill bytes": (padded_jpeg(byte=0xFF), "padding"),
         "JPEG with junk between its segments": (padded_jpeg(byte=0x00), "padding"),
@@ -193,7 +197,7 @@ django.setup()
 from studio import originals
 from studio.ember.simulator import Picture, render_clip
 from tests.hostile import (
-    flat_webp, many_frame_gif, multi_picture_jpeg, padded_jpeg, repeated_scans
+    flat_webp, growing_gif, many_frame_gif, multi_picture_jpeg, padded_jpeg, repeated_scans
 )
 
 data = eval(sys.argv[1])
@@ -224,6 +228,9 @@ SLOW_FILES = {
     # A 1.6 KB still WebP of 6324 x 6324 that once cost the web process over 600 MB: Pillow
     # decodes every WebP with libwebp's animation decoder, onto canvases of the whole size.
     "flat_webp(6324)": "a WebP image may have at most",
+    # 1.2 MB: a 1 x 1 screen, then 20 frames of 9400 x 9400 that Pillow grows the canvas
+    # to; over uvicorn it once took 19.6 s and 1.1 GB, and was stored as a 1 x 1 image.
+    "growing_gif(9400, 9400, 20)": "too many pixels (9400 x 9400)",
 }
 
 
