@@ -42,6 +42,28 @@ def test_it_asks_before_starting_the_same_batch_again_within_ten_minutes(
     assert Task.objects.count() == 6
 
 
+def test_a_twin_planned_by_another_tab_just_after_this_forms_look_is_still_asked_about(
+    signed_in: Client, subject, monkeypatch
+):
+    """Found by a review over uvicorn: four tabs' forms of one batch, sent at the same
+    moment, planned four paid batches; each looked for a twin before any had planned."""
+    look = engine.recent_twin
+
+    def look_then_the_other_tab_plans(request, user, *, key=""):
+        seen = look(request, user, key=key)
+        engine.generate(request=request, user=user, key=secrets.token_urlsafe(24))
+        return seen
+
+    monkeypatch.setattr(engine, "recent_twin", look_then_the_other_tab_plans)
+
+    answer = signed_in.post("/batches/new/", batch_form(subject))
+
+    assert answer.status_code == 200, answer.get("Location")
+    assert "You started the same batch 1 minute ago" in text(answer)
+    assert "Start it again on purpose" in text(answer)
+    assert Batch.objects.count() == 1, "both tabs planned a paid batch"
+
+
 def test_it_says_how_many_minutes_ago_the_same_batch_was_started(signed_in: Client, subject):
     signed_in.post("/batches/new/", batch_form(subject))
     Batch.objects.update(created_at=timezone.now() - timedelta(minutes=7, seconds=10))

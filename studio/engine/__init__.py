@@ -32,12 +32,19 @@ from studio.engine.errors import (
     InvalidRequest,
     KeyReused,
     PublishRefused,
+    RepeatedBatch,
     ResubmitRefused,
     SpendCapReached,
     TooLate,
 )
 from studio.engine.library import add_reference, create_subject
-from studio.engine.planning import canonical_sha256, generate, progress
+from studio.engine.planning import (
+    SAME_BATCH_WINDOW,
+    canonical_sha256,
+    generate,
+    progress,
+    recent_twin,
+)
 from studio.engine.recovery import areconcile, reconcile, resubmit
 from studio.engine.sets import PUBLISH_TRIES, choose_assets, create_set, publish
 from studio.engine.validation import FRAMES, MAX_CANDIDATES, MAX_PROMPT
@@ -54,6 +61,7 @@ __all__ = [
     "RESUBMIT_TOO_EARLY",
     "RESUBMIT_WARNING",
     "RESUBMIT_WITHDRAWN",
+    "SAME_BATCH_WINDOW",
     "SET_KEPT_CHANGING",
     "SET_PUBLISHED",
     "SPEND_WINDOW_HOURS",
@@ -62,6 +70,7 @@ __all__ = [
     "InvalidRequest",
     "KeyReused",
     "PublishRefused",
+    "RepeatedBatch",
     "ResubmitRefused",
     "SpendCapReached",
     "TooLate",
@@ -77,6 +86,7 @@ __all__ = [
     "generate",
     "progress",
     "publish",
+    "recent_twin",
     "reconcile",
     "resubmit",
 ]

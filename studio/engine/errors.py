@@ -55,6 +55,14 @@ class SpendCapReached(InvalidRequest):
         self.limit = limit
 
 
+class RepeatedBatch(Exception):
+    """The person planned the same intent as `batch` minutes ago: ask before paying again."""
+
+    def __init__(self, batch: Batch) -> None:
+        super().__init__(f"The same batch was planned at {batch.created_at:%H:%M}.")
+        self.batch = batch
+
+
 class KeyReused(Exception):
     """The idempotency key already planned a batch from another request: `batch`."""
 

@@ -16,30 +16,78 @@ from django.db import IntegrityError, transaction
 from django.db.models import Count
 from django.utils import timezone
 
-from studio.engine.errors import SPEND_WINDOW_HOURS, InvalidRequest, KeyReused, SpendCapReached
+from studio.engine.errors import (
+    SPEND_WINDOW_HOURS,
+    InvalidRequest,
+    KeyReused,
+    RepeatedBatch,
+    SpendCapReached,
+)
 from studio.engine.validation import validate
 from studio.models import FINAL, Asset, Attempt, Batch, BatchKey, Kind, Task, TaskState
 
+# A plan of what its person planned this recently asks first, when the caller says so.
+SAME_BATCH_WINDOW = timedelta(minutes=10)
 
-def generate(*, request: dict[str, Any], user: User | None = None, key: str = "") -> Batch:
+
+def generate(
+    *,
+    request: dict[str, Any],
+    user: User | None = None,
+    key: str = "",
+    ask_if_repeated: bool = False,
+) -> Batch:
     """Validate `request` and write the batch with all its tasks queued, in one transaction.
 
     With `key` (one of `user`'s idempotency keys), the same key with the same request
     within `BatchKey.LIFETIME` returns the batch the first one planned and plans
     nothing; the same key with another request raises KeyReused. A request past a cap
-    raises InvalidRequest; past `user`'s daily cap, SpendCapReached. Nothing is sent to
-    Ember here: the worker picks the tasks up.
+    raises InvalidRequest; past `user`'s daily cap, SpendCapReached. With
+    `ask_if_repeated`, a request of the same intent as a batch `user` planned within
+    SAME_BATCH_WINDOW (by another key) raises RepeatedBatch, looked for in the
+    transaction that plans, so two of them sent at once cannot both miss the other.
+    Nothing is sent to Ember here: the worker picks the tasks up.
     """
     if key:
         if user is None:
             raise ValueError("An idempotency key belongs to a user.")
-        return _generate_once(request=request, user=user, key=key)
+        return _generate_once(request=request, user=user, key=key, ask=ask_if_repeated)
     plan = validate(request)
     with transaction.atomic():
-        return _write_plan(plan, user)
+        return _write_plan(plan, user, ask=ask_if_repeated)
 
 
-def _generate_once(*, request: dict[str, Any], user: User, key: str) -> Batch:
+def recent_twin(request: dict[str, Any], user: User | None, *, key: str = "") -> Batch | None:
+    """Return a batch `user` planned within SAME_BATCH_WINDOW from the same intent, or None.
+
+    Batches `key` planned are left out: the same key again is answered with its batch.
+    """
+    if user is None:
+        return None
+    own = BatchKey.objects.filter(user=user, key=key).values("batch")
+    recent = (
+        Batch.objects.filter(created_by=user, created_at__gte=timezone.now() - SAME_BATCH_WINDOW)
+        .exclude(pk__in=own)
+        .order_by("-created_at")
+    )
+    wanted = same_intent(request)
+    return next((b for b in recent[:50] if same_intent(b.request) == wanted), None)
+
+
+def same_intent(request: dict[str, Any]) -> tuple[Any, ...]:
+    """Return what makes two requests the same intent: prompt, subjects, providers, frames."""
+    asked: dict[str, int] = {}
+    for row in request.get("providers") or []:
+        asked[row["provider"]] = asked.get(row["provider"], 0) + row.get("candidates", 1)
+    return (
+        str(request.get("prompt") or "").strip(),
+        sorted(request.get("subjects") or []),
+        sorted(asked.items()),
+        sorted(set(request.get("frames") or [])),
+    )
+
+
+def _generate_once(*, request: dict[str, Any], user: User, key: str, ask: bool) -> Batch:
     """Plan `request` unless `key` already did; the plan and the key commit together."""
     body_sha256 = canonical_sha256(request)
     first = _keyed_batch(user=user, key=key, body_sha256=body_sha256)
@@ -53,7 +101,7 @@ def _generate_once(*, request: dict[str, Any], user: User, key: str) -> Batch:
             first = _keyed_batch(user=user, key=key, body_sha256=body_sha256)
             if first is not None:
                 return first
-            batch = _write_plan(plan, user)
+            batch = _write_plan(plan, user, key=key, ask=ask)
             _record_key(user=user, key=key, body_sha256=body_sha256, batch=batch)
     except (IntegrityError, SpendCapReached):
         # A concurrent request with this key committed first (the key is unique per
@@ -96,14 +144,22 @@ def _record_key(*, user: User, key: str, body_sha256: str, batch: Batch) -> None
     )
 
 
-def _write_plan(plan: dict[str, Any], user: User | None) -> Batch:
+def _write_plan(
+    plan: dict[str, Any], user: User | None, *, key: str = "", ask: bool = False
+) -> Batch:
     """Write the planned batch and its tasks; call inside the transaction that commits them.
 
-    The daily cap is counted in the same transaction as the insert, so that two
-    concurrent plans of one user cannot both fit under it.
+    The daily cap is counted, and a twin looked for (`ask`), in the same transaction as
+    the insert and after this user's plans are serialised, so that two concurrent plans
+    of one user cannot both fit under the cap, nor both miss the other.
     """
     if user is not None:
+        # Serialise this user's plans until the transaction ends: on PostgreSQL the row
+        # lock on the user; SQLite's IMMEDIATE transactions already hold the write lock.
+        list(User.objects.select_for_update().filter(pk=user.pk).values_list("pk", flat=True))
         _check_daily_cap(user, plan["tasks"])
+        if ask and (twin := recent_twin(plan["request"], user, key=key)) is not None:
+            raise RepeatedBatch(twin)
     _check_references_stand(plan["references"])
     now = timezone.now()
     batch = Batch.objects.create(title=plan["title"], request=plan["request"], created_by=user)
@@ -162,9 +218,6 @@ def _check_daily_cap(user: User, more: int) -> None:
     limit = settings.AVATARS_DAILY_TASK_CAP
     if not limit:
         return
-    # Serialise this user's plans until the transaction ends: on PostgreSQL the row lock
-    # on the user; SQLite's IMMEDIATE transactions already hold the database's write lock.
-    list(User.objects.select_for_update().filter(pk=user.pk).values_list("pk", flat=True))
     planned = _tasks_planned_since(user, timezone.now() - timedelta(hours=SPEND_WINDOW_HOURS))
     if planned + more > limit:
         raise SpendCapReached(planned=planned, more=more, limit=limit)

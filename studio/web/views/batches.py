@@ -1,6 +1,5 @@
 """The batch pages: the recent ones, a new one, live progress, and cancelling what still can be."""
 
-from datetime import timedelta
 from typing import Any
 from urllib.parse import urlencode
 from uuid import UUID
@@ -8,7 +7,6 @@ from uuid import UUID
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.contrib.auth.models import User
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.template.defaultfilters import pluralize
@@ -17,7 +15,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from studio import engine
-from studio.models import Batch, BatchKey, Task, TaskState, WorkerHeartbeat
+from studio.models import Batch, Task, TaskState, WorkerHeartbeat
 from studio.web import progress
 from studio.web.forms import BatchForm
 from studio.web.views.common import login_required_htmx, page_of, posted, user_of
@@ -25,8 +23,6 @@ from studio.web.views.common import login_required_htmx, page_of, posted, user_o
 BATCHES_PAGE = 20
 THUMBS_PER_BATCH = 4
 NO_SCRIPT_RELOAD = 10  # seconds between reloads of a batch page whose browser runs no script
-# A form that asks for what this person started this recently asks before paying again.
-SAME_BATCH_WINDOW = timedelta(minutes=10)
 FORM_REUSED = (
     "This form had already planned this batch; nothing new was planned. "
     "Open a new form to plan another batch."
@@ -117,12 +113,19 @@ def _named_otherwise(request: HttpRequest, form: BatchForm) -> bool:
 def _plan(request: HttpRequest, form: BatchForm) -> HttpResponse | None:
     """Plan the form's batch and answer with its page, or None when the form must ask first."""
     user = user_of(request)
-    if not form.cleaned_data["again"]:
-        _find_twin(form, user)
+    ask = not form.cleaned_data["again"]
+    if ask:  # asked here with the jobs' question; asked again as it plans, for a race
+        _note_twin(form, engine.recent_twin(form.to_request(), user, key=form.key()))
     if form.twin is not None or form.asks_to_confirm():
         return None
     try:
-        batch = engine.generate(request=form.to_request(), user=user, key=form.key())
+        batch = engine.generate(
+            request=form.to_request(), user=user, key=form.key(), ask_if_repeated=ask
+        )
+    except engine.RepeatedBatch as exc:
+        # Another tab's form of the same batch planned it since this one was looked at.
+        _note_twin(form, exc.batch)
+        return None
     except engine.InvalidRequest as exc:
         form.refuse(exc)
         return None
@@ -134,40 +137,11 @@ def _plan(request: HttpRequest, form: BatchForm) -> HttpResponse | None:
     return redirect("studio:batch", batch_id=batch.pk)
 
 
-def _find_twin(form: BatchForm, user: User | None) -> None:
-    """Note on `form` a batch `user` planned within SAME_BATCH_WINDOW from the same intent.
-
-    Batches this very form planned are left out: posting it again is answered by its
-    one-time token with the batch it planned.
-    """
-    if user is None:
-        return
-    now = timezone.now()
-    own = BatchKey.objects.filter(user=user, key=form.key()).values("batch")
-    recent = (
-        Batch.objects.filter(created_by=user, created_at__gte=now - SAME_BATCH_WINDOW)
-        .exclude(pk__in=own)
-        .order_by("-created_at")
-    )
-    wanted = same_intent(form.to_request())
-    for batch in recent[:50]:
-        if same_intent(batch.request) == wanted:
-            form.twin = batch
-            form.twin_minutes = max(1, int((now - batch.created_at).total_seconds() // 60))
-            return
-
-
-def same_intent(request: dict[str, Any]) -> tuple[Any, ...]:
-    """Return what makes two requests the same intent: prompt, subjects, providers, frames."""
-    asked: dict[str, int] = {}
-    for row in request.get("providers") or []:
-        asked[row["provider"]] = asked.get(row["provider"], 0) + row.get("candidates", 1)
-    return (
-        str(request.get("prompt") or "").strip(),
-        sorted(request.get("subjects") or []),
-        sorted(asked.items()),
-        sorted(set(request.get("frames") or [])),
-    )
+def _note_twin(form: BatchForm, twin: Batch | None) -> None:
+    """Note on `form` the batch of the same intent planned minutes ago, if any, and when."""
+    form.twin = twin
+    if twin is not None:
+        form.twin_minutes = max(1, int((timezone.now() - twin.created_at).total_seconds() // 60))
 
 
 def _progress_context(request: HttpRequest, batch: Batch) -> dict[str, Any]:
