@@ -4,10 +4,10 @@ Django reads a whole body (spooling it to a temporary file) before any view or
 authentication runs, so without this a stranger's 300 MB POST would be written to disk
 before its 401. Here, before the body is read:
 
-- an API request that carries a body but no valid token is answered 401, and one whose
-  token may only read is answered as its route would answer it (404 for a path the API
-  does not have, 405 for a method its route does not take, else 403: every API write
-  carries a body or none at all), whatever the body's size;
+- an API request that carries a body but no valid token is answered 401; with a token,
+  404 for a path the API does not have and 405 for a method its route does not take,
+  and a read-only token's write 403 (every API write carries a body or none at all):
+  as its route would answer, whatever the body's size;
 - a `Content-Length` over the body's limit is answered 413 at once, naming the limit: for
   an upload (a multipart form) `AVATARS_MAX_BODY_BYTES`, for anything else (JSON, a form's
   fields) Django's `DATA_UPLOAD_MAX_MEMORY_SIZE`, which Django itself checks only when a
@@ -39,7 +39,7 @@ from typing import Any, NamedTuple
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.contrib.auth import SESSION_KEY
-from django.http import parse_cookie
+from django.http import HttpResponse, parse_cookie
 from django.template.loader import render_to_string
 from django.urls import reverse
 
@@ -59,6 +59,7 @@ logger = logging.getLogger(__name__)
 
 API_PREFIX = "/api/"
 GET_ONLY = frozenset({"/metrics"})  # paths that never take a body: nothing to read
+READS = ("GET", "HEAD")  # what a read-only token may send a body with, as any other
 UPLOAD = re.compile(r"/api/v1/subjects/[^/]+/references/?")  # a reference photo's upload
 SIGN_IN_FIRST = "Sign in first: a request from someone not signed in may carry at most {kb:g} KB."
 TOO_SLOW = "The request body did not arrive in time."
@@ -107,7 +108,7 @@ class BodyLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        if scope["path"] in GET_ONLY and scope["method"] not in ("GET", "HEAD"):
+        if scope["path"] in GET_ONLY and scope["method"] not in READS:
             await _send(
                 send, 405, b"Method not allowed.", b"text/plain", [(b"allow", b"GET, HEAD")]
             )
@@ -127,8 +128,12 @@ class BodyLimit:
             if token is None:
                 await _unauthorized(send)
                 return
-            if scope["method"] != "GET" and not token.may_write:
-                await _refuse_read_only(send, scope)
+            refusal = _refused_unread(scope["path"], scope["method"], may_write=token.may_write)
+            if refusal is not None:
+                allow = (
+                    [(b"allow", refusal["Allow"].encode())] if refusal.has_header("Allow") else []
+                )
+                await _send(send, refusal.status_code, refusal.content, b"application/json", allow)
                 return
         if length is None and has_body and form_data:
             await _answer(send, scope, 411, "length_required", LENGTH_REQUIRED)
@@ -244,21 +249,21 @@ def too_large_page(referer: str, host: str) -> str:
     return render_to_string("studio/too_large.html", {"limit": f"{limit:g}", "back": back})
 
 
-async def _refuse_read_only(send: Send, scope: Scope) -> None:
-    """Answer a read-only token's request with a body as Django would, without reading it.
+def _refused_unread(path: str, method: str, *, may_write: bool) -> HttpResponse | None:
+    """Return what the route answers a token's request with a body before reading it, if anything.
 
     The route comes first, then its methods (docs/api.md: "A method a route does not take
-    still answers 405 first."), then the token's scope.
+    still answers 405 first, whether or not the request carries a body (which is not
+    read)."), then the token's scope: a read-only token's write is 403.
     """
-    taken = methods_taken(scope["path"])
+    taken = methods_taken(path)
     if not taken:
-        refusal = not_found()
-    elif scope["method"] not in taken:
-        refusal = method_not_allowed(sorted(taken))
-    else:
-        refusal = error_response(403, "read_only", READ_ONLY)
-    allow = [(b"allow", refusal["Allow"].encode())] if refusal.has_header("Allow") else []
-    await _send(send, refusal.status_code, refusal.content, b"application/json", allow)
+        return not_found()
+    if method not in taken:
+        return method_not_allowed(sorted(taken))
+    if method not in READS and not may_write:
+        return error_response(403, "read_only", READ_ONLY)
+    return None
 
 
 async def _unauthorized(send: Send) -> None:

@@ -1,12 +1,15 @@
 """The API's OpenAPI document (docs/api.md): generated from the code, served to its callers."""
 
 import json
+import re
+import uuid
 
 import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
 from studio.api.auth import issue_token
+from studio.api.door import methods_taken
 
 pytestmark = pytest.mark.django_db
 
@@ -188,3 +191,22 @@ def test_it_states_any_other_ninja_validation_error_as_a_400_in_the_apis_shape(d
     assert refused.status_code == 400
     message = "query.cursor: Input should be a valid string"
     assert json.loads(refused.content) == {"error": {"code": "invalid_request", "message": message}}
+
+
+def concrete(path: str) -> str:
+    """Fill a documented path's parameters with values its route's converters take."""
+    for value in ("1", str(uuid.uuid4())):
+        filled = re.sub(r"\{[^}]+\}", value, path)
+        if methods_taken(filled):
+            return filled
+    return re.sub(r"\{[^}]+\}", "1", path)
+
+
+def test_the_door_knows_every_documented_method_of_every_route(db):
+    """The ASGI door answers 404 and 405 before reading a body (avatars/bodylimit.py) from
+    what each route says it takes: a route or method it did not know would be refused."""
+    for path, operations in document()["paths"].items():
+        taken = methods_taken(concrete(path))
+        documented = {method.upper() for method in operations}
+        assert documented <= taken, f"{path}: documented {documented}, the door knows {taken}"
+        assert ("HEAD" in taken) == ("GET" in taken), f"{path}: HEAD wherever GET, {taken}"

@@ -137,12 +137,16 @@ def head_as_get(view: View, request: HttpRequest, *args: Any, **kwargs: Any) -> 
 
 
 def methods_taken(path: str) -> frozenset[str]:
-    """Return the methods the API route at `path` takes (none for a path it does not have)."""
+    """Return the methods the API route at `path` takes (none for a path it does not have).
+
+    HEAD is taken wherever GET is (`head_as_get`).
+    """
     try:
         match = resolve(path)
     except Resolver404:
         return frozenset()
-    return frozenset(getattr(match.func, "methods", ()))
+    methods = frozenset(getattr(match.func, "methods", ()))
+    return methods | {"HEAD"} if "GET" in methods else methods
 
 
 def unauthorized() -> HttpResponse:

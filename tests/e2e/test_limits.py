@@ -134,6 +134,51 @@ def test_a_read_only_token_gets_its_403_before_the_body_is_read(served):
     assert spooled_bytes(spool) < 2 * MB, f"{spooled_bytes(spool)} bytes spooled (bound: 2 MB)"
 
 
+@pytest.mark.parametrize(
+    ("method", "path", "code"),
+    [
+        ("DELETE", "/api/v1/subjects", "405"),
+        ("PUT", "/api/v1/batches", "405"),
+        ("POST", "/api/v1/no-such-route", "404"),
+    ],
+)
+def test_a_token_that_may_write_gets_its_404_or_405_before_the_body_is_read(
+    served, method, path, code
+):
+    """Found by a review: a 20 MB body sent with the wrong method was read in full first;
+    docs/api.md: "still answers 405 first, whether or not the request carries a body
+    (which is not read)"."""
+    web, _stack, spool, token, _subject_id = served
+
+    status, seconds = post_raw(
+        web,
+        path,
+        {"Content-Length": str(20 * MB), "Authorization": f"Bearer {token}"},
+        send_first=64 * 1024,
+        method=method,
+    )
+
+    assert status.split()[1] == code, status
+    assert seconds < 1.0, f"{code} after {seconds:.2f} s (bound: 1 s)"
+    assert spooled_bytes(spool) < 2 * MB, f"{spooled_bytes(spool)} bytes spooled (bound: 2 MB)"
+
+
+def test_a_read_only_token_reads_with_head_as_a_token_that_may_write_does(served):
+    """Found by a review: a HEAD carrying a body was answered 405 to a read-only token and
+    200 to one that may write; docs/api.md: HEAD is taken wherever GET is."""
+    web, stack, _spool, token, _subject_id = served
+    answers = {}
+    for scope, bearer in (("read-write", token), ("read-only", stack.env["READ_ONLY_TOKEN"])):
+        answers[scope] = httpx.request(
+            "HEAD",
+            f"{web.url}/api/v1/subjects",
+            content=b"{}",
+            headers={"Authorization": f"Bearer {bearer}", "Content-Type": "application/json"},
+        ).status_code
+
+    assert answers == {"read-write": 200, "read-only": 200}, answers
+
+
 def trickle(web: Web, path: str, headers: dict[str, str], first: bytes) -> tuple[str, float]:
     """Send headers and `first`, then a byte every 0.5 s until answered; return the status line
     and the seconds from the headers' sending to the answer."""

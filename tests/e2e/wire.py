@@ -52,13 +52,15 @@ def spooled_bytes(spool: Path) -> int:
     return sum(p.stat().st_size for p in spool.rglob("*") if p.is_file())
 
 
-def post_raw(web: Web, path: str, headers: dict[str, str], send_first: int) -> tuple[str, float]:
+def post_raw(
+    web: Web, path: str, headers: dict[str, str], send_first: int, *, method: str = "POST"
+) -> tuple[str, float]:
     """Send headers and `send_first` bytes of body, then wait for the answer.
 
     Returns the status line and the seconds from the headers' sending to the answer.
     """
     with socket.create_connection(("127.0.0.1", web.port), timeout=10) as sock:
-        head = f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        head = f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
         head += "".join(f"{k}: {v}\r\n" for k, v in headers.items()) + "\r\n"
         started = time.perf_counter()
         sock.sendall(head.encode())
