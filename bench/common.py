@@ -27,6 +27,8 @@ from typing import IO, Any
 
 import httpx
 
+from studio.serving import studio_command
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -244,10 +246,12 @@ class WebProcess:
             port = probe.getsockname()[1]
         self.url = f"http://127.0.0.1:{port}"
         self._log: IO[str] = (ctx.tmp / f"{name}.log").open("w")
-        argv = [sys.executable, "-m", "uvicorn", "avatars.asgi:application"]
-        argv += ["--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"]
         self.proc = subprocess.Popen(
-            argv, cwd=ROOT, env=child_env(data_dir, **env), stdout=self._log, stderr=self._log
+            studio_command(sys.executable, port),
+            cwd=ROOT,
+            env=child_env(data_dir, **env),
+            stdout=self._log,
+            stderr=self._log,
         )
         self._wait()
 

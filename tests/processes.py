@@ -21,6 +21,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
+from studio.serving import studio_command
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULT = "RESULT:"
 
@@ -152,21 +154,8 @@ class Stack:
         )
 
     def serve_web(self, port: int, *, log: Path, **env: str) -> subprocess.Popen[str]:
-        """Start the studio and API under uvicorn on `port`, as production serves them."""
-        return self.popen(
-            sys.executable,
-            "-m",
-            "uvicorn",
-            "avatars.asgi:application",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--log-level",
-            "warning",
-            log=log,
-            env=env,
-        )
+        """Start the studio and API under uvicorn on `port`, as the demo serves them."""
+        return self.popen(*studio_command(sys.executable, port), log=log, env=env)
 
     def django(self, code: str) -> Any:
         """Run `code` with Django set up in a fresh process; return its `result`, via JSON."""

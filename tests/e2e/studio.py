@@ -20,6 +20,7 @@ from axe_playwright_python.sync_playwright import Axe
 from PIL import Image, ImageDraw
 from playwright.sync_api import BrowserContext, ConsoleMessage, Locator, Page, expect
 
+from studio.serving import studio_command
 from tests.processes import Simulator, Template, free_port, new_stack
 
 CHROMIUM_ARGS = [
@@ -113,18 +114,7 @@ class Studio:
         self.stack.django(SEED)
         self.web = Process(
             "uvicorn",
-            self.stack.popen(
-                sys.executable,
-                "-m",
-                "uvicorn",
-                "avatars.asgi:application",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(self.port),
-                "--log-level",
-                "warning",
-            ),
+            self.stack.popen(*studio_command(sys.executable, self.port)),
         )
         self._wait_for_web()
         self.start_worker()

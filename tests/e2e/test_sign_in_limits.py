@@ -56,3 +56,21 @@ def test_a_guesser_is_refused_after_the_limit_until_an_operator_resets_the_count
 
         assert let_in.status_code == 302, let_in.text[:500]
         assert browser.get("/").status_code == 200
+
+
+def test_an_address_a_guesser_names_in_x_forwarded_for_is_not_the_one_counted(served):
+    """Found by a review: uvicorn takes `X-Forwarded-For` from 127.0.0.1 unless told not to,
+    so 30 wrong passwords, each naming another address, were none refused; served as the
+    demo serves the studio (studio/serving.py), the address counted is the connection's."""
+    web, stack = served
+    stack.manage("axes_reset_username", "ada")
+    answers = []
+    with httpx.Client(base_url=web.url) as browser:
+        for n in range(LIMIT + 1):
+            browser.headers["X-Forwarded-For"] = f"203.0.113.{n + 1}"
+            answers.append(try_to_sign_in(browser, f"guess-{n}").status_code)
+
+    assert answers == [200] * (LIMIT - 1) + [429, 429], answers
+    listed = stack.manage("axes_list_attempts")
+    assert "203.0.113" not in listed, listed
+    stack.manage("axes_reset_username", "ada")

@@ -16,6 +16,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from studio.demo import seed_demo
+from studio.serving import studio_command
 
 ROOT = Path(settings.BASE_DIR)
 PR_SET_PDEATHSIG = 1  # prctl(2)
@@ -75,18 +76,7 @@ def _commands(options: dict[str, Any]) -> dict[str, list[str]]:
             "--state-file",
             str(Path(settings.AVATARS_DATA_DIR) / "ember-simulator.state"),
         ],
-        "studio": [
-            python,
-            "-m",
-            "uvicorn",
-            "avatars.asgi:application",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(options["port"]),
-            "--log-level",
-            "warning",
-        ],
+        "studio": studio_command(python, options["port"]),
         "worker": [python, manage, "run_worker"],
     }
 
