@@ -48,7 +48,9 @@ POLL_BOUND = 1800.0
 
 # A `copy_failed` task's phase when Ember's file route said 404: a reconcile asks again,
 # and helps only if Ember has the image back. Its page says what a person can do.
-GONE_PHASE = "Ember says it no longer has this image; a reconcile cannot copy it"
+GONE_PHASE = (
+    "Ember says it no longer has this image; a reconcile copies it only if Ember has it back"
+)
 
 
 class Kind(models.TextChoices):
