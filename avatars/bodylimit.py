@@ -122,19 +122,8 @@ class BodyLimit:
         has_body = declared_past or int(length or 0) > 0
         has_body = has_body or "chunked" in headers.get("transfer-encoding", "")
         api = scope["path"].startswith(API_PREFIX)
-        if has_body and api:
-            # A missing or wrong token gets its 401 first, whatever the body (docs/api.md).
-            token = await sync_to_async(token_for_header)(headers.get("authorization", ""))
-            if token is None:
-                await _unauthorized(send)
-                return
-            refusal = _refused_unread(scope["path"], scope["method"], may_write=token.may_write)
-            if refusal is not None:
-                allow = (
-                    [(b"allow", refusal["Allow"].encode())] if refusal.has_header("Allow") else []
-                )
-                await _send(send, refusal.status_code, refusal.content, b"application/json", allow)
-                return
+        if has_body and api and await _refused_by_token(scope, headers, send):
+            return
         if length is None and has_body and form_data:
             await _answer(send, scope, 411, "length_required", LENGTH_REQUIRED)
             return
@@ -247,6 +236,23 @@ def too_large_page(referer: str, host: str) -> str:
     back = same_site_path(referer, host) or reverse("studio:subjects")
     limit = settings.AVATARS_MAX_IMAGE_BYTES / (1024 * 1024)
     return render_to_string("studio/too_large.html", {"limit": f"{limit:g}", "back": back})
+
+
+async def _refused_by_token(scope: Scope, headers: dict[str, str], send: Send) -> bool:
+    """Answer an API request with a body as its token and route would, unread; say if it was.
+
+    A missing or wrong token gets its 401 first, whatever the body (docs/api.md).
+    """
+    token = await sync_to_async(token_for_header)(headers.get("authorization", ""))
+    if token is None:
+        await _unauthorized(send)
+        return True
+    refusal = _refused_unread(scope["path"], scope["method"], may_write=token.may_write)
+    if refusal is None:
+        return False
+    allow = [(b"allow", refusal["Allow"].encode())] if refusal.has_header("Allow") else []
+    await _send(send, refusal.status_code, refusal.content, b"application/json", allow)
+    return True
 
 
 def _refused_unread(path: str, method: str, *, may_write: bool) -> HttpResponse | None:
