@@ -2,9 +2,10 @@
 
 `stack` is an install of its own (a copy of one migrated template) talking to `sim`, an
 Ember simulator started for the test; a module that wants other simulator knobs, or one
-simulator for all its tests, overrides `sim`. A test that asks for a browser page is also
-marked `browser`, so `make test` can say how many browser tests did not run when no
-chromium could be had.
+simulator for all its tests, overrides `sim`. `served` is one install's server for a
+whole module (tests/e2e/wire.py's `limited`); a module that wants other limits overrides
+it. A test that asks for a browser page is also marked `browser`, so `make test` can say
+how many browser tests did not run when no chromium could be had.
 """
 
 import os
@@ -16,7 +17,16 @@ from playwright.sync_api import Browser, BrowserContext, Page, sync_playwright
 
 from tests import browsers
 from tests.e2e.studio import CHROMIUM_ARGS, DESKTOP, PHONE, Studio, policy_refusals, sign_in
-from tests.processes import Simulator, Stack, Template, migrated_template, new_stack, simulator
+from tests.e2e.wire import limited
+from tests.processes import (
+    Simulator,
+    Stack,
+    Template,
+    Web,
+    migrated_template,
+    new_stack,
+    simulator,
+)
 
 HERE = Path(__file__).parent
 
@@ -48,6 +58,14 @@ def stack(sim: Simulator, template: Template, tmp_path: Path) -> Stack:
     """Copy the migrated template into a fresh install that talks to `sim`."""
     sim.post("/_sim/reset")  # a simulator a module shares forgets the last test's jobs
     return new_stack(template, tmp_path / "install", sim)
+
+
+@pytest.fixture(scope="module")
+def served(
+    tmp_path_factory: pytest.TempPathFactory, template: Template
+) -> Iterator[tuple[Web, Stack, Path, str, int]]:
+    with limited(tmp_path_factory.mktemp("served"), template) as served:
+        yield served
 
 
 @pytest.fixture(scope="module")

@@ -5,24 +5,13 @@ import contextlib
 import json
 import socket
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.e2e.wire import MB, answer_to, chunked_upload, limited, signed_in_cookies, spooled_bytes
+from tests.e2e.wire import MB, answer_to, chunked_upload, signed_in_cookies, spooled_bytes
 from tests.factories import png_bytes
-from tests.processes import Stack, Template, Web
-
-
-@pytest.fixture(scope="module")
-def served(
-    tmp_path_factory: pytest.TempPathFactory, template: Template
-) -> Iterator[tuple[Web, Stack, Path, str, int]]:
-    with limited(tmp_path_factory.mktemp("door"), template) as served:
-        yield served
-
 
 NO_BATCH = "/api/v1/batches/6f1c8a52-1f0a-4a57-9d0c-0b0a3c7e5d11"
 NO_TASK = "/api/v1/tasks/6f1c8a52-1f0a-4a57-9d0c-0b0a3c7e5d11"

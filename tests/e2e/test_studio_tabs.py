@@ -2,15 +2,11 @@
 
 import re
 import secrets
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import httpx
-import pytest
 
-from tests.e2e.wire import limited, signed_in_cookies
-from tests.processes import Stack, Template, Web
+from tests.e2e.wire import signed_in_cookies
 
 TABS = 4
 COUNT = """
@@ -24,14 +20,6 @@ from tests.factories import png_bytes
 subject = Subject.objects.get(name="Ada")
 result = engine.add_reference(subject=subject, data=png_bytes(5), file_name="ada.png").pk
 """
-
-
-@pytest.fixture(scope="module")
-def served(
-    tmp_path_factory: pytest.TempPathFactory, template: Template
-) -> Iterator[tuple[Web, Stack, Path, str, int]]:
-    with limited(tmp_path_factory.mktemp("tabs"), template) as served:
-        yield served
 
 
 def test_the_same_batch_sent_from_four_tabs_at_once_is_planned_once(served):
