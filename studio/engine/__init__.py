@@ -38,13 +38,7 @@ from studio.engine.errors import (
     TooLate,
 )
 from studio.engine.library import add_reference, create_subject
-from studio.engine.planning import (
-    SAME_BATCH_WINDOW,
-    canonical_sha256,
-    generate,
-    progress,
-    recent_twin,
-)
+from studio.engine.planning import canonical_sha256, generate, progress, recent_twin
 from studio.engine.recovery import areconcile, reconcile, resubmit
 from studio.engine.sets import PUBLISH_TRIES, choose_assets, create_set, publish
 from studio.engine.validation import FRAMES, MAX_CANDIDATES, MAX_PROMPT
@@ -61,7 +55,6 @@ __all__ = [
     "RESUBMIT_TOO_EARLY",
     "RESUBMIT_WARNING",
     "RESUBMIT_WITHDRAWN",
-    "SAME_BATCH_WINDOW",
     "SET_KEPT_CHANGING",
     "SET_PUBLISHED",
     "SPEND_WINDOW_HOURS",
