@@ -118,13 +118,46 @@ def test_it_plans_the_same_intent_without_asking_after_ten_minutes(signed_in: Cl
     assert Batch.objects.count() == 2
 
 
-def test_it_plans_a_different_batch_without_asking(signed_in: Client, subject):
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"prompt": "another prompt altogether"},
+        {"candidates_openai": 0, "candidates_flux": 0, "candidates_google": 2},  # no provider
+        {"frames": ["full-body"]},  # no framing in common
+    ],
+    ids=["another prompt", "other providers only", "other framings only"],
+)
+def test_it_plans_a_batch_that_repeats_no_image_without_asking(signed_in: Client, subject, change):
     signed_in.post("/batches/new/", batch_form(subject))
 
-    other = signed_in.post("/batches/new/", batch_form(subject, frames=["image"]))
+    other = signed_in.post("/batches/new/", batch_form(subject, **change))
 
     assert other.status_code == 302
     assert Batch.objects.count() == 2
+
+
+@pytest.mark.parametrize(
+    "change",
+    [{"candidates_google": 1}, {"frames": ["image"]}, {"candidates_openai": 3}],
+    ids=["a provider added", "a framing taken out", "more candidates"],
+)
+def test_it_asks_before_a_changed_batch_pays_again_for_images_it_repeats(
+    signed_in: Client, subject, change
+):
+    """Found by a review in Chromium: Back to the form (a new one-time token), a provider
+    added, and "Start 2 paid jobs" paid again for the first batch's GPT Image #1."""
+    signed_in.post("/batches/new/", batch_form(subject))
+
+    changed = signed_in.post("/batches/new/", batch_form(subject, **change))
+
+    assert changed.status_code == 200
+    page = text(changed)
+    assert "You started a batch of this prompt and these subjects 1 minute ago" in page
+    assert "This one would pay again for images of the same providers and framings." in page
+    assert "Start it again on purpose" in page
+    assert Batch.objects.count() == 1
+    again = signed_in.post("/batches/new/", batch_form(subject, again="on", **change))
+    assert again.status_code == 302 and Batch.objects.count() == 2
 
 
 def test_a_form_sent_by_enter_in_a_field_plans_nothing_and_asks_for_the_button(

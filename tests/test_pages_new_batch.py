@@ -182,7 +182,7 @@ def test_it_shows_the_daily_cap_for_the_whole_form(signed_in: Client, subject, p
     settings.AVATARS_DAILY_TASK_CAP = 8
     a_batch(subject, candidates=4, user=person)
 
-    response = signed_in.post("/batches/new/", batch_form(subject))  # 6 more
+    response = signed_in.post("/batches/new/", batch_form(subject, prompt="a new prompt"))  # 6 more
 
     assert response.status_code == 400
     assert alert(response) == (

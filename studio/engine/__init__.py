@@ -38,7 +38,13 @@ from studio.engine.errors import (
     TooLate,
 )
 from studio.engine.library import add_reference, create_subject
-from studio.engine.planning import canonical_sha256, generate, progress, recent_twin
+from studio.engine.planning import (
+    canonical_sha256,
+    generate,
+    progress,
+    recent_twin,
+    same_intent,
+)
 from studio.engine.recovery import areconcile, reconcile, resubmit
 from studio.engine.sets import PUBLISH_TRIES, choose_assets, create_set, publish
 from studio.engine.validation import FRAMES, MAX_CANDIDATES, MAX_PROMPT
@@ -82,4 +88,5 @@ __all__ = [
     "recent_twin",
     "reconcile",
     "resubmit",
+    "same_intent",
 ]

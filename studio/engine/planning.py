@@ -58,9 +58,11 @@ def generate(
 
 
 def recent_twin(request: dict[str, Any], user: User | None, *, key: str = "") -> Batch | None:
-    """Return a batch `user` planned within SAME_BATCH_WINDOW from the same intent, or None.
+    """Return a batch `user` planned within SAME_BATCH_WINDOW that `request` repeats, or None.
 
-    Batches `key` planned are left out: the same key again is answered with its batch.
+    It repeats it when it would make some of the same images again (`repeats`): the same
+    batch, or one changed after going Back to its form (a provider added, say). Batches
+    `key` planned are left out: the same key again is answered with its batch.
     """
     if user is None:
         return None
@@ -70,12 +72,27 @@ def recent_twin(request: dict[str, Any], user: User | None, *, key: str = "") ->
         .exclude(pk__in=own)
         .order_by("-created_at")
     )
-    wanted = same_intent(request)
-    return next((b for b in recent[:50] if same_intent(b.request) == wanted), None)
+    return next((b for b in recent[:50] if repeats(request, b.request)), None)
 
 
-def same_intent(request: dict[str, Any]) -> tuple[Any, ...]:
-    """Return what makes two requests the same intent: prompt, subjects, providers, frames."""
+def repeats(request: dict[str, Any], earlier: dict[str, Any]) -> bool:
+    """Say whether `request` asks for some of the images `earlier` asked for: the same prompt
+    and subjects, and a provider and a framing in common."""
+    now, then = _intent(request), _intent(earlier)
+    return (
+        now[:2] == then[:2]
+        and bool({p for p, n in now[2] if n} & {p for p, n in then[2] if n})
+        and bool(set(now[3]) & set(then[3]))
+    )
+
+
+def same_intent(request: dict[str, Any], earlier: dict[str, Any]) -> bool:
+    """Say whether two requests are the same batch: prompt, subjects, candidates, framings."""
+    return _intent(request) == _intent(earlier)
+
+
+def _intent(request: dict[str, Any]) -> tuple[Any, ...]:
+    """Return what makes a request's intent: prompt, subjects, candidates by provider, frames."""
     asked: dict[str, int] = {}
     for row in request.get("providers") or []:
         asked[row["provider"]] = asked.get(row["provider"], 0) + row.get("candidates", 1)

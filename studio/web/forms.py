@@ -144,8 +144,9 @@ class BatchForm(forms.Form):
                 widget=forms.NumberInput(attrs={"class": "candidates"}),
             )
         self.fields["frames"].widget.attrs["class"] = "frame"
-        self.twin: Batch | None = None  # a batch this person planned just now from the same
+        self.twin: Batch | None = None  # a batch this person planned just now that this repeats
         self.twin_minutes = 0
+        self.twin_same = True  # the same batch, not one repeating only some of its images
 
     def provider_fields(self) -> list[forms.BoundField]:
         return [self[f"candidates_{key}"] for key in settings.AVATARS_PROVIDERS]

@@ -138,10 +138,11 @@ def _plan(request: HttpRequest, form: BatchForm) -> HttpResponse | None:
 
 
 def _note_twin(form: BatchForm, twin: Batch | None) -> None:
-    """Note on `form` the batch of the same intent planned minutes ago, if any, and when."""
+    """Note on `form` the batch it repeats, planned minutes ago, if any: when, and if whole."""
     form.twin = twin
     if twin is not None:
         form.twin_minutes = max(1, int((timezone.now() - twin.created_at).total_seconds() // 60))
+        form.twin_same = engine.same_intent(form.to_request(), twin.request)
 
 
 def _progress_context(request: HttpRequest, batch: Batch) -> dict[str, Any]:
