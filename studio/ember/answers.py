@@ -6,6 +6,7 @@ cannot be read is an `EmberBadAnswer`, never another exception.
 """
 
 import json
+import re
 import zlib
 from dataclasses import dataclass
 from typing import Any
@@ -15,6 +16,9 @@ import httpx
 from studio.ember.errors import EmberBadAnswer
 
 MAX_ANSWER_BYTES = 1024 * 1024  # bytes; Ember's JSON answers are a few kilobytes
+# What JSON can say in a string and no database stores: a lone surrogate (SQLite's and
+# PostgreSQL's text is UTF-8), NUL (PostgreSQL's text and jsonb refuse it).
+UNSTORABLE = re.compile("[\ud800-\udfff\x00]")
 
 
 @dataclass(frozen=True)
@@ -26,10 +30,39 @@ class Reply:
     content: bytes | None
 
     def json(self) -> Any:
-        """Decode the body as JSON; ValueError when there is none to decode."""
+        """Decode the body as JSON that a database can store; ValueError when it cannot be.
+
+        Ember's answers are kept (a task's result, an error, an asset's row): NaN, an
+        infinity or a number past a double's range is no JSON a database keeps, and is
+        refused; a lone surrogate or NUL in a string becomes U+FFFD. Found by a review
+        with an Ember double of its own: such answers could not be written, and left
+        tasks where nothing moved them.
+        """
         if self.content is None:
             raise ValueError("The answer was too large to read.")
-        return json.loads(self.content)
+        return storable(json.loads(self.content, parse_constant=_no_number, parse_float=_finite))
+
+
+def storable(value: Any) -> Any:
+    """Return decoded JSON with every string (and key) a database can store."""
+    if isinstance(value, str):
+        return UNSTORABLE.sub("\ufffd", value)
+    if isinstance(value, list):
+        return [storable(item) for item in value]
+    if isinstance(value, dict):
+        return {storable(key): storable(item) for key, item in value.items()}
+    return value
+
+
+def _no_number(name: str) -> float:
+    raise ValueError(f"{name} is not a number JSON can hold.")
+
+
+def _finite(text: str) -> float:
+    number = float(text)
+    if number in (float("inf"), float("-inf")):
+        raise ValueError(f"{text[:40]} is past what a number can hold.")
+    return number
 
 
 async def read_answer(response: httpx.Response, limit: int) -> bytes | None:

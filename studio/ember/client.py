@@ -57,7 +57,7 @@ MAX_RETRY_AFTER = 3600.0  # seconds: a busy Ember is asked again within the hour
 KEPT = 8  # idle connections kept alive at least, more with more slots
 # Ember's ids go into URL paths (/jobs/{id}, /images/{id}/file): one of another shape
 # ("../history", "img/../../x", "img?x=1") would point a request at another route.
-SAFE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}")
+SAFE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,119}")  # the 120 its columns hold
 SHOWN_ID_CHARS = 80  # an id refused is shown escaped and cut to about this many characters
 
 
@@ -372,6 +372,8 @@ def check_result(result: object) -> None:
         isinstance(history, dict) and isinstance(history.get("id"), str)
     ):
         raise EmberBadAnswer("Ember's result has a history entry without an id.")
+    if history is not None:
+        safe_id(history["id"], "history row")
 
 
 def is_safe_id(value: object) -> bool:
