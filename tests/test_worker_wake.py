@@ -240,3 +240,31 @@ def test_it_finishes_from_a_saved_answer_whose_history_is_not_an_object(subject,
     assert task.state == TaskState.HISTORY_MISSING, task.error
     assert task.asset is not None and task.asset.ember_history_id == ""
     assert fake.file_route.call_count == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_task_whose_settling_fails_does_not_keep_the_others_stranded(monkeypatch, subject):
+    """Found by a review: the sweep stopped at the first task whose write failed, so every
+    task after it stayed mid-step, where nothing else moves it."""
+    from django.db import DatabaseError
+
+    from studio.worker import transitions
+
+    first, second = plan(subject, candidates=2)
+    for task in (first, second):
+        move(task, TaskState.PREPARING)
+    real = transitions._wake
+
+    def fails_for_the_first(task, **kwargs):
+        if task.pk == first.pk:
+            raise DatabaseError("the disk refused this one")
+        return real(task, **kwargs)
+
+    monkeypatch.setattr(transitions, "_wake", fails_for_the_first)
+
+    counts = transitions._wake_stranded(in_hand=[], answers={})
+
+    first.refresh_from_db()
+    second.refresh_from_db()
+    assert (first.state, second.state) == (TaskState.PREPARING, TaskState.QUEUED)
+    assert counts == {"preparing": 1, "submitting": 0}

@@ -8,6 +8,7 @@ the reading of frozen references live here too: they are what a submit is made o
 
 import base64
 import contextlib
+import logging
 import os
 import socket
 from collections.abc import Awaitable, Callable
@@ -15,7 +16,7 @@ from datetime import datetime, timedelta
 from typing import Any, ParamSpec, TypeVar
 
 from asgiref.sync import sync_to_async
-from django.db import transaction
+from django.db import DatabaseError, transaction
 from django.db.models import CharField
 from django.utils import timezone
 
@@ -54,6 +55,8 @@ NOTHING_MORE_SENT = (
 
 # What a submit got back: a job, a typed refusal, or None when the answer could not be read.
 Answer = Submitted | EmberError | None
+
+log = logging.getLogger("studio.worker")
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -450,6 +453,11 @@ def _wake_stranded(*, in_hand: list[str], answers: dict[str, Answer]) -> dict[st
                 _wake(task)
         except Conflict:
             continue  # a cancel (or another writer) moved it first: its write stands
+        except DatabaseError:
+            # One task whose write fails must not keep the others stranded: the next
+            # sweep tries it again.
+            log.exception("task=%s could not be settled; trying again next tick", task.pk)
+            continue
         counts[state] += 1
     return counts
 
