@@ -132,6 +132,29 @@ def test_it_offers_to_choose_favourites_only_once_nothing_more_is_coming(
     assert f'value="{batch.title} favourites"' in body
 
 
+@pytest.mark.parametrize(
+    ("rest", "said"),
+    [
+        (TaskState.COPY_FAILED, "No images yet: the tasks waiting for an operator may still"),
+        (TaskState.UNCERTAIN, "No images yet: the tasks waiting for an operator may still"),
+        (TaskState.FAILED, "This batch delivered no images."),
+    ],
+)
+def test_it_says_no_images_came_only_when_none_can_come_any_more(
+    signed_in: Client, subject, rest, said
+):
+    """Found by a review in Chromium: "This batch delivered no images." sat above a row
+    saying an operator would copy the finished image from Ember."""
+    batch = engine.generate(request=batch_request(subject, frames=["image"]))
+    for task in batch.tasks.all():
+        move(task, rest, phase="Resting")
+
+    page = text(signed_in.get(f"/batches/{batch.pk}/results/"))
+
+    assert said in page, page
+    assert ("delivered no images" in page) == (rest == TaskState.FAILED)
+
+
 def test_it_creates_a_set_of_favourites_in_the_order_they_were_ticked(signed_in: Client, subject):
     batch = mixed_batch(subject)
     assets = list(delivered_all(batch).values())

@@ -8,7 +8,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
 from django.views.decorators.http import require_GET
 
-from studio.models import STOPPABLE, Asset, AvatarSet, Batch, Task
+from studio.models import RECONCILABLE, STOPPABLE, Asset, AvatarSet, Batch, Task
 from studio.web.views.common import login_required_htmx
 
 SET_CHOICES = 50  # draft sets offered in the viewer's "Add to a set"
@@ -47,6 +47,10 @@ def results_context(batch: Batch) -> dict[str, Any]:
         "results": results,
         "delivered": len(results),
         "settled": settled,
+        # What waits for an operator may still bring an image (a copy Ember holds, a job
+        # whose answer was lost): a settled batch has not "delivered no images" then.
+        # Asked only when there is none, as only then is it said.
+        "awaiting": not results and settled and batch.tasks.filter(state__in=RECONCILABLE).exists(),
         "favourites_name": f"{batch.title} favourites"[:120],
     }
 
