@@ -102,7 +102,18 @@ def test_it_says_the_time_a_batch_was_started_is_utc(signed_in: Client, subject)
         (
             [TaskState.UNCERTAIN, TaskState.HISTORY_MISSING],
             "2 need attention",
-            "0 of 2 ready",
+            # Found by a review: "0 of 2 ready" for as long as nobody repaired them.
+            "0 of 2 ready, 2 need attention",
+        ),
+        (
+            [TaskState.DONE, TaskState.UNCERTAIN, TaskState.QUEUED],
+            "1 ready · 1 in progress · 1 needs attention",
+            "1 of 3 ready",
+        ),
+        (
+            [TaskState.DONE, TaskState.UNCERTAIN, TaskState.FAILED],
+            "1 ready · 1 needs attention · 1 failed",
+            "1 of 3 ready, 1 needs attention",
         ),
     ],
 )

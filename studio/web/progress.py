@@ -130,12 +130,17 @@ class Outcome:
         ]
 
     def tab_title(self, title: str) -> str:
-        """Say progress in the browser tab before the title: "3 of 8 ready", or once the batch
-        rests "All done" ("None ready" when every task was cancelled or failed)."""
+        """Say progress in the browser tab before the title: "3 of 8 ready", "3 of 8 ready,
+        1 needs attention" once only a person can move it on, or once the batch rests "All
+        done" ("None ready" when every task was cancelled or failed)."""
         if self.done and self.total and not self.ready:
             return f"None ready {DASH} {title}"
         if self.done:
             return f"All done {DASH} {title}"
+        if not self.running:  # nothing moves until a person does: say so, not only the count
+            one, several = WORDS["attention"]
+            waiting = f"{self.attention} {one if self.attention == 1 else several}"
+            return f"{self.ready} of {self.total} ready, {waiting} {DASH} {title}"
         return f"{self.ready} of {self.total} ready {DASH} {title}"
 
 
