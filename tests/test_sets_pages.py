@@ -158,6 +158,15 @@ def test_it_asks_once_that_publishing_cannot_be_undone_and_publishes_nothing_bef
     assert confirmed["Location"] == f"/sets/{avatar_set.pk}/published/"
 
 
+def test_it_asks_about_one_image_in_the_singular(signed_in: Client):
+    """Found by a review: "Sibling apps will read these 1 image in this order"."""
+    avatar_set = engine.create_set(name="Solo", asset_ids=[stored_asset(1).pk])
+
+    asked = text(signed_in.get(f"/sets/{avatar_set.pk}/publish/"))
+
+    assert "Sibling apps will read this one image, and" in asked, asked
+
+
 def test_it_shows_the_url_sibling_apps_read_a_published_set_at(signed_in: Client):
     avatar_set = engine.create_set(name="Family", asset_ids=[stored_asset(1).pk])
     engine.publish(avatar_set=avatar_set)
