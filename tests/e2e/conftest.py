@@ -36,7 +36,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if HERE in Path(str(item.fspath)).parents:
             item.add_marker(pytest.mark.e2e)
-            if {"browser", "page", "phone"} & set(getattr(item, "fixturenames", ())):
+            if {"browser", "page", "phone", "person"} & set(getattr(item, "fixturenames", ())):
                 item.add_marker(pytest.mark.browser)
 
 

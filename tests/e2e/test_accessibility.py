@@ -28,7 +28,9 @@ def check(page: Page, name: str) -> None:
 
 
 @pytest.mark.parametrize("size", ["page", "phone"])
-def test_it_passes_the_audit_on_every_studio_page(request: pytest.FixtureRequest, size: str):
+def test_it_passes_the_audit_on_every_studio_page(
+    request: pytest.FixtureRequest, size: str, browser: object
+):
     page: Page = request.getfixturevalue(size)
     page.goto("/accounts/login/")
     check(page, "login")

@@ -7,6 +7,7 @@ in words and keeps the person's place, and every page passes the accessibility a
 import re
 from urllib.parse import urlparse
 
+import pytest
 from playwright.sync_api import Page, expect
 
 from tests.e2e.studio import (
@@ -98,18 +99,32 @@ def test_it_says_the_same_batch_was_started_minutes_ago_and_starts_it_again_on_p
     assert page.url != first
 
 
-def test_it_asks_a_second_time_before_many_paid_jobs(page: Page, no_worker: None):
+@pytest.mark.parametrize("size", ["desktop", "phone"])
+def test_it_asks_a_second_time_before_many_paid_jobs(
+    request: pytest.FixtureRequest, size: str, browser: object, no_worker: None
+):
+    """Found by a review: the question sat below the fold (at 837 px of an 800 px window)
+    with the focus at the page's top, so the page looked as if nothing had happened; and
+    it stayed, naming 15 jobs, beside a button that named 14."""
+    page: Page = request.getfixturevalue("page" if size == "desktop" else "phone")
+    prompt = f"Bo, a big batch at {size} size"
     sign_in(page)
-    fill_batch(page, prompt="Bo, a big batch", candidates=7)
+    fill_batch(page, prompt=prompt, candidates=7)
     page.get_by_label("headshot", exact=True).check()
 
     start_button(page).click()
 
-    expect(page.get_by_test_id("confirm-jobs")).to_have_text(
-        "This starts 14 paid jobs. Start them?"
-    )
+    question = page.get_by_test_id("confirm-jobs")
+    expect(question).to_have_text("This starts 14 paid jobs. Start them?")
+    expect(question).to_be_focused()
+    expect(question).to_be_in_viewport()
+    expect(start_button(page)).to_be_in_viewport()
+    page.locator('input[name="candidates_openai"]').fill("6")
+    expect(question).to_be_hidden()
+    page.locator('input[name="candidates_openai"]').fill("7")
+    expect(question).to_be_visible()
     start_button(page).click()
-    expect(page.get_by_role("heading", name="Bo, a big batch")).to_be_visible()
+    expect(page.get_by_role("heading", name=prompt)).to_be_visible()
     expect(page.get_by_test_id("progress-text")).to_have_text("14 in progress")
     page.get_by_role("button", name="Cancel batch").click()
     expect(page.get_by_test_id("progress-text")).to_have_text("14 cancelled")

@@ -35,6 +35,10 @@
       " = " + plural(c.jobs, "paid job");
     button.textContent = "Start " + plural(c.jobs, "paid job");
     button.value = String(c.jobs); // the server plans only the number the button named
+    // "This starts 15 paid jobs. Start them?" holds only for the number it asked about: for
+    // another, the server asks again, so the question is not left beside it.
+    var question = form.querySelector("[data-testid=confirm-jobs]");
+    if (question) question.hidden = question.dataset.jobs !== String(c.jobs);
     return c.jobs;
   }
 
@@ -80,6 +84,11 @@
   followSubjects();
   recount();
   // A refused form: the summary of what to fix is read out and in view, even on a phone.
+  // A form that asks before paying: its question, beside the button, is (it sat out of
+  // view below the fold, and the page looked as if nothing had happened).
   var problems = document.getElementById("problems");
+  var question = form.querySelector("[data-testid=confirm-jobs]");
+  var twin = form.querySelector("[data-testid=twin]");
   if (problems) problems.focus();
+  else if (question && !twin) question.focus();
 })();
