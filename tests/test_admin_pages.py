@@ -405,3 +405,14 @@ def test_it_names_a_task_by_its_providers_label_in_a_repair_message(admin_client
     response = press(admin_client, task, "cancel_tasks")
 
     assert one_message_about(response, task).startswith(f"Task {str(task.pk)[:8]} (GPT Image ")
+
+
+@pytest.mark.parametrize("path", ["/admin/", "/admin/studio/task/", "/admin/login/"])
+def test_every_admin_page_names_the_studios_icon(client, admin_client, path):
+    """Found by a review in Chromium: each admin page's console showed a 404 for
+    /favicon.ico, which the admin's own templates do not name."""
+    asking = client if path == "/admin/login/" else admin_client
+
+    body = asking.get(path).content.decode()
+
+    assert '<link rel="icon" href="/static/studio/favicon.svg" type="image/svg+xml">' in body
