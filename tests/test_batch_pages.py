@@ -237,6 +237,21 @@ def test_it_offers_cancel_only_on_tasks_that_can_still_be_cancelled(signed_in: C
     assert f'action="/tasks/{queued.pk}/cancel/"' in body
 
 
+def test_it_offers_no_cancel_beside_a_task_ember_is_making(signed_in: Client, subject):
+    """Found by a review in Chromium: "Cancel" beside "Ember is making it" only ever
+    answered "This task has already been sent to Ember; the work is kept."."""
+    batch = plan(subject, candidates=3)
+    running, copying, queued = batch.tasks.order_by("ordinal")
+    move(running, TaskState.RUNNING, phase="Ember is generating")
+    move(copying, TaskState.COPYING, phase="Copying")
+
+    body = signed_in.get(f"/batches/{batch.pk}/").content.decode()
+
+    assert body.count(">Cancel</button>") == 1
+    assert f'action="/tasks/{queued.pk}/cancel/"' in body
+    assert "Ember is making it" in text(signed_in.get(f"/batches/{batch.pk}/"))
+
+
 # --- 10. live progress that keeps focus --------------------------------------------------------
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from django.db.models import Count, Q
 
-from studio.models import GONE_PHASE, RECONCILABLE, STOPPABLE, Task, TaskState
+from studio.models import CANCELLABLE, GONE_PHASE, RECONCILABLE, STOPPABLE, Task, TaskState
 
 # The outcome groups, in the order the bar shows them: (key, states).
 GROUPS: tuple[tuple[str, tuple[TaskState, ...]], ...] = (
@@ -160,6 +160,8 @@ def dress(tasks: list[Task]) -> list[Task]:
         task.reason = plain_error(task.error)  # type: ignore[attr-defined]
         # Engineers' phases ("Reconcile before retry") give way to the next step above.
         task.show_phase = state in STOPPABLE  # type: ignore[attr-defined]
-        task.stoppable = state in STOPPABLE  # type: ignore[attr-defined]
+        # Cancel only where it can: a task with Ember is kept (found by a review: a
+        # "Cancel" beside "Ember is making it" only ever answered that it was kept).
+        task.stoppable = state in CANCELLABLE  # type: ignore[attr-defined]
         task.group = next(key for key, states in GROUPS if state in states)  # type: ignore[attr-defined]
     return tasks
