@@ -19,7 +19,7 @@ from studio.ember.simulator import Simulator
 from studio.models import Attempt, Task, TaskState
 from studio.store import move
 from studio.worker import RECONCILE_PHASE, Worker
-from tests.factories import batch_request, drain
+from tests.factories import a_task, batch_request, drain, history_route, history_row, uncertain
 from tests.fake_ember import FakeEmber, catch_strays, seen
 
 HISTORY = "/api/v1/history"
@@ -291,3 +291,17 @@ def test_an_image_held_back_by_a_restore_is_searched_and_adopted_without_a_submi
     assert searched.state == TaskState.COPYING
     assert searched.ember_job_id == "job_9"
     assert seen(ember) == ["GET /api/v1/history"]  # looked up, never sent again
+
+
+def test_a_row_ember_lists_twice_is_one_original_not_another_paid_one(subject, ember):
+    """Found by a review with its own Ember double: the task's own row, listed twice, was
+    noted as "another paid original" of the very image being copied."""
+    task = uncertain(a_task(subject))
+    own = history_row(task, job_id="job_7", image_id="img_7")
+    history_route(ember, task, [own, dict(own)])
+
+    reconciled = engine.reconcile(task=task)
+
+    assert reconciled.state == TaskState.COPYING, reconciled.phase
+    assert reconciled.ember_job_id == "job_7"
+    assert "another paid original" not in reconciled.error, reconciled.error

@@ -65,7 +65,7 @@ def _record_history(task: Task, rows: list[dict[str, Any]]) -> Task:
     attempt that sent it, but never copied, released or taken as this task's.
     """
     carried = [row for row in rows if _carries(row, task)]
-    usable = [row for row in carried if _usable(row)]
+    usable = _one_each([row for row in carried if _usable(row)])
     refused = _refused_note(carried)
     with transaction.atomic():
         _learn_attempts(task, usable)
@@ -228,6 +228,18 @@ def _adopted(row: dict[str, Any]) -> dict[str, Any]:
     if history_id:
         result["history"], result["history_error"] = {"id": history_id}, None
     return result
+
+
+def _one_each(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Return the first row about each image: a row Ember lists twice is one original.
+
+    Found by a review: the task's own row, listed twice, was taken for a rival (no row
+    adopted) or shown as "another paid original" of the very image being copied.
+    """
+    first: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        first.setdefault(_row_image(row), row)
+    return list(first.values())
 
 
 def _others_note(others: list[dict[str, Any]]) -> str:
