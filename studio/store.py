@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 from django.core.exceptions import FieldDoesNotExist
 from django.db import connections, router, transaction
-from django.db.models import F, Field, Model
+from django.db.models import CharField, F, Field, Model
 from django.utils import timezone
 
 from studio.models import ACTIVE, Task, TaskState, Versioned
@@ -159,3 +159,14 @@ def move(
         # One line per state change: who, from, to, and the sentence people see.
         log.info("task=%s from=%s to=%s phase=%r", task.pk, before, state, task.phase)
     return task
+
+
+def fitted(model: type[Model], column: str, value: object) -> str:
+    """Return `value` as text cut to what `model`'s `column` holds.
+
+    For words another service chooses: Ember's 200-character model name once kept a paid
+    original's row from being written (PostgreSQL refuses what SQLite stores).
+    """
+    field = model._meta.get_field(column)
+    assert isinstance(field, CharField)
+    return str(value)[: field.max_length]

@@ -17,7 +17,6 @@ from typing import Any, ParamSpec, TypeVar
 
 from asgiref.sync import sync_to_async
 from django.db import DatabaseError, transaction
-from django.db.models import CharField
 from django.utils import timezone
 
 from studio import originals
@@ -34,7 +33,7 @@ from studio.ember.client import (
     Submitted,
 )
 from studio.models import ACTIVE, Asset, Attempt, Kind, Origin, Task, TaskState, WorkerHeartbeat
-from studio.store import Conflict, move, update
+from studio.store import Conflict, fitted, move, update
 from studio.worker import turns
 
 UNREACHABLE_BACKOFF = 10.0  # seconds before re-sending after nothing reached Ember
@@ -353,8 +352,8 @@ def record_asset(task: Task, original: originals.Original) -> Asset:
             workflow="exploration",
             ember_image_id=image.get("id", ""),
             ember_history_id=history.get("id", "") or "",
-            provider=_fitted("provider", metadata.get("provider") or task.provider),
-            model=_fitted("model", metadata.get("model") or task.model),
+            provider=fitted(Asset, "provider", metadata.get("provider") or task.provider),
+            model=fitted(Asset, "model", metadata.get("model") or task.model),
             prompt=task.prompt,
             upstream=task.result,
         )
@@ -365,17 +364,6 @@ def record_asset(task: Task, original: originals.Original) -> Asset:
         )
         update(task, asset=asset)
     return asset
-
-
-def _fitted(column: str, value: object) -> str:
-    """Return Ember's `value` for an asset's `column` as text cut to what the column holds.
-
-    Ember's metadata is its own to word: a 200-character model name once kept a paid
-    original's row from being written (PostgreSQL refuses what SQLite stores).
-    """
-    field = Asset._meta.get_field(column)
-    assert isinstance(field, CharField)
-    return str(value)[: field.max_length]
 
 
 def _rest(task: Task, asset: Asset, released: bool | None) -> Task:
