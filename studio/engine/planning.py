@@ -8,7 +8,7 @@ import hashlib
 import json
 import uuid
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.conf import settings
 from django.contrib.auth.models import User
@@ -80,9 +80,9 @@ def repeats(request: dict[str, Any], earlier: dict[str, Any]) -> bool:
     and subjects, and a provider and a framing in common."""
     now, then = _intent(request), _intent(earlier)
     return (
-        now[:2] == then[:2]
-        and bool({p for p, n in now[2] if n} & {p for p, n in then[2] if n})
-        and bool(set(now[3]) & set(then[3]))
+        (now.prompt, now.subjects) == (then.prompt, then.subjects)
+        and bool(now.providers() & then.providers())
+        and bool(set(now.frames) & set(then.frames))
     )
 
 
@@ -91,12 +91,24 @@ def same_intent(request: dict[str, Any], earlier: dict[str, Any]) -> bool:
     return _intent(request) == _intent(earlier)
 
 
-def _intent(request: dict[str, Any]) -> tuple[Any, ...]:
+class Intent(NamedTuple):
+    """What a request asks for, in a form two requests compare in."""
+
+    prompt: str
+    subjects: list[Any]
+    candidates: list[tuple[str, int]]  # by provider, sorted
+    frames: list[str]
+
+    def providers(self) -> set[str]:
+        return {provider for provider, n in self.candidates if n}
+
+
+def _intent(request: dict[str, Any]) -> Intent:
     """Return what makes a request's intent: prompt, subjects, candidates by provider, frames."""
     asked: dict[str, int] = {}
     for row in request.get("providers") or []:
         asked[row["provider"]] = asked.get(row["provider"], 0) + row.get("candidates", 1)
-    return (
+    return Intent(
         str(request.get("prompt") or "").strip(),
         sorted(request.get("subjects") or []),
         sorted(asked.items()),
