@@ -9,6 +9,8 @@
   // The button that names the spend (the form's first, hidden one keeps Enter from paying).
   var button = form.querySelector(".submit button[type=submit]");
   var total = form.querySelector("output.jobs");
+  // "This starts 15 paid jobs. Start them?", when the server asked it.
+  var question = form.querySelector("[data-testid=confirm-jobs]");
 
   function plural(n, word) {
     return n + " " + word + (n === 1 ? "" : "s");
@@ -35,9 +37,8 @@
       " = " + plural(c.jobs, "paid job");
     button.textContent = "Start " + plural(c.jobs, "paid job");
     button.value = String(c.jobs); // the server plans only the number the button named
-    // "This starts 15 paid jobs. Start them?" holds only for the number it asked about: for
-    // another, the server asks again, so the question is not left beside it.
-    var question = form.querySelector("[data-testid=confirm-jobs]");
+    // The question holds only for the number it asked about: for another, the server asks
+    // again, so it is not left beside it.
     if (question) question.hidden = question.dataset.jobs !== String(c.jobs);
     return c.jobs;
   }
@@ -87,7 +88,6 @@
   // A form that asks before paying: its question, beside the button, is (it sat out of
   // view below the fold, and the page looked as if nothing had happened).
   var problems = document.getElementById("problems");
-  var question = form.querySelector("[data-testid=confirm-jobs]");
   var twin = form.querySelector("[data-testid=twin]");
   if (problems) problems.focus();
   else if (question && !twin) question.focus();
