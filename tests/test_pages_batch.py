@@ -16,6 +16,9 @@ from tests.studio_pages import messages_of, text
 pytestmark = pytest.mark.django_db
 
 TOO_LATE = "This task has already been sent to Ember; the work is kept."
+NOTHING_TO_CANCEL = (
+    "Nothing left to cancel: the rest is with Ember, and what it makes will be kept."
+)
 
 
 # --- the cast -------------------------------------------------------------------------
@@ -75,6 +78,35 @@ def test_it_stops_polling_once_every_task_has_finished(signed_in: Client, subjec
     assert "2 ready" in body and "All done" in body
     assert "hx-trigger" not in body
     assert "Cancel batch" not in body
+
+
+def test_it_offers_cancel_batch_only_while_a_task_has_not_reached_ember(signed_in: Client, subject):
+    batch = a_batch(subject, candidates=2)
+    first, second = batch.tasks.order_by("ordinal")
+    page = f"/batches/{batch.pk}/"
+    assert "Cancel batch" in signed_in.get(page).content.decode()
+
+    send_to_ember(first)
+    assert "Cancel batch" in signed_in.get(page).content.decode()  # the second is queued
+
+    send_to_ember(second)
+    body = signed_in.get(page).content.decode()
+    assert "Cancel batch" not in body
+    assert NOTHING_TO_CANCEL in text(signed_in.get(page))
+    assert '"cancel": "kept"' in body  # what the polls say the page shows
+
+
+def test_it_swaps_the_cancel_area_only_when_what_it_offers_changed(signed_in: Client, subject):
+    batch = a_batch(subject, candidates=1)
+    send_to_ember(batch.tasks.get())
+    poll = f"/batches/{batch.pk}/progress/"
+
+    moved = signed_in.get(poll, {"cancel": "cancel"}, HTTP_HX_REQUEST="true").content.decode()
+    same = signed_in.get(poll, {"cancel": "kept"}, HTTP_HX_REQUEST="true").content.decode()
+
+    assert 'id="batch-cancel" hx-swap-oob="true"' in moved
+    assert NOTHING_TO_CANCEL in moved and "Cancel batch" not in moved
+    assert 'id="batch-cancel"' not in same  # unchanged: a focused button stays put
 
 
 def test_it_polls_the_progress_partial_from_the_batch_page(signed_in: Client, subject):

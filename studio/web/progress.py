@@ -144,6 +144,17 @@ class Outcome:
         return f"{self.ready} of {self.total} ready {DASH} {title}"
 
 
+def cancel_offer(counts: dict[str, int], outcome: Outcome) -> str:
+    """Say what a batch's cancel area offers (`counts` by state, as `engine.progress` answers).
+
+    "cancel" while some task has not reached Ember; "kept" while the rest is with Ember,
+    whose work a cancel would only keep; "" once nothing moves without a person.
+    """
+    if any(counts.get(state.value, 0) for state in CANCELLABLE):
+        return "cancel"
+    return "kept" if outcome.running else ""
+
+
 def next_step(task: Task) -> str:
     """Say what happens next to a task that waits for a person ("" for the others)."""
     if task.state == TaskState.COPY_FAILED and task.phase == GONE_PHASE:

@@ -159,6 +159,7 @@ def _progress_context(request: HttpRequest, batch: Batch) -> dict[str, Any]:
         "counts": counts,
         "outcome": outcome,
         "done": outcome.done,
+        "cancel": progress.cancel_offer(counts, outcome),
         "tasks": tasks,
         "repair": repair,
         "seen": ".".join(str(task.version) for task in tasks),
@@ -197,6 +198,8 @@ def batch_progress(request: HttpRequest, batch_id: UUID) -> HttpResponse:
     if len(seen) != len(tasks):
         seen = [""] * len(tasks)
     context["changed"] = [t for t, v in zip(tasks, seen, strict=True) if str(t.version) != v]
+    # The cancel area is swapped only when what it offers changed, keeping a focused button.
+    context["cancel_changed"] = request.GET.get("cancel", "") != context["cancel"]
     response = render(request, "studio/_progress_poll.html", context)
     if context["done"] or request.GET.get("delivered", "") != str(context["delivered"]):
         response["HX-Trigger"] = "results-changed"
