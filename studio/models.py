@@ -52,6 +52,10 @@ GONE_PHASE = (
     "Ember says it no longer has this image; a reconcile copies it only if Ember has it back"
 )
 
+# A task's error when a frozen reference no longer matches (SPEC's sentence): nothing of
+# it was sent, so once the photo is repaired a person may queue it again.
+REFERENCE_CHANGED = "A frozen reference failed its checksum."
+
 
 class Kind(models.TextChoices):
     IMAGE = "image"

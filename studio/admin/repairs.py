@@ -49,6 +49,8 @@ OFFERED: dict[str, Callable[[Task], bool]] = {
     "retry_copy": lambda task: task.state == TaskState.COPY_FAILED,
     "cancel_tasks": _cancellable,
     "resubmit_tasks": lambda task: task.state == TaskState.UNCERTAIN,
+    # Nothing was paid for a failed task without an attempt (docs/design.md §8).
+    "requeue_tasks": lambda task: task.state == TaskState.FAILED and not engine.was_sent(task),
 }
 
 
@@ -267,3 +269,29 @@ class TaskRepairs(VersionedAdmin):
                 "queued again; the worker sends it as a new attempt.",
                 messages.SUCCESS,
             )
+
+    @admin.action(
+        description="Queue a failed task again (only one nothing was paid for)",
+        permissions=["change"],
+    )
+    def requeue_tasks(self, request: HttpRequest, queryset: QuerySet[Task]) -> None:
+        for task in queryset:
+            try:
+                engine.requeue(task=task)
+            except engine.RequeueRefused as exc:
+                self.report(request, task, f"not queued again. {exc}", messages.WARNING)
+            except Conflict:
+                self.report(
+                    request,
+                    task,
+                    "moved while being queued again; nothing written.",
+                    messages.ERROR,
+                )
+            else:
+                self.report(
+                    request,
+                    task,
+                    "failed → queued; nothing had been paid for it, so its next send is its "
+                    "first paid job.",
+                    messages.SUCCESS,
+                )

@@ -8,6 +8,7 @@ never change task state themselves. One module per concern:
 - `validation` and `planning`: reading a request, and writing its batch (docs/design.md §5);
 - `cancel`: cancelling while nothing may be with Ember (docs/design.md §9);
 - `recovery`: reconcile and resubmit, a person's ways out of `uncertain` (docs/design.md §8);
+- `requeue`: queuing again a failed task nothing was paid for, after a repair;
 - `adoption`: the worker's own bounded search of Ember's history for lost image submits;
 - `sets`: choosing assets and publishing (docs/design.md §10).
 
@@ -21,6 +22,9 @@ from studio.engine.errors import (
     ALREADY_ENDED,
     KEY_REUSED,
     PUBLISH_REFUSED,
+    REQUEUE_NOT_FAILED,
+    REQUEUE_REFERENCE_BAD,
+    REQUEUE_WAS_SENT,
     RESUBMIT_STALE,
     RESUBMIT_TOO_EARLY,
     RESUBMIT_WARNING,
@@ -33,6 +37,7 @@ from studio.engine.errors import (
     KeyReused,
     PublishRefused,
     RepeatedBatch,
+    RequeueRefused,
     ResubmitRefused,
     SpendCapReached,
     TooLate,
@@ -46,6 +51,7 @@ from studio.engine.planning import (
     same_intent,
 )
 from studio.engine.recovery import areconcile, reconcile, resubmit
+from studio.engine.requeue import REQUEUED_PHASE, requeue, was_sent
 from studio.engine.sets import PUBLISH_TRIES, choose_assets, create_set, publish
 from studio.engine.validation import FRAMES, MAX_CANDIDATES, MAX_PROMPT
 
@@ -57,6 +63,10 @@ __all__ = [
     "MAX_PROMPT",
     "PUBLISH_REFUSED",
     "PUBLISH_TRIES",
+    "REQUEUED_PHASE",
+    "REQUEUE_NOT_FAILED",
+    "REQUEUE_REFERENCE_BAD",
+    "REQUEUE_WAS_SENT",
     "RESUBMIT_STALE",
     "RESUBMIT_TOO_EARLY",
     "RESUBMIT_WARNING",
@@ -70,6 +80,7 @@ __all__ = [
     "KeyReused",
     "PublishRefused",
     "RepeatedBatch",
+    "RequeueRefused",
     "ResubmitRefused",
     "SpendCapReached",
     "TooLate",
@@ -87,6 +98,8 @@ __all__ = [
     "publish",
     "recent_twin",
     "reconcile",
+    "requeue",
     "resubmit",
     "same_intent",
+    "was_sent",
 ]

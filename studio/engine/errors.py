@@ -25,6 +25,15 @@ RESUBMIT_STALE = (
     "This task has changed since the confirmation was shown (another send or another "
     "person's action); nothing was sent. Look at it again before resubmitting."
 )
+REQUEUE_NOT_FAILED = "Only a failed task can be queued again."
+REQUEUE_WAS_SENT = (
+    "Ember took a job for this task, so queuing it again would pay a second time; a new "
+    "batch is the way to ask for it again."
+)
+REQUEUE_REFERENCE_BAD = (
+    "A reference photo of this task still fails its checksum; repair it first "
+    "(check_originals --repair)."
+)
 SPEND_WINDOW_HOURS = 24  # the daily cap counts the tasks planned in this many hours
 
 
@@ -84,3 +93,7 @@ class PublishRefused(Exception):
 
 class ResubmitRefused(Exception):
     """The resubmit is not allowed (yet); the message says why."""
+
+
+class RequeueRefused(Exception):
+    """The failed task cannot be queued again (yet); the message says why."""

@@ -11,7 +11,15 @@ from typing import Any
 
 from django.db.models import Count, Q
 
-from studio.models import CANCELLABLE, GONE_PHASE, RECONCILABLE, STOPPABLE, Task, TaskState
+from studio.models import (
+    CANCELLABLE,
+    GONE_PHASE,
+    RECONCILABLE,
+    REFERENCE_CHANGED,
+    STOPPABLE,
+    Task,
+    TaskState,
+)
 
 # The outcome groups, in the order the bar shows them: (key, states).
 GROUPS: tuple[tuple[str, tuple[TaskState, ...]], ...] = (
@@ -60,6 +68,11 @@ NEXT_STEPS = {
 GONE_NEXT_STEP = (
     "Ember says it no longer has this image, so it cannot be saved here. An operator can "
     "check with Ember; a new batch would make another, paid again."
+)
+# A task stopped before its send because a reference photo changed on disk.
+REPAIRED_NEXT_STEP = (
+    "Nothing was sent or paid for. Once an operator repairs the reference photo, they can "
+    "queue it again."
 )
 DASH = "\u2013"  # an en dash between the progress and the title in the tab
 # "(RemoteProtocolError)": an exception's class name, for the admin, not for the person.
@@ -159,6 +172,8 @@ def next_step(task: Task) -> str:
     """Say what happens next to a task that waits for a person ("" for the others)."""
     if task.state == TaskState.COPY_FAILED and task.phase == GONE_PHASE:
         return GONE_NEXT_STEP
+    if task.state == TaskState.FAILED and task.error == REFERENCE_CHANGED:
+        return REPAIRED_NEXT_STEP
     return NEXT_STEPS.get(TaskState(task.state), "")
 
 

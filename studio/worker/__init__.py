@@ -9,14 +9,9 @@ a row that says how far it got.
 - transitions.py: what the steps write, the wake-up table, the heartbeat, the payload.
 """
 
+from studio.models import REFERENCE_CHANGED
 from studio.worker.loop import Worker
-from studio.worker.transitions import (
-    MAY_HAVE_REACHED,
-    RECONCILE_PHASE,
-    REFERENCE_CHANGED,
-    build_payload,
-    db,
-)
+from studio.worker.transitions import MAY_HAVE_REACHED, RECONCILE_PHASE, build_payload, db
 
 __all__ = [
     "MAY_HAVE_REACHED",

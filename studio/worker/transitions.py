@@ -19,7 +19,7 @@ from asgiref.sync import sync_to_async
 from django.db import DatabaseError, transaction
 from django.utils import timezone
 
-from studio import originals
+from studio import models, originals
 from studio.ember.client import (
     SOURCE_APP,
     EmberAuthError,
@@ -41,7 +41,6 @@ AUTH_BACKOFF = 300.0  # seconds; wrong credentials will not fix themselves quick
 RESEND_BACKOFF = 2.0  # seconds before a clip is re-sent under its key
 CRASH_BACKOFF = 60.0  # seconds before a task whose step raised is tried again
 
-REFERENCE_CHANGED = "A frozen reference failed its checksum."
 MAY_HAVE_REACHED = (
     "The previous submit may have reached Ember. Check history before submitting again."
 )
@@ -289,10 +288,14 @@ def _reference_changed(task: Task) -> Task:
             TaskState.UNCERTAIN,
             expected=task.version,
             phase=RECONCILE_PHASE,
-            error=f"{REFERENCE_CHANGED} {MAY_HAVE_REACHED}",
+            error=f"{models.REFERENCE_CHANGED} {MAY_HAVE_REACHED}",
         )
     return move(
-        task, TaskState.FAILED, expected=task.version, phase="Failed", error=REFERENCE_CHANGED
+        task,
+        TaskState.FAILED,
+        expected=task.version,
+        phase="Failed",
+        error=models.REFERENCE_CHANGED,
     )
 
 
