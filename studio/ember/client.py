@@ -204,7 +204,8 @@ class EmberClient:
         data = response.content
         if data is None:
             raise EmberTooLarge(originals.too_large())
-        if sha256 and hashlib.sha256(data).hexdigest() != sha256:
+        # Hex names the same digest in either case; an empty one names none (not given).
+        if sha256 and hashlib.sha256(data).hexdigest() != sha256.lower():
             raise EmberBadAnswer("The image Ember sent does not match its sha256.")
         return data, response.headers.get("Content-Type", "")
 

@@ -112,6 +112,17 @@ def test_it_fetches_an_images_original_bytes(ember):
     assert route.call_count == 1
 
 
+def test_it_takes_a_sha256_written_in_capitals_as_the_same_digest(ember):
+    data = png_bytes(seed=2)
+    ember.get("/api/v1/images/img_1/file").respond(
+        200, content=data, headers={"Content-Type": "image/png"}
+    )
+
+    fetched = call("fetch", "img_1", sha256=hashlib.sha256(data).hexdigest().upper())
+
+    assert fetched == (data, "image/png")
+
+
 def test_it_refuses_fetched_bytes_that_do_not_match_their_sha256(ember):
     data = png_bytes(seed=2)
     ember.get("/api/v1/images/img_1/file").respond(
