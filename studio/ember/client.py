@@ -54,6 +54,7 @@ DEADLINES = {"submit": 300.0, "fetch": 300.0}  # a submit carries photos; a fetc
 DEFAULT_RETRY_AFTER = 30.0  # seconds, when a 429/503 names no usable Retry-After
 MIN_RETRY_AFTER = 1.0  # seconds: one pump tick, whatever Ember says
 MAX_RETRY_AFTER = 3600.0  # seconds: a busy Ember is asked again within the hour
+MAX_MESSAGE = 1000  # characters of an Ember error message a task keeps (and pages show)
 KEPT = 8  # idle connections kept alive at least, more with more slots
 # Ember's ids go into URL paths (/jobs/{id}, /images/{id}/file): one of another shape
 # ("../history", "img/../../x", "img?x=1") would point a request at another route.
@@ -398,8 +399,14 @@ def shown_id(value: object) -> str:
 
 
 def _error_message(error: object) -> str:
+    """Return Ember's `error.message`, cut to MAX_MESSAGE characters ("" when there is none).
+
+    A task keeps it and every page that shows the task shows it: a megabyte of it would
+    be a megabyte in each row and each poll of the batch's page.
+    """
     if isinstance(error, dict) and isinstance(error.get("message"), str):
-        return error["message"]
+        message: str = error["message"]
+        return message if len(message) <= MAX_MESSAGE else message[: MAX_MESSAGE - 1] + "…"
     return ""
 
 

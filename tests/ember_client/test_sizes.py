@@ -138,3 +138,22 @@ def test_it_still_honours_a_refusal_whose_body_is_too_large_to_read(ember):
     assert flood.taken <= ANSWER_CAP + CHUNK, (
         f"read {flood.taken} bytes of a refusal; the cap is {ANSWER_CAP} + {CHUNK}"
     )
+
+
+@pytest.mark.parametrize("where", ["refusal", "failed job"])
+def test_it_keeps_at_most_a_thousand_characters_of_embers_message(ember, where):
+    said = "The provider refused this prompt. " * 20_000  # 680,000 characters
+    error = {"code": "refused", "message": said}
+    if where == "refusal":
+        ember.post(JOBS).respond(400, json={"error": error})
+        with pytest.raises(EmberRejected) as failed:
+            call("submit", PAYLOAD)
+        message = failed.value.message
+    else:
+        ember.get(f"{JOBS}/job_1").respond(
+            200, json={"id": "job_1", "status": "failed", "error": error}
+        )
+        message = call("poll", "job_1").error
+
+    assert len(message) <= 1000, f"kept {len(message)} characters of Ember's message"
+    assert message.startswith("The provider refused this prompt.") and message.endswith("…")
