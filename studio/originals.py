@@ -128,6 +128,7 @@ def precheck(data: bytes) -> bytes:
     if jpeg.is_jpeg(data):
         try:
             jpeg.check_header(data)  # before Pillow reads it, a byte at a time
+            jpeg.check_metadata(data)  # before the location stripping looks at each
         except jpeg.BadJpeg as exc:
             raise NotAnImage(str(exc)) from None
     try:
