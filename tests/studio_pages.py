@@ -5,9 +5,23 @@ import re
 import secrets
 from typing import Any
 
+from asgiref.sync import async_to_sync
 from django.test import Client
 
 from studio.models import Subject
+
+
+def served_bytes(response: Any) -> bytes:
+    """Return the bytes a response sends: whole, or streamed (an original, read as it goes)."""
+    if not response.streaming:
+        return bytes(response.content)
+    if response.is_async:
+
+        async def gather() -> bytes:
+            return b"".join([part async for part in response.streaming_content])
+
+        return async_to_sync(gather)()
+    return b"".join(response.streaming_content)
 
 
 def text(response: Any) -> str:

@@ -15,6 +15,7 @@ from studio.api.auth import issue_token
 from studio.models import Asset
 from tests.factories import a_batch, drain
 from tests.fake_ember import FakeEmber
+from tests.studio_pages import served_bytes
 
 pytestmark = pytest.mark.django_db
 
@@ -108,8 +109,7 @@ def test_an_upload_through_the_api_is_stored_without_location(client, make_subje
         f"/api/v1/assets/{asset.pk}/original",
         HTTP_AUTHORIZATION=f"Bearer {issue_token(user=person)}",
     )
-    body = b"".join(served.streaming_content) if served.streaming else served.content
-    assert body == stored
+    assert served_bytes(served) == stored
 
 
 def test_the_upload_form_says_location_is_removed(client, make_subject):

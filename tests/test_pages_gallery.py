@@ -11,7 +11,7 @@ from PIL import Image
 from studio import originals, thumbs
 from studio.models import Origin
 from tests.factories import a_batch, png_bytes, stored_asset
-from tests.studio_pages import text
+from tests.studio_pages import served_bytes, text
 
 pytestmark = pytest.mark.django_db
 
@@ -81,7 +81,7 @@ def test_it_serves_an_original_with_its_type_and_immutable_caching(signed_in: Cl
     response = signed_in.get(f"/assets/{asset.pk}/original/")
 
     assert response.status_code == 200
-    assert response.content == data
+    assert served_bytes(response) == data
     assert response["Content-Type"] == "image/png"
     assert response["X-Content-Type-Options"] == "nosniff"
     assert response["Cache-Control"] == "private, max-age=31536000, immutable"

@@ -12,7 +12,7 @@ from studio import engine, originals
 from studio.models import Asset, AvatarSet, Batch, Origin, Subject, Task, TaskState
 from studio.store import move
 from tests.factories import batch_request, png_bytes
-from tests.studio_pages import messages_of, text
+from tests.studio_pages import messages_of, served_bytes, text
 
 pytestmark = pytest.mark.django_db
 
@@ -238,7 +238,7 @@ def test_it_downloads_the_original_as_an_attachment(signed_in: Client, subject):
     response = signed_in.get(f"/assets/{asset.pk}/download/")
 
     assert response.status_code == 200
-    assert response.content == png_bytes(9)
+    assert served_bytes(response) == png_bytes(9)
     assert response["Content-Type"] == "image/png"
     saved = f"Ada-{task.provider}-{task.frame}-{task.ordinal}-{asset.sha256[:8]}.png"
     assert response["Content-Disposition"] == f'attachment; filename="{saved}"'

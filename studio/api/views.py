@@ -9,11 +9,11 @@ from typing import Any
 
 from django.contrib.admin.views.decorators import staff_member_required
 from django.contrib.auth.models import User
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.urls import reverse
 from ninja import File, NinjaAPI, Status, UploadedFile
 
-from studio import engine, originals, uploads
+from studio import engine, originals, sending, uploads
 from studio.api import paging
 from studio.api.door import BearerToken, JsonObject, state_errors
 from studio.api.http import ApiError, find
@@ -192,14 +192,13 @@ def asset(request: HttpRequest, asset_id: str) -> dict[str, Any]:
         }
     },
 )
-def asset_original(request: HttpRequest, asset_id: str) -> HttpResponse:
+def asset_original(request: HttpRequest, asset_id: str) -> StreamingHttpResponse:
     """Send an asset's original bytes, checked against their hash (503 if they fail)."""
     found = find(Asset.objects.all(), asset_id)
     try:
-        data = originals.read(found.sha256, found.mime)
+        response = sending.original_response(found.sha256, found.mime)
     except FileNotFoundError:
         raise ApiError(503, "original_missing", "The stored original is missing.") from None
-    response = HttpResponse(data, content_type=found.mime)
     # The mime was decided by decoding the file: a browser must not guess another.
     response["X-Content-Type-Options"] = "nosniff"
     response["Cache-Control"] = ORIGINAL_CACHE_CONTROL

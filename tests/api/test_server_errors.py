@@ -14,7 +14,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
 
 from avatars.bodylimit import BodyLimit
-from studio import originals
+from studio import sending
 from studio.api.auth import issue_token
 from tests.api.calls import API, error
 from tests.factories import png_bytes
@@ -68,7 +68,7 @@ def test_it_answers_an_original_it_cannot_read_with_a_json_500(deployed, subject
     def broken(*args: object) -> bytes:
         raise PermissionError(13, "Permission denied", "/srv/avatars/data/originals/ab/cd.png")
 
-    monkeypatch.setattr(originals, "read", broken)
+    monkeypatch.setattr(sending, "open_checked", broken)
 
     response = deployed.get(f"{API}/assets/{subject.assets.get().pk}/original")
 

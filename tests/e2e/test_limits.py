@@ -13,7 +13,7 @@ import httpx
 import pytest
 from PIL import Image
 
-from tests.e2e.wire import MB, limited, post_raw, signed_in_cookies, spooled_bytes
+from tests.e2e.wire import MB, limited, post_raw, signed_in_cookies, spooled_bytes, status_kib
 from tests.processes import Stack, Template, Web
 
 HUGE = 300 * MB
@@ -309,14 +309,6 @@ def test_a_signed_in_upload_past_the_limit_gets_a_page_of_the_studio_leading_bac
     assert "That photo is too large: the limit is 25 MB." in answer
     assert f'<a class="button" href="/subjects/{subject_id}/">Go back</a>' in answer
     assert spooled_bytes(spool) < 2 * MB
-
-
-def status_kib(pid: int, field: str) -> int:
-    """Return a field of /proc/<pid>/status in KiB (VmRSS: now; VmHWM: the peak so far)."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(f"{field}:"):
-            return int(line.split()[1])
-    raise AssertionError(f"/proc/{pid}/status has no {field}")
 
 
 def test_a_12_megapixel_photo_costs_the_web_process_its_decode_and_a_few_copies(served):

@@ -48,6 +48,14 @@ def limited(
             web.stop()
 
 
+def status_kib(pid: int, field: str) -> int:
+    """Return a field of /proc/<pid>/status in KiB (VmRSS: now; VmHWM: the peak so far)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(f"{field}:"):
+            return int(line.split()[1])
+    raise AssertionError(f"/proc/{pid}/status has no {field}")
+
+
 def spooled_bytes(spool: Path) -> int:
     return sum(p.stat().st_size for p in spool.rglob("*") if p.is_file())
 

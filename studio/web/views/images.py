@@ -6,12 +6,18 @@ from collections.abc import Callable
 from pathlib import Path
 
 from django.contrib.auth.decorators import login_required
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotModified
+from django.http import (
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    HttpResponseBase,
+    HttpResponseNotModified,
+)
 from django.shortcuts import get_object_or_404
 from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_GET
 
-from studio import originals, thumbs
+from studio import originals, sending, thumbs
 from studio.models import Asset, Origin
 
 # A year: an image under these URLs never changes (it is named by its original's hash).
@@ -23,24 +29,24 @@ ALL_EXTENSIONS = originals.EXTENSIONS | {".jpeg", ".jpe"}
 
 
 def _image_response(
-    request: HttpRequest, etag: str, mime: str, read: Callable[[], bytes]
-) -> HttpResponse:
-    """Answer with immutable image bytes that a browser must take for `mime` and nothing else.
+    request: HttpRequest, etag: str, respond: Callable[[], HttpResponseBase]
+) -> HttpResponseBase:
+    """Answer with immutable image bytes that a browser must take for their type alone.
 
-    A browser that already holds this ETag gets 304 without the file being read.
+    `respond` makes the answer with the bytes (and their type). A browser that already
+    holds this ETag gets 304 without the file being read.
     """
     quoted = f'"{etag}"'
-    response: HttpResponse
+    response: HttpResponseBase
     if quoted in request.headers.get("If-None-Match", ""):
         response = HttpResponseNotModified()
     else:
         try:
-            data = read()
+            response = respond()
         except FileNotFoundError:
             return _unavailable("The original is not in the store.")
         except originals.ChecksumFailed as exc:
             return _unavailable(str(exc))
-        response = HttpResponse(data, content_type=mime)
     response["X-Content-Type-Options"] = "nosniff"
     response["Cache-Control"] = IMMUTABLE
     response["ETag"] = quoted
@@ -53,35 +59,36 @@ def _unavailable(message: str) -> HttpResponse:
 
 @login_required
 @require_GET
-def asset_thumb(request: HttpRequest, asset_id: int, size: int) -> HttpResponse:
+def asset_thumb(request: HttpRequest, asset_id: int, size: int) -> HttpResponseBase:
     """Send an asset's cached thumbnail, deriving it from the original the first time."""
     if size not in thumbs.SIZES:
         raise Http404("No such thumbnail size.")
     found = get_object_or_404(Asset.objects.only("sha256", "mime"), pk=asset_id)
 
-    def read() -> bytes:
-        return thumbs.thumbnail(sha256=found.sha256, mime=found.mime, size=size).read_bytes()
+    def respond() -> HttpResponse:
+        path = thumbs.thumbnail(sha256=found.sha256, mime=found.mime, size=size)
+        return HttpResponse(path.read_bytes(), content_type=thumbs.MIME)
 
-    return _image_response(request, f"{found.sha256}-{size}", thumbs.MIME, read)
+    return _image_response(request, f"{found.sha256}-{size}", respond)
 
 
 @login_required
 @require_GET
-def asset_original(request: HttpRequest, asset_id: int) -> HttpResponse:
+def asset_original(request: HttpRequest, asset_id: int) -> HttpResponseBase:
     """Send an asset's original bytes, checked against their hash, to a signed-in person."""
     found = get_object_or_404(Asset.objects.only("sha256", "mime"), pk=asset_id)
     return _image_response(
-        request, found.sha256, found.mime, lambda: originals.read(found.sha256, found.mime)
+        request, found.sha256, lambda: sending.original_response(found.sha256, found.mime)
     )
 
 
 @login_required
 @require_GET
-def asset_download(request: HttpRequest, asset_id: int) -> HttpResponse:
+def asset_download(request: HttpRequest, asset_id: int) -> HttpResponseBase:
     """Send an asset's original as a file to save, under a name that says what it is."""
     found = get_object_or_404(Asset.objects.select_related("task"), pk=asset_id)
     response = _image_response(
-        request, found.sha256, found.mime, lambda: originals.read(found.sha256, found.mime)
+        request, found.sha256, lambda: sending.original_response(found.sha256, found.mime)
     )
     if response.status_code in (200, 304):
         name = download_name(found)
