@@ -93,7 +93,9 @@ def restore(src: Path, *, data_dir: Path | None = None, database: Path | None = 
     elif shutil.which("pg_restore") is None:
         raise BackupError(pg_restore_howto(src))
     marker = data_dir / MARKER
-    if not marker.exists():
+    # Empty: a run killed while it made the marker (as versions before the atomic one
+    # could be), before it placed anything. The target is then as it was before it.
+    if not marker.exists() or not marker.read_text().strip():
         refuse_a_used_target(data_dir, database)
     elif marker.read_text().strip() != f"restoring {src}":
         raise BackupError(
@@ -125,10 +127,18 @@ def unfinished(data_dir: Path | None = None) -> None:
 
 
 def mark(marker: Path, src: str) -> None:
-    """Leave the marker, durably, before anything is placed."""
+    """Leave the marker, durably and whole, before anything is placed.
+
+    Written aside and renamed into place: a run killed while writing it in place left
+    it empty, naming no restore to run again (found by a review).
+    """
     marker.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    marker.write_text(f"restoring {src}\n")
-    fsync_file(marker)
+    for stale in marker.parent.glob(f"{marker.name}.*.tmp"):  # a killed run's
+        stale.unlink(missing_ok=True)
+    aside = marker.with_name(f"{marker.name}.{os.getpid()}.tmp")
+    aside.write_text(f"restoring {src}\n")
+    fsync_file(aside)
+    os.replace(aside, marker)
     originals.fsync_dir(marker.parent)
 
 

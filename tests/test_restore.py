@@ -314,6 +314,44 @@ def test_a_restore_killed_before_it_finished_keeps_the_worker_off_until_run_agai
     assert "Another restore into this data dir has not finished" in str(elsewhere.value)
 
 
+@sqlite_only
+def test_a_restore_killed_while_it_left_its_marker_can_be_run_again(tmp_path, monkeypatch):
+    """Found by a review: killed between making the marker and writing it, a restore left
+    it empty, and every later run was told to run "that one" again."""
+    stored(1)
+    run("backup", str(tmp_path / "backup"))
+    target, database = restore_into(tmp_path)
+    marker = target / restoring.MARKER
+    target.mkdir(parents=True, exist_ok=True)
+    marker.write_text("")  # as the marker was left by a kill mid-write, before this fix
+
+    again = restoring.restore(tmp_path / "backup", data_dir=target, database=database)
+
+    assert (again.restored, again.problems) == (1, [])
+    assert not marker.exists()
+
+
+@sqlite_only
+def test_the_marker_is_there_whole_or_not_at_all(tmp_path, monkeypatch):
+    stored(1)
+    run("backup", str(tmp_path / "backup"))
+    target, database = restore_into(tmp_path)
+    real_replace = os.replace
+
+    def killed(*args: object) -> None:
+        raise KeyboardInterrupt  # a kill just before the marker's name is given
+
+    monkeypatch.setattr(restoring.os, "replace", killed)
+    with pytest.raises(KeyboardInterrupt):
+        restoring.restore(tmp_path / "backup", data_dir=target, database=database)
+    assert not (target / restoring.MARKER).exists()
+
+    monkeypatch.setattr(restoring.os, "replace", real_replace)
+    again = restoring.restore(tmp_path / "backup", data_dir=target, database=database)
+    assert (again.restored, again.problems) == (1, [])
+    assert list(target.glob(f"{restoring.MARKER}*")) == []  # nothing left aside either
+
+
 def test_a_restore_the_disk_stops_says_so_in_a_sentence(tmp_path, monkeypatch):
     def the_disk_fills_up(*_args: object, **_kwargs: object) -> None:
         raise OSError(errno.ENOSPC, "No space left on device", "/data/originals/x.png")
