@@ -131,6 +131,12 @@ def head_as_get(view: View, request: HttpRequest, *args: Any, **kwargs: Any) -> 
         response = view(request, *args, **kwargs)
     finally:
         request.method = "HEAD"
+    if response.streaming:  # an original, streamed: its length is among its headers
+        headless = HttpResponse(status=response.status_code)
+        for header, value in response.items():
+            headless[header] = value
+        response.close()
+        return headless
     response["Content-Length"] = str(len(response.content))
     response.content = b""
     return response

@@ -29,6 +29,7 @@ from tests.factories import (
     png_bytes,
     stored_asset,
 )
+from tests.studio_pages import served_bytes
 
 pytestmark = pytest.mark.django_db
 
@@ -244,7 +245,7 @@ def test_it_serves_an_uploaded_photo_back_byte_for_byte(api, make_subject):
     response = api.get(url)
 
     assert response.status_code == 200
-    assert response.content == data
+    assert served_bytes(response) == data
 
 
 @pytest.mark.parametrize(
