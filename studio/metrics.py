@@ -21,6 +21,35 @@ if not getattr(values.ValueClass, "_multiprocess", False):
         "load Django's settings first."
     )
 
+KINDS = ("counter", "histogram")  # the figure files of one process: `<kind>_<pid>.db`
+ROOM = 1 << 18  # bytes each is given on disk at start-up: over a thousand labelled figures
+
+
+def give_room() -> None:
+    """Allocate this process's figure files on disk before prometheus_client writes them.
+
+    prometheus_client maps each file into memory and lets it grow sparse: on a full disk
+    the first write to a page not yet on disk killed the process with SIGBUS, with no
+    word (found by a review that filled the worker's disk). Allocated here, a full disk
+    is an error at start-up that says so, and a later one cannot touch these files.
+    """
+    folder = Path(settings.AVATARS_METRICS_DIR)
+    for kind in KINDS:
+        fd = os.open(folder / f"{kind}_{os.getpid()}.db", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            if os.fstat(fd).st_size < ROOM:
+                os.posix_fallocate(fd, 0, ROOM)
+        except OSError as exc:
+            raise ImproperlyConfigured(
+                f"The figures for /metrics cannot be kept in {folder} ({exc.strerror}): free "
+                "space on its disk, or set AVATARS_METRICS_DIR to a folder on another."
+            ) from None
+        finally:
+            os.close(fd)
+
+
+give_room()
+
 # Seconds. Ember answers JSON in milliseconds, but an original may take a minute to fetch.
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 

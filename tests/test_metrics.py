@@ -12,12 +12,13 @@ import pytest
 import respx
 from asgiref.sync import async_to_sync
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.test import Client
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
 from avatars.bodylimit import BodyLimit
-from studio import engine
+from studio import engine, metrics
 from studio.ember.client import EmberBusy, EmberClient, EmberUnavailable
 from studio.metrics import forget_dead_processes
 from studio.models import Subject, Task, WorkerHeartbeat
@@ -326,3 +327,32 @@ def test_a_figure_file_left_empty_or_cut_short_does_not_fail_the_scrape(
     finally:
         empty.unlink(missing_ok=True)
         cut.unlink(missing_ok=True)
+
+
+def test_this_processs_figure_files_have_their_room_on_disk_before_any_figure():
+    """Found by a review: grown sparse in memory-mapped files, a figure written on a full disk
+    killed the worker with SIGBUS, with no word. Allocated at start, a full disk cannot."""
+    folder = Path(settings.AVATARS_METRICS_DIR)
+    for kind in metrics.KINDS:
+        info = (folder / f"{kind}_{os.getpid()}.db").stat()
+        allocated = info.st_blocks * 512
+        assert allocated >= metrics.ROOM, (
+            f"{kind}: {allocated} of {metrics.ROOM} bytes allocated on disk (the rest is sparse)"
+        )
+
+
+def test_a_full_disk_at_start_up_is_said_in_a_sentence(tmp_path, settings, monkeypatch):
+    settings.AVATARS_METRICS_DIR = tmp_path
+
+    def full(*_args: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(metrics.os, "posix_fallocate", full)
+
+    with pytest.raises(ImproperlyConfigured) as refused:
+        metrics.give_room()
+
+    assert str(refused.value) == (
+        f"The figures for /metrics cannot be kept in {tmp_path} (No space left on device): "
+        "free space on its disk, or set AVATARS_METRICS_DIR to a folder on another."
+    )
