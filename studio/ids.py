@@ -8,6 +8,7 @@ column raises inside the query instead of naming no row.
 import re
 
 MAX_ID = 2**63 - 1  # the largest row id any database here can hold
+MAX_DIGITS = 100  # of an id as written; past it, a string or a number is no id at all
 _DIGITS = re.compile(r"[0-9]{1,19}")
 
 
@@ -25,7 +26,12 @@ def row_id(value: object) -> int | None:
 
 
 def looks_like_id(value: object) -> bool:
-    """Say whether `value` is written as a row id (ASCII digits or an int), in range or not."""
+    """Say whether `value` is written as a row id (ASCII digits or an int), in range or not.
+
+    A JSON number may have thousands of digits; it is held to the length a string is.
+    """
     if isinstance(value, str):
-        return value.isascii() and value.isdigit() and len(value) <= 100
-    return isinstance(value, int) and not isinstance(value, bool)
+        return value.isascii() and value.isdigit() and len(value) <= MAX_DIGITS
+    if isinstance(value, bool) or not isinstance(value, int):
+        return False
+    return abs(value) < 10**MAX_DIGITS

@@ -69,7 +69,7 @@ def find(queryset: QuerySet[M], pk: str) -> M:
         row = None
     if row is None:
         name = queryset.model._meta.verbose_name
-        raise ApiError(404, "not_found", f"No {name} with id {pk!r}.")
+        raise ApiError(404, "not_found", f"No {name} with id {engine.echo(pk)}.")
     return row
 
 

@@ -53,7 +53,7 @@ from studio.engine.planning import (
 from studio.engine.recovery import areconcile, reconcile, resubmit
 from studio.engine.requeue import REQUEUED_PHASE, requeue, was_sent
 from studio.engine.sets import PUBLISH_TRIES, choose_assets, create_set, publish
-from studio.engine.validation import FRAMES, MAX_CANDIDATES, MAX_PROMPT
+from studio.engine.validation import FRAMES, MAX_CANDIDATES, MAX_PROMPT, echo
 
 __all__ = [
     "ALREADY_ENDED",
@@ -93,6 +93,7 @@ __all__ = [
     "choose_assets",
     "create_set",
     "create_subject",
+    "echo",
     "generate",
     "progress",
     "publish",

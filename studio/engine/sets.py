@@ -10,7 +10,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from studio.engine.errors import SET_KEPT_CHANGING, SET_PUBLISHED, InvalidRequest, PublishRefused
-from studio.engine.validation import existing_ids, id_list
+from studio.engine.validation import echo, existing_ids, id_list
 from studio.models import Asset, AvatarSet, Origin, SetItem
 from studio.store import Conflict, update
 
@@ -42,7 +42,7 @@ def choose_assets(*, avatar_set: AvatarSet, asset_ids: list[Any]) -> AvatarSet:
     found = set(Asset.objects.filter(pk__in=existing_ids(ids)).values_list("pk", flat=True))
     missing = [i for i in ids if i not in found]
     if missing:
-        raise InvalidRequest(f"Unknown asset: {missing[0]}.")
+        raise InvalidRequest(f"Unknown asset: {echo(missing[0])}.")
     while True:
         if avatar_set.published_at is not None:
             raise InvalidRequest(SET_PUBLISHED)

@@ -73,8 +73,9 @@ def validate(request: object) -> dict[str, Any]:
 def echo(value: object) -> str:
     """Return `value` as a refusal says it back: its repr, cut to ECHOED characters.
 
-    A caller's mistake may be megabytes long (a model's name, a frame); the refusal only
-    needs to show which value it was.
+    Every refusal that quotes a caller's value says it through here (the API's 404 for an
+    id included). A caller's mistake may be megabytes long (a model's name, a frame, an id
+    in a URL); the refusal only needs to show which value it was.
     """
     said = repr(value)
     return said if len(said) <= ECHOED else said[: ECHOED - 1] + "…"
@@ -113,7 +114,7 @@ def _subjects(value: object) -> list[Subject]:
     found = {s.pk: s for s in Subject.objects.filter(pk__in=existing_ids(ids))}
     missing = [i for i in ids if i not in found]
     if missing:
-        raise InvalidRequest(f"Unknown subject: {missing[0]}.")
+        raise InvalidRequest(f"Unknown subject: {echo(missing[0])}.")
     return [found[i] for i in ids]
 
 
@@ -128,7 +129,7 @@ def _references(value: object, subjects: list[Subject]) -> list[dict[str, Any]]:
         found = {a.pk: a for a in uploaded.filter(pk__in=existing_ids(ids))}
         missing = [i for i in ids if i not in found]
         if missing:
-            raise InvalidRequest(f"Unknown reference photo: {missing[0]}.")
+            raise InvalidRequest(f"Unknown reference photo: {echo(missing[0])}.")
         assets = [found[i] for i in ids]
     _check_reference_caps(assets, every_photo=value is None)
     # Frozen now: the worker re-hashes each file and refuses one that changed.
