@@ -2,11 +2,12 @@
 
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
+from django.core.exceptions import DisallowedHost
 from django.http import HttpRequest, HttpResponse
 from django.urls import include, path
 from django.views import defaults
 
-from studio.api.http import INTERNAL_ERROR, error_response
+from studio.api.http import BAD_REQUEST, INTERNAL_ERROR, INVALID_HOST, error_response
 from studio.web import metrics
 
 urlpatterns = [
@@ -33,4 +34,18 @@ def server_error(request: HttpRequest) -> HttpResponse:
     return defaults.server_error(request)
 
 
+def bad_request(request: HttpRequest, exception: Exception) -> HttpResponse:
+    """Answer a request Django refused (DEBUG off): JSON under the API, the studio's page elsewhere.
+
+    Django refuses a `Host` header not in ALLOWED_HOSTS (DisallowedHost) before any view
+    runs, so the API's own handlers never see it; its callers still read the error shape.
+    """
+    if request.path.startswith("/api/"):
+        if isinstance(exception, DisallowedHost):
+            return error_response(400, "invalid_host", INVALID_HOST)
+        return error_response(400, "invalid_request", BAD_REQUEST)
+    return defaults.bad_request(request, exception)
+
+
+handler400 = bad_request
 handler500 = server_error

@@ -16,6 +16,9 @@ UNAUTHORIZED = "A valid API token is required."
 READ_ONLY = "This API token may only read; ask for a token without --read-only to change anything."
 # An error of ours (a 500): the caller learns it happened and was logged, nothing more.
 INTERNAL_ERROR = "The server hit an error of its own and could not answer; it has been logged."
+# Django refuses a Host header not in ALLOWED_HOSTS before any view runs (avatars/urls.py).
+INVALID_HOST = "This server does not answer to the host the request names."
+BAD_REQUEST = "The request could not be read."
 CONFLICT = "The row changed while this request was served; read it again and retry."
 KEY_REUSED = (
     "This Idempotency-Key was already used with a different request body; "
