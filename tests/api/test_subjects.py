@@ -4,6 +4,7 @@ import base64
 import hashlib
 import io
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -177,6 +178,52 @@ def test_it_refuses_a_bad_cursor_with_a_400(api, make_subject, cursor):
 
     assert response.status_code == 400
     assert error(response)["code"] == "invalid_cursor"
+
+
+def first_cursor(api: Client) -> str:
+    """Return the cursor of the second page, as the first page gives it out."""
+    next_url = api.get(f"{API}/subjects").json()["next"]
+    path, _, query = next_url.partition("?cursor=")
+    assert path == f"{API}/subjects" and re.fullmatch(r"[A-Za-z0-9_.-]+", query), next_url
+    return query  # URL-safe as it is: nothing in it needs escaping
+
+
+def test_it_refuses_a_cursor_of_the_right_form_that_it_did_not_give_out(api, make_subject):
+    """Found by a review: any base64 of `["<text>", <number>]` was taken as a cursor."""
+    many_subjects(60)
+    bo = make_subject("Bo")
+
+    response = api.get(f"{API}/subjects", {"cursor": encoded(["Bo", bo.pk])})
+
+    assert response.status_code == 400
+    assert error(response) == {
+        "code": "invalid_cursor",
+        "message": "The cursor is not one this API gave out; start again from the first page.",
+    }
+
+
+def test_it_refuses_a_cursor_it_gave_out_with_any_one_character_changed(api):
+    many_subjects(60)
+    cursor = first_cursor(api)
+    assert api.get(f"{API}/subjects", {"cursor": cursor}).status_code == 200
+
+    for at, was in enumerate(cursor):
+        changed = cursor[:at] + ("B" if was == "A" else "A") + cursor[at + 1 :]
+        response = api.get(f"{API}/subjects", {"cursor": changed})
+        assert response.status_code == 400, (at, changed)
+        assert error(response)["code"] == "invalid_cursor"
+
+
+def test_it_pages_on_past_subjects_with_the_longest_names_in_any_script(api):
+    """A cursor names the last subject seen: its name may be 120 characters of emoji."""
+    names = [f"{chr(0x1F600 + n % 64) * 119}{n % 10}" for n in range(51)]
+    Subject.objects.bulk_create(Subject(name=name, slug=f"s-{n}") for n, name in enumerate(names))
+
+    first = api.get(f"{API}/subjects").json()
+    second = api.get(first["next"])
+
+    assert second.status_code == 200
+    assert sorted(item["name"] for item in first["items"] + second.json()["items"]) == sorted(names)
 
 
 @pytest.mark.parametrize(
