@@ -12,6 +12,7 @@ from playwright.sync_api import Browser, Page, expect
 
 from tests.e2e.studio import (
     DESKTOP,
+    PHONE,
     Studio,
     fits_the_screen,
     plan_batch,
@@ -152,3 +153,45 @@ def test_it_asks_before_publishing_and_then_shows_the_url_sibling_apps_read(
         re.compile(r"^http://.+/api/v1/sets/\d+$")
     )
     fits_the_screen(person)
+
+
+TAP = 44  # CSS px: a target a finger hits at the first try (WCAG 2.5.5)
+
+
+def test_a_phone_gives_every_link_of_the_viewer_room_for_a_finger(phone: Page, batch_url: str):
+    sign_in(phone)
+    phone.goto(batch_url)
+    second = results_of(phone)[1]
+    phone.goto(f"/assets/{second}/")
+    steps = phone.get_by_role("navigation", name="Results of this batch")
+    expect(steps).to_contain_text("2 of 3")
+
+    targets = [
+        *phone.get_by_role("navigation", name="Studio").get_by_role("link").all(),
+        phone.get_by_role("button", name="Sign out"),
+        *steps.get_by_role("link").all(),
+    ]
+
+    boxes = {target.inner_text(): target.bounding_box() for target in targets}
+    assert len(boxes) == 9, boxes  # six places, Sign out, Previous and Next
+    small = {
+        name: f"{box['width']:.0f} x {box['height']:.0f}"
+        for name, box in boxes.items()
+        if box is None or box["height"] < TAP or box["width"] < TAP
+    }
+    assert small == {}, f"too small for a finger at {PHONE['width']} px: {small}"
+    fits_the_screen(phone)
+
+
+def test_it_speaks_of_the_arrow_keys_only_where_there_is_a_keyboard(
+    page: Page, phone: Page, batch_url: str
+):
+    hint = "The arrow keys ← → step through this batch's results."
+    for opened in (page, phone):
+        sign_in(opened)
+        opened.goto(batch_url)
+        opened.goto(f"/assets/{results_of(opened)[0]}/")
+        expect(opened.get_by_role("navigation", name="Results of this batch")).to_be_visible()
+
+    expect(page.get_by_text(hint)).to_be_visible()
+    expect(phone.get_by_text(hint)).to_be_hidden()
