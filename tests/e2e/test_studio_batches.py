@@ -240,6 +240,29 @@ def test_it_updates_the_words_and_title_without_a_reload(page: Page):
     assert page.evaluate("window.sameDocument") is True
 
 
+def test_it_says_when_progress_cannot_be_reached_and_catches_up_once_back(person: Page):
+    plan_batch(person, prompt=f"Bo, out of reach, {size(person)}", candidates=2)
+    worker = person.get_by_test_id("worker")
+    expect(worker).to_have_text("Worker running")
+    person.evaluate("window.sameDocument = true")
+
+    person.context.set_offline(True)
+
+    unreachable = person.get_by_test_id("unreachable")
+    expect(unreachable).to_have_text(
+        "Can't reach Avatars; progress paused. It will catch up when the connection is back."
+    )
+    expect(unreachable).to_have_attribute("aria-live", "polite")
+    expect(worker).not_to_have_text("Worker running")
+    fits_the_screen(person)
+    audit(person)
+    screenshot(person, "batch-unreachable")
+    person.context.set_offline(False)
+    expect(person.get_by_test_id("progress-text")).to_have_text("2 ready", timeout=SLOW)
+    expect(unreachable).to_be_empty()
+    assert person.evaluate("window.sameDocument") is True
+
+
 def test_it_lists_batches_newest_first_with_outcomes_and_images(person: Page):
     prompt = f"Bo, newest on the list, {size(person)}"
     plan_batch(person, prompt=prompt, candidates=1)

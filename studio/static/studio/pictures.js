@@ -4,7 +4,8 @@
 //   focus is scrolled clear of it;
 // - a set's chosen images can be dragged into a new order (the move buttons stay);
 // - the viewer steps through a batch's results with the arrow keys;
-// - the "Task details" section stays open across the progress section's live updates.
+// - the "Task details" section stays open across the progress section's live updates;
+// - a batch's live progress says when it cannot reach the studio.
 (function () {
   "use strict";
 
@@ -246,6 +247,43 @@
       document.querySelector("[data-focus-fallback]");
     if (next) next.focus();
   }
+
+  // --- progress that cannot be reached ---------------------------------------------------
+  // A poll that fails (offline, the server away) changes nothing on the page, which would
+  // go on saying "2 in progress · Worker running" as if it were now. It says instead that
+  // progress is paused, and that the worker's state is not known; the next poll that gets
+  // through replaces the summary and takes the notice away.
+  var UNREACHABLE = "Can't reach Avatars; progress paused. " +
+    "It will catch up when the connection is back.";
+
+  function polled(event) {
+    return event.target instanceof Element && event.target.id === "progress-summary";
+  }
+
+  function sayUnreachable(event) {
+    var region = document.getElementById("progress-unreachable");
+    if (!polled(event) || !region) return;
+    var worker = event.target.querySelector("[data-testid=worker]");
+    if (worker) {
+      worker.textContent = "Worker: not known while Avatars can't be reached";
+      worker.classList.add("warn");
+    }
+    if (region.textContent) return;  // said once, not at every failed poll
+    var notice = document.createElement("p");
+    notice.className = "notice";
+    notice.textContent = UNREACHABLE;
+    region.appendChild(notice);
+  }
+
+  ["htmx:sendError", "htmx:responseError", "htmx:timeout"].forEach(function (name) {
+    document.addEventListener(name, sayUnreachable);
+  });
+  // Before the swap: afterwards the summary that asked is out of the page, and its events
+  // no longer reach the document.
+  document.addEventListener("htmx:beforeSwap", function (event) {
+    var region = document.getElementById("progress-unreachable");
+    if (polled(event) && !event.detail.isError && region) region.replaceChildren();
+  });
 
   document.addEventListener("DOMContentLoaded", function () { setUp(document); });
   // Sections htmx swaps in (the progress and results sections) are set up again.
