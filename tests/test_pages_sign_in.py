@@ -14,7 +14,7 @@ from django.views.defaults import server_error
 from studio import engine
 from studio.models import Asset, AvatarSet, Batch, Subject, Task, TaskState
 from tests.factories import a_batch, png_bytes, stored_asset
-from tests.studio_pages import text
+from tests.studio_pages import batch_form, text
 
 pytestmark = pytest.mark.django_db
 
@@ -73,6 +73,53 @@ def test_it_sends_a_poll_whose_session_expired_to_the_sign_in_page(client: Clien
     assert response.status_code == 200
     assert response["HX-Redirect"] == f"/accounts/login/?next={page.replace('/', '%2F')}"
     assert not response.content
+
+
+def test_a_form_sent_after_the_sign_in_ended_is_said_not_done_and_leads_back_to_its_page(
+    client: Client, subject, person: User
+):
+    batch = a_batch(subject, candidates=2)
+    page = f"/batches/{batch.pk}/"
+    asset = stored_asset(1)
+
+    refused = client.post(
+        "/sets/",
+        {"assets": [asset.pk], "name": "Never made", "next": page},
+        HTTP_REFERER=f"http://testserver{page}",
+    )
+
+    # Back to the batch's page, not to the address the form was sent to (the sets' list).
+    assert refused.status_code == 302
+    assert refused["Location"] == f"/accounts/login/?next={page}"
+    sign_in_page = text(client.get(refused["Location"]))
+    assert "You were signed out, so what you sent was not done" in sign_in_page
+    assert "nothing was started or paid" in sign_in_page
+    assert not AvatarSet.objects.exists()
+    client.force_login(person)
+    assert "You were signed out" not in text(client.get(page))  # said once
+
+
+def test_a_form_sent_after_the_sign_in_ended_from_another_site_leads_to_its_own_address(
+    client: Client, subject
+):
+    refused = client.post(
+        f"/subjects/{subject.pk}/rename/",
+        {"name": "Mallory"},
+        HTTP_REFERER="https://elsewhere.example/subjects/",
+    )
+
+    assert refused["Location"] == f"/accounts/login/?next=/subjects/{subject.pk}/rename/"
+    assert Subject.objects.get().name == subject.name
+
+
+def test_the_batch_page_answering_the_form_says_once_that_its_draft_can_go(
+    signed_in: Client, subject
+):
+    planned = signed_in.post("/batches/new/", batch_form(subject))
+    page = planned["Location"]
+
+    assert 'name="avatars-draft" content="planned"' in signed_in.get(page).content.decode()
+    assert "avatars-draft" not in signed_in.get(page).content.decode()
 
 
 def test_it_signs_a_person_in_and_out(client: Client, person: User):

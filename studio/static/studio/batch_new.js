@@ -1,6 +1,6 @@
 // The new-batch form: the paid-job total as the person types, reference photos that follow
-// the ticked subjects, Enter in a field that starts nothing, and a button that says what it
-// is doing once pressed.
+// the ticked subjects, Enter in a field that starts nothing, a button that says what it
+// is doing once pressed, and a draft of what was typed that outlives a reload or a sign-in.
 // The server counts the same way (BatchForm.job_factors) and has the last word.
 (function () {
   "use strict";
@@ -58,18 +58,74 @@
     if (hint) hint.hidden = any || !form.querySelector(".pick");
   }
 
+  // --- the draft ---------------------------------------------------------------------------
+  // What the person typed is kept in this tab (sessionStorage) as they type, so that a form
+  // that opens empty (a reload; the form again after a sign-in that had ended refused it)
+  // gets it back. Only the fields they see: never the one-time token (a restored token
+  // would be an earlier form's intent) nor the CSRF token, nor "start it again". The
+  // batch page planned from the form drops it (pictures.js).
+  var DRAFT = "avatars:batch-draft";
+  var notice = form.querySelector("[data-testid=draft]");
+
+  function drafted(field) {
+    return /^(title|prompt|subjects|references|frames|candidates_\w+)$/.test(field.name);
+  }
+
+  function saveDraft() {
+    var draft = {};
+    Array.prototype.forEach.call(form.elements, function (field) {
+      if (!drafted(field)) return;
+      if (field.type !== "checkbox") { draft[field.name] = field.value; return; }
+      draft[field.name] = draft[field.name] || [];
+      if (field.checked) draft[field.name].push(field.value);
+    });
+    try { sessionStorage.setItem(DRAFT, JSON.stringify(draft)); } catch (e) { /* storage off */ }
+  }
+
+  function readDraft() {
+    try { return JSON.parse(sessionStorage.getItem(DRAFT) || "null"); } catch (e) { return null; }
+  }
+
+  function restoreDraft() {
+    // Only into a form the server sent empty and the browser did not fill in itself.
+    var draft = readDraft();
+    var typed = form.elements.prompt.value || form.elements.title.value;
+    if (!draft || typeof draft !== "object" || !form.hasAttribute("data-fresh") || typed) return;
+    Array.prototype.forEach.call(form.elements, function (field) {
+      if (!drafted(field) || !(field.name in draft)) return;
+      var value = draft[field.name];
+      if (field.type === "checkbox") field.checked = [].concat(value).indexOf(field.value) !== -1;
+      else field.value = String(value);
+    });
+    if (notice) notice.hidden = false;
+  }
+
+  if (notice) notice.querySelector("[data-clear-draft]").addEventListener("click", function () {
+    try { sessionStorage.removeItem(DRAFT); } catch (e) { /* storage off */ }
+    form.reset();
+    notice.hidden = true;
+    followSubjects();
+    recount();
+    form.elements.prompt.focus();
+  });
+
   // Enter in a field (a count, the title, a ticked box) sends nothing: only the button that
   // names the spend starts paid jobs. Without this script the form's first, disabled button
   // does the same for the text and number fields.
   form.addEventListener("keydown", function (event) {
     if (event.key === "Enter" && event.target instanceof HTMLInputElement) event.preventDefault();
   });
-  form.addEventListener("input", recount);
+  form.addEventListener("input", function () {
+    recount();
+    saveDraft();
+  });
   form.addEventListener("change", function (event) {
     if (event.target.name === "subjects") followSubjects();
     recount();
+    saveDraft();
   });
   form.addEventListener("submit", function () {
+    saveDraft(); // kept until the batch page says the batch was planned
     var jobs = recount();
     // One press, one intent: a second press while the first is on its way does nothing.
     button.disabled = true;
@@ -82,6 +138,9 @@
     followSubjects(); // the browser put the ticks back: show those subjects' photos again
     recount();
   });
+  // A form the server answered (a question, an error) holds what was sent: the draft now.
+  if (form.hasAttribute("data-fresh")) restoreDraft();
+  else saveDraft();
   followSubjects();
   recount();
   // A refused form: the summary of what to fix is read out and in view, even on a phone.

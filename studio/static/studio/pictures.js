@@ -5,7 +5,8 @@
 // - a set's chosen images can be dragged into a new order (the move buttons stay);
 // - the viewer steps through a batch's results with the arrow keys;
 // - the "Task details" section stays open across the progress section's live updates;
-// - a batch's live progress says when it cannot reach the studio.
+// - a batch's live progress says when it cannot reach the studio;
+// - the new-batch form's draft goes once a batch was planned from it.
 (function () {
   "use strict";
 
@@ -284,6 +285,12 @@
     var region = document.getElementById("progress-unreachable");
     if (polled(event) && !event.detail.isError && region) region.replaceChildren();
   });
+
+  // --- the new-batch form's draft, dropped once a batch was planned from it ----------------
+  // The batch page says so the one time it answers the form (batch_new.js keeps the draft).
+  if (document.querySelector('meta[name="avatars-draft"][content="planned"]')) {
+    try { sessionStorage.removeItem("avatars:batch-draft"); } catch (e) { /* storage off */ }
+  }
 
   document.addEventListener("DOMContentLoaded", function () { setUp(document); });
   // Sections htmx swaps in (the progress and results sections) are set up again.

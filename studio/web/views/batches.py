@@ -6,7 +6,6 @@ from uuid import UUID
 
 from django.conf import settings
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.template.defaultfilters import pluralize
@@ -18,11 +17,14 @@ from studio import engine
 from studio.models import Batch, Task, TaskState, WorkerHeartbeat
 from studio.web import progress
 from studio.web.forms import BatchForm
-from studio.web.views.common import login_required_htmx, page_of, posted, user_of
+from studio.web.views.common import login_required, login_required_htmx, page_of, posted, user_of
 
 BATCHES_PAGE = 20
 THUMBS_PER_BATCH = 4
 NO_SCRIPT_RELOAD = 10  # seconds between reloads of a batch page whose browser runs no script
+# The session's note that this person's form just planned the batch it names: its page
+# then tells the tab to drop the form's draft (batch_new.js keeps it in sessionStorage).
+PLANNED = "avatars:planned-from-form"
 FORM_REUSED = (
     "This form had already planned this batch; nothing new was planned. "
     "Open a new form to plan another batch."
@@ -132,8 +134,14 @@ def _plan(request: HttpRequest, form: BatchForm) -> HttpResponse | None:
     except engine.KeyReused as exc:
         # Back, a change, and submit again: this form's token already planned a batch.
         messages.info(request, FORM_REUSED)
-        return redirect("studio:batch", batch_id=exc.batch.pk)
+        return _planned(request, exc.batch)
     # A second post of the same form lands here too, with the first batch.
+    return _planned(request, batch)
+
+
+def _planned(request: HttpRequest, batch: Batch) -> HttpResponse:
+    """Answer with the page of the batch the form planned, noting that it came from a form."""
+    request.session[PLANNED] = str(batch.pk)
     return redirect("studio:batch", batch_id=batch.pk)
 
 
@@ -176,7 +184,9 @@ def _progress_context(request: HttpRequest, batch: Batch) -> dict[str, Any]:
 def batch_detail(request: HttpRequest, batch_id: UUID) -> HttpResponse:
     """Show a batch with its live progress and its tasks."""
     found = get_object_or_404(Batch, pk=batch_id)
-    return render(request, "studio/batch.html", _progress_context(request, found))
+    context = _progress_context(request, found)
+    context["planned"] = request.session.pop(PLANNED, None) == str(found.pk)
+    return render(request, "studio/batch.html", context)
 
 
 @login_required_htmx

@@ -7,16 +7,45 @@ from typing import Any
 from urllib.parse import urlencode
 
 from django.conf import settings
-from django.contrib.auth.decorators import login_required
+from django.contrib import messages
+from django.contrib.auth import decorators
 from django.contrib.auth.models import User
-from django.http import HttpRequest, HttpResponse
+from django.contrib.auth.views import redirect_to_login
+from django.http import HttpRequest
+from django.http.response import HttpResponseBase
 from django_htmx.http import HttpResponseClientRedirect
 from django_htmx.middleware import HtmxDetails
 
+from studio.web.refusals import form_page
+
 LIST_PAGE = 50  # subjects or sets per page
+SIGNED_OUT = (
+    "You were signed out, so what you sent was not done: nothing was started or paid, "
+    "and nothing was saved or uploaded. Sign in to go back to the page you were on."
+)
 
 
-def login_required_htmx(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+def login_required(view: Callable[..., HttpResponseBase]) -> Callable[..., HttpResponseBase]:
+    """Require a signed-in person; tell one whose form came after their sign-in ended.
+
+    Django's own guard sends them to sign in without a word, and then on to the address
+    the form was sent to (an action's, or a list's), where what they typed is gone. A
+    form is not done; the sign-in page says so, and leads back to the page the form was
+    on (its Referer, when this site's; the form's address otherwise).
+    """
+    guarded = decorators.login_required(view)
+
+    @wraps(view)
+    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
+        if request.method == "POST" and not request.user.is_authenticated:
+            messages.warning(request, SIGNED_OUT)
+            return redirect_to_login(form_page(request) or request.path)
+        return guarded(request, *args, **kwargs)
+
+    return wrapper
+
+
+def login_required_htmx(view: Callable[..., HttpResponseBase]) -> Callable[..., HttpResponseBase]:
     """Require a signed-in person; tell htmx to load the sign-in page rather than swap it in.
 
     A poll that follows a redirect would otherwise put the whole sign-in page
@@ -25,7 +54,7 @@ def login_required_htmx(view: Callable[..., HttpResponse]) -> Callable[..., Http
     guarded = login_required(view)
 
     @wraps(view)
-    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
         htmx: HtmxDetails | None = getattr(request, "htmx", None)
         if htmx and not request.user.is_authenticated:
             page = htmx.current_url_abs_path or "/"

@@ -5,7 +5,6 @@ import unicodedata
 from collections.abc import Callable
 from pathlib import Path
 
-from django.contrib.auth.decorators import login_required
 from django.http import (
     Http404,
     HttpRequest,
@@ -19,6 +18,7 @@ from django.views.decorators.http import require_GET
 
 from studio import originals, sending, thumbs
 from studio.models import Asset, Origin
+from studio.web.views.common import login_required
 
 # A year: an image under these URLs never changes (it is named by its original's hash).
 IMMUTABLE = "private, max-age=31536000, immutable"

@@ -3,13 +3,12 @@
 from typing import Any
 from uuid import UUID
 
-from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
 from django.views.decorators.http import require_GET
 
 from studio.models import RECONCILABLE, STOPPABLE, Asset, AvatarSet, Batch, Task
-from studio.web.views.common import login_required_htmx
+from studio.web.views.common import login_required, login_required_htmx
 
 SET_CHOICES = 50  # draft sets offered in the viewer's "Add to a set"
 

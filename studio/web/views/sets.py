@@ -4,7 +4,6 @@ from typing import Any
 from urllib.parse import urlencode
 
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
 from django.db.models import Count
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -21,7 +20,7 @@ from studio.models import (
 )
 from studio.web.forms import ChooseForm, SetForm
 from studio.web.gallery import GalleryFilter
-from studio.web.views.common import LIST_PAGE, page_of, posted
+from studio.web.views.common import LIST_PAGE, login_required, page_of, posted
 
 GALLERY_PAGE = 60  # thumbnails per gallery page
 PICKER_PAGE = 48  # thumbnails offered per page when adding to a set

@@ -4,7 +4,6 @@ from dataclasses import dataclass
 
 from django.conf import settings
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
 from django.db.models import Count, OuterRef, Q, Subquery
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -20,7 +19,7 @@ from studio.models import (
     Subject,
 )
 from studio.web.forms import ReferenceForm, SubjectForm
-from studio.web.views.common import LIST_PAGE, Window, page_of, posted
+from studio.web.views.common import LIST_PAGE, Window, login_required, page_of, posted
 
 PHOTOS_PAGE = 48  # reference photos per page of a subject
 ALREADY_THERE = "This photo is already there."
