@@ -19,8 +19,10 @@ from studio.models import Task, TaskState
 from studio.ownership import NotOwner, Ownership
 from studio.store import move
 from studio.worker import Worker, db
+from tests.backup_parts import sqlite_only
 from tests.factories import drain, plan
 from tests.fake_ember import FakeEmber
+from tests.task_rows import row_of
 
 pytestmark = pytest.mark.django_db
 
@@ -165,6 +167,44 @@ def test_it_outlives_a_failing_pump_query_and_heartbeat_and_then_finishes_the_ta
     assert sum("database is locked" in p for p in problems) == 2
     assert sum("connection already closed" in p for p in problems) == 2
     assert all("retrying in" in p for p in problems)
+
+
+@sqlite_only
+@pytest.mark.django_db(transaction=True)
+def test_it_keeps_its_sqlite_connection_through_database_errors(
+    subject, ember, worker, monkeypatch
+):
+    """Found by a review: reopened after each error (and at every tick), a SQLite connection
+    mapped its shared-memory file again, which on a full disk killed the worker (SIGBUS)."""
+    from django.db import OperationalError
+    from django.db.backends.signals import connection_created
+
+    from studio.worker import loop
+
+    fake = FakeEmber(ember)
+    [task] = plan(subject)
+    due = Hiccups(Worker._due, 3, OperationalError("database or disk is full"))
+    monkeypatch.setattr(Worker, "_due", lambda self, limit: due(self, limit))
+    worker.db_retry_delay = 0.01
+    opened: list[int] = []
+
+    def note(**_kwargs: object) -> None:
+        opened.append(threading.get_ident())
+
+    connection_created.connect(note)
+    try:
+        drain(worker)
+    finally:
+        connection_created.disconnect(note)
+
+    assert row_of(task).state == TaskState.DONE
+    assert fake.charges(str(task.pk)) == 1
+    assert due.calls >= 4
+    assert len(opened) == len(set(opened)), (
+        f"{len(opened)} SQLite connections opened on {len(set(opened))} threads while the "
+        "database failed 3 times: each thread's should have been kept"
+    )
+    assert not loop._recyclable()
 
 
 # --- ownership cannot be bypassed -----------------------------------------------------

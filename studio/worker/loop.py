@@ -290,7 +290,7 @@ class Worker(Steps):
         # A long-lived worker drops connections that broke or aged out, at most once a
         # tick: the pump also passes whenever a slot frees, and reconnecting for every
         # task would cost more than the query. (A test's transaction is not stale.)
-        if not connection.in_atomic_block and checked - self._recycled_at >= self.tick:
+        if _recyclable() and checked - self._recycled_at >= self.tick:
             close_old_connections()
             self._recycled_at = checked
         return list(self._due_query(timezone.now())[:limit])
@@ -390,9 +390,20 @@ def _drop_connection() -> None:
     Django keeps a broken connection and fails every later query on it. (Inside a
     test's transaction the connection is not broken, and closing would end it.)
     """
-    if not connection.in_atomic_block:
+    if _recyclable():
         with contextlib.suppress(DatabaseError):  # a broken one may complain while closing
             connection.close()
+
+
+def _recyclable() -> bool:
+    """Say whether this thread's connection may be closed, for the next query to open anew.
+
+    Not a SQLite one: a file, not a session a server can drop, it neither breaks nor
+    ages, and opening one maps its shared-memory file, which on a full disk killed the
+    worker with SIGBUS (a review; the pump reopened it every tick). Nor one inside a
+    test's transaction, which closing would end.
+    """
+    return connection.vendor != "sqlite" and not connection.in_atomic_block
 
 
 def _nothing() -> None:
