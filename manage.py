@@ -7,9 +7,15 @@ import sys
 
 def main() -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "avatars.settings")
+    from django.core.exceptions import ImproperlyConfigured
     from django.core.management import execute_from_command_line
 
-    execute_from_command_line(sys.argv)
+    try:
+        execute_from_command_line(sys.argv)
+    except ImproperlyConfigured as exc:
+        # A setting, a folder or a disk the install needs: the sentence says which and
+        # what to do; a traceback through Django's start-up says nothing more to an operator.
+        sys.exit(f"Avatars cannot start: {exc}")
 
 
 if __name__ == "__main__":

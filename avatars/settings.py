@@ -1,6 +1,5 @@
 """Settings for Avatars, read from the environment with working defaults (docs/operations.md)."""
 
-import contextlib
 import os
 import socket
 import tempfile
@@ -50,10 +49,22 @@ SECURE_REFERRER_POLICY = "same-origin"
 X_FRAME_OPTIONS = "DENY"
 SESSION_COOKIE_HTTPONLY = True
 
+
+def _make_folder(folder: Path, name: str) -> None:
+    """Make `folder` (only its owner may look inside), or say in a sentence why it cannot be."""
+    try:
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ImproperlyConfigured(
+            f"{name} {folder} cannot be made ({exc.strerror}): point {name} at a folder "
+            "that can be written."
+        ) from None
+
+
 AVATARS_DATA_DIR = Path(env_str("AVATARS_DATA_DIR", str(BASE_DIR / "data"))).resolve()
 # The SQLite file lives here, so the directory must exist before the first connection.
 # It holds every original and the database: only the owner may look inside.
-AVATARS_DATA_DIR.mkdir(mode=0o700, parents=True, exist_ok=True)
+_make_folder(AVATARS_DATA_DIR, "AVATARS_DATA_DIR")
 # Prometheus' multiprocess mode (docs/operations.md §Metrics): every process that counts
 # (web servers, the worker) writes its own file here, and `/metrics` sums them. One folder
 # per machine: its files are named by process id, which another machine may reuse.
@@ -61,7 +72,7 @@ AVATARS_DATA_DIR.mkdir(mode=0o700, parents=True, exist_ok=True)
 AVATARS_METRICS_DIR = Path(
     env_str("AVATARS_METRICS_DIR", str(AVATARS_DATA_DIR / "metrics" / socket.gethostname()))
 ).resolve()
-AVATARS_METRICS_DIR.mkdir(mode=0o700, parents=True, exist_ok=True)
+_make_folder(AVATARS_METRICS_DIR, "AVATARS_METRICS_DIR")
 os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(AVATARS_METRICS_DIR)
 # The bearer token a scrape of /metrics must carry; unset, only loopback may scrape.
 AVATARS_METRICS_TOKEN = env_str("AVATARS_METRICS_TOKEN", "")
@@ -227,8 +238,15 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         # file is a valid empty database, and its -wal and -shm files copy its mode.
         # Another of our processes starting at the same moment (the web process and the
         # worker on a fresh data dir) may create it first, the same way: that is as good.
-        with contextlib.suppress(FileExistsError):
+        try:
             os.close(os.open(_sqlite_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        except FileExistsError:
+            pass
+        except OSError as exc:
+            raise ImproperlyConfigured(
+                f"The database {_sqlite_file} cannot be made ({exc.strerror}): point "
+                "AVATARS_DATA_DIR at a folder that can be written."
+            ) from None
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

@@ -195,6 +195,22 @@ def test_a_bad_setting_value_stops_the_process_loudly(tmp_path):
     assert "AVATARS_WORKERS must be an integer" in done.stderr
 
 
+@pytest.mark.parametrize("name", ["AVATARS_DATA_DIR", "AVATARS_METRICS_DIR"])
+def test_a_folder_that_cannot_be_made_is_said_in_one_sentence(tmp_path, name):
+    """Found by a review: a restore into a read-only data dir died in a traceback."""
+    (tmp_path / "a-file").write_text("not a folder")
+    folder = tmp_path / "a-file" / "data"
+    env = {"AVATARS_DATA_DIR": str(tmp_path / "data"), name: str(folder)}
+
+    done = manage("restore", str(tmp_path / "backup"), **env)
+
+    assert done.returncode == 1
+    assert done.stderr.strip() == (
+        f"Avatars cannot start: {name} {folder} cannot be made (Not a directory): point "
+        f"{name} at a folder that can be written."
+    )
+
+
 @pytest.fixture
 def person(db) -> User:
     return User.objects.create_user("ada", password="correct horse battery")
