@@ -18,6 +18,10 @@ MAX_SCANS = 100  # decoding passes (scans), whatever the image's size
 # APP1 markers (EXIF, XMP) in the whole file, further pictures' and stray bytes included:
 # the location stripping looks at each (studio.metadata); a phone's MPO has a few dozen.
 MAX_APP1 = 1024
+# Bytes of coefficients a progressive JPEG's decoder holds (2 bytes each, every channel):
+# a 40-megapixel photo with colour at half resolution (4:2:0) needs 120 MB.
+MAX_COEFFICIENT_BYTES = 128 * 1024 * 1024
+MB = 1024 * 1024
 SCAN_PIXELS = 1_000_000_000  # pixels decoded across all passes: scans x width x height
 
 SOI = b"\xff\xd8"
@@ -25,6 +29,7 @@ SOS = b"\xff\xda"
 APP1 = b"\xff\xe1"
 # The next marker: 0xFF and a marker code (fill bytes before it are more 0xFF).
 MARKER = re.compile(rb"\xff[\x01\xc0-\xfe]")
+PROGRESSIVE = frozenset({0xC2, 0xC6, 0xCA, 0xCE})  # start-of-frame markers of progressive JPEGs
 STANDALONE = frozenset({0x01, *range(0xD0, 0xD8)})  # markers without a length (TEM, RSTn)
 NOT_AN_IMAGE_MARKERS = frozenset({0xD8, 0xD9})  # a second SOI, or EOI, before any scan
 
@@ -61,8 +66,44 @@ def check_header(data: bytes) -> None:
         if pos + 2 > len(data):
             return
         (length,) = struct.unpack_from(">H", data, pos)
+        if code in PROGRESSIVE:
+            check_coefficients(data[pos + 2 : pos + length])
         pos += length
     raise BadJpeg(f"The JPEG's header has more than {MAX_SEGMENTS} parts.")
+
+
+def check_coefficients(frame: bytes) -> None:
+    """Refuse a progressive JPEG whose decoder would hold too many coefficients at once.
+
+    `frame` is the body of its start-of-frame segment. A progressive image is decoded
+    in passes, so libjpeg keeps every coefficient of every channel (64 of 2 bytes an
+    8 x 8 block) until the last: a 627 KB CMYK file of 6324 x 6324, within the pixel cap,
+    held 320 MB of them beside Pillow's canvas (found by a review, over uvicorn). A
+    frame too short to read is left to Pillow, which says it is broken.
+    """
+    if len(frame) < 6:
+        return
+    height, width, count = struct.unpack_from(">HHB", frame, 1)
+    channels = [frame[6 + 3 * i + 1] for i in range(count) if 6 + 3 * i + 1 < len(frame)]
+    if not channels:
+        return
+    wide = max(c >> 4 for c in channels) or 1
+    tall = max(c & 15 for c in channels) or 1
+    held = sum(
+        _blocks(width * (c >> 4), wide) * _blocks(height * (c & 15), tall) * 128 for c in channels
+    )
+    if held > MAX_COEFFICIENT_BYTES:
+        raise BadJpeg(
+            f"The JPEG is progressive, {width} x {height} with {count} colour channels: "
+            f"decoding it would hold {held / MB:.0f} MB at once, and at most "
+            f"{MAX_COEFFICIENT_BYTES // MB} MB are accepted. Save it as a baseline "
+            "(not progressive) JPEG, or smaller."
+        )
+
+
+def _blocks(scaled: int, most: int) -> int:
+    """Return the 8 x 8 blocks along one side of a channel sampled `scaled / most` times."""
+    return -(-(-(-scaled // most)) // 8)
 
 
 def check_metadata(data: bytes) -> None:

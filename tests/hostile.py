@@ -98,6 +98,18 @@ def app1_trailer_jpeg(copies: int = 2_600_000) -> bytes:
     return data + b"\xff\xe1\xff\xffExif\x00\x00" * copies
 
 
+def progressive_jpeg(side: int = 6324, mode: str = "CMYK") -> bytes:
+    """Return a small progressive JPEG whose frame says `side` x `side` pixels.
+
+    Its scans hold a 64 x 64 picture: a decoder holds every coefficient of the frame it
+    was told of. The review's 627 KB CMYK file of 6324 x 6324 took 462 MB to accept.
+    """
+    data = bytearray(_jpeg(Image.new(mode, (64, 64)), progressive=True))
+    sof = data.index(b"\xff\xc2")
+    struct.pack_into(">HH", data, sof + 5, side, side)  # marker, length, precision, then these
+    return bytes(data)
+
+
 def multi_picture_jpeg(second: int = 32, repeat: int = 0) -> bytes:
     """Return a phone's multi-picture JPEG (MPO): a 64 x 48 photo, then a second picture.
 

@@ -31,6 +31,7 @@ from tests.hostile import (
     many_segment_jpeg,
     multi_picture_jpeg,
     padded_jpeg,
+    progressive_jpeg,
     repeated_scans,
     split_idat_png,
 )
@@ -84,6 +85,8 @@ def corpus() -> dict[str, tuple[bytes, str]]:
         "JPEG with junk between its segments": (padded_jpeg(byte=0x00), "padding"),
         "JPEG with thousands of header segments": (many_segment_jpeg(), "more than 1024 parts"),
         "JPEG trailed by EXIF headers": (app1_trailer_jpeg(5000), "at most 1024 are accepted"),
+        # A decoder holds every coefficient of a progressive frame: 306 MB for this one.
+        "progressive CMYK JPEG of 6324 x 6324": (progressive_jpeg(), "at most 128 MB"),
         # Every scan is a pass over the whole image: 212 KB of these once took 22 s.
         "JPEG that repeats its scans": (repeated_scans(), "passes"),
         "APNG with too many frames": (animated("PNG", 301), "at most 300 are accepted"),
@@ -200,7 +203,7 @@ from studio import metadata, originals
 from studio.ember.simulator import Picture, render_clip
 from tests.hostile import (
     app1_trailer_jpeg, flat_webp, growing_gif, many_frame_gif, multi_picture_jpeg, padded_jpeg,
-    repeated_scans
+    progressive_jpeg, repeated_scans
 )
 
 data = eval(sys.argv[1])
@@ -227,6 +230,9 @@ SLOW_FILES = {
     # 26 MB: an 8 x 8 JPEG, then EXIF segment headers the location stripping once looked
     # at one by one, for 9 to 13 s.
     "app1_trailer_jpeg()": "at most 1024 are accepted",
+    # 1.3 KB that says 6324 x 6324 CMYK, progressive: a decoder holds 306 MB of coefficients
+    # for it (a review's 627 KB one, decoded, cost 462 MB).
+    "progressive_jpeg()": "at most 128 MB",
     # The 24 MB JPEG of fill bytes that once cost 13 s.
     "padded_jpeg(24 * 1024 * 1024)": "padding",
     # A 64 x 48 photo, then a 6000 x 6000 picture of 80 passes: once 2 s, as the second
