@@ -9,6 +9,7 @@ repeats its scans costs a core for minutes. Both are measured here in a few pass
 near (a progressive JPEG from libjpeg has 10 scans; a header, a few dozen segments).
 """
 
+import math
 import re
 import struct
 
@@ -103,7 +104,8 @@ def check_coefficients(frame: bytes) -> None:
 
 def _blocks(scaled: int, most: int) -> int:
     """Return the 8 x 8 blocks along one side of a channel sampled `scaled / most` times."""
-    return -(-(-(-scaled // most)) // 8)
+    samples = math.ceil(scaled / most)
+    return math.ceil(samples / 8)
 
 
 def check_metadata(data: bytes) -> None:
