@@ -12,6 +12,7 @@ import json
 from collections.abc import Callable, Collection
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent, TooManyFilesSent
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed
 from django.http.multipartparser import MultiPartParserError
@@ -197,7 +198,15 @@ def _api_error(exc: Any) -> HttpResponse:
 
 
 def _bad_upload(request: HttpRequest, exc: Any) -> HttpResponse:
-    """Refuse a body that is not one readable multipart form, saying why when Django says."""
+    """Refuse a body that is not one readable multipart form, saying why when Django says.
+
+    Django counts a query string's fields too: past the limit there, the query is at fault.
+    """
+    if isinstance(exc, TooManyFieldsSent) and request.method in ("GET", "HEAD"):
+        limit = settings.DATA_UPLOAD_MAX_NUMBER_FIELDS
+        return error_response(
+            400, "invalid_request", f"The query has more than {limit} fields; send fewer."
+        )
     long_headers = "header size exceeded" in str(exc)
     return error_response(400, "invalid_upload", LONG_PART_HEADERS if long_headers else BAD_UPLOAD)
 

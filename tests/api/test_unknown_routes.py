@@ -130,3 +130,15 @@ def test_it_answers_head_on_a_route_that_only_writes_with_405(api):
 
     assert response.status_code == 405
     assert response["Allow"] == "POST"
+
+
+def test_a_query_of_too_many_fields_is_said_to_be_the_querys_fault(api):
+    query = "&".join(f"f{i}=1" for i in range(1001))
+
+    response = api.get(f"{API}/subjects?{query}")
+
+    assert response.status_code == 400
+    assert error(response) == {
+        "code": "invalid_request",
+        "message": "The query has more than 1000 fields; send fewer.",
+    }
