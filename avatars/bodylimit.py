@@ -35,6 +35,7 @@ import re
 from collections.abc import Awaitable, Callable, Mapping
 from importlib import import_module
 from typing import Any, NamedTuple
+from urllib.parse import urlencode
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
@@ -47,7 +48,7 @@ from studio import originals, uploads
 from studio.api.auth import token_for_header
 from studio.api.door import method_not_allowed, methods_taken, not_found
 from studio.api.http import INTERNAL_ERROR, READ_ONLY, UNAUTHORIZED, error_response
-from studio.web.refusals import same_site_path
+from studio.web.refusals import SIGNED_OUT, same_site_path
 
 Scope = dict[str, Any]
 Message = Mapping[str, Any]
@@ -140,7 +141,10 @@ class BodyLimit:
             too_large = SIGN_IN_FIRST.format(kb=limit / 1024)
             deadline = settings.AVATARS_ANONYMOUS_BODY_SECONDS
             if length is not None and int(length) > limit:
-                await _answer(send, scope, 413, "too_large", too_large)
+                if form_data:  # a photo sent after its person's sign-in ended: say so
+                    await _send_page(send, 413, signed_out_page(headers), too_large)
+                else:
+                    await _answer(send, scope, 413, "too_large", too_large)
                 return
         # A signed-in person's upload past the limit is answered with a page of the studio.
         page = form_data and deadline is None and not api
@@ -218,24 +222,44 @@ async def _refuse_too_large(send: Send, scope: Scope, message: str, *, page: boo
         await _answer(send, scope, 413, "too_large", message)
         return
     headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+    await _send_page(send, 413, lambda: too_large_page(headers), message)
+
+
+async def _send_page(send: Send, status: int, render: Callable[[], str], fallback: str) -> None:
+    """Answer with a page of the studio drawn by `render`, or `fallback`'s sentence as text."""
     try:
-        body = too_large_page(headers.get("referer", ""), headers.get("host", ""))
+        body = render()
     except Exception:  # a page that cannot be drawn (static files not collected): the sentence
-        logger.exception("The page for a body past the limit could not be rendered.")
-        await _answer(send, scope, 413, "too_large", message)
+        logger.exception("The door's page could not be rendered.")
+        await _send(send, status, fallback.encode(), b"text/plain; charset=utf-8")
         return
-    await _send(send, 413, body.encode(), b"text/html; charset=utf-8")
+    await _send(send, status, body.encode(), b"text/html; charset=utf-8")
 
 
-def too_large_page(referer: str, host: str) -> str:
+def too_large_page(headers: Mapping[str, str]) -> str:
     """Render the studio's page for a photo past the size limit, without the database.
 
     Its link leads back to the page the upload came from when the Referer is a page of
     this site, else to the subjects.
     """
-    back = same_site_path(referer, host) or reverse("studio:subjects")
+    back = _came_from(headers) or reverse("studio:subjects")
     limit = settings.AVATARS_MAX_IMAGE_BYTES / (1024 * 1024)
     return render_to_string("studio/too_large.html", {"limit": f"{limit:g}", "back": back})
+
+
+def signed_out_page(headers: Mapping[str, str]) -> Callable[[], str]:
+    """Return what renders the page for a photo sent after its person's sign-in ended.
+
+    Its link signs in and leads back to the page the form was on (the Referer, when a
+    page of this site). Found by a review: the person got a line of plain text.
+    """
+    sign_in = reverse("login") + "?" + urlencode({"next": _came_from(headers) or "/"})
+    context = {"message": SIGNED_OUT, "sign_in": sign_in}
+    return lambda: render_to_string("studio/signed_out_body.html", context)
+
+
+def _came_from(headers: Mapping[str, str]) -> str | None:
+    return same_site_path(headers.get("referer", ""), headers.get("host", ""))
 
 
 async def _refused_by_token(scope: Scope, headers: dict[str, str], send: Send) -> bool:

@@ -17,6 +17,12 @@ from django.utils.http import url_has_allowed_host_and_scheme
 
 API_PREFIX = "/api/"  # the JSON API answers its own 405s, in JSON (studio/api/door.py)
 ADMIN_PREFIX = "/admin/"  # the admin's actions keep their 405: its pages are its own
+# A form sent after its person's sign-in ended: said on the sign-in page (a view's guard,
+# studio/web/views/common.py) or on the door's page for a photo (avatars/bodylimit.py).
+SIGNED_OUT = (
+    "You were signed out, so what you sent was not done: nothing was started or paid, "
+    "and nothing was saved or uploaded. Sign in to go back to the page you were on."
+)
 ACTION_OPENED = (
     "That address only takes a form's button press, so here is its page: nothing was changed."
 )

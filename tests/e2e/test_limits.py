@@ -215,6 +215,33 @@ def test_a_large_studio_body_from_someone_not_signed_in_is_refused_unread(served
     assert spooled_bytes(spool) < 2 * MB, f"{spooled_bytes(spool)} bytes spooled (bound: 2 MB)"
 
 
+def test_a_photo_sent_after_the_sign_in_ended_gets_a_page_that_leads_back(served):
+    """Found by a review: a photo larger than a stranger may send got a line of plain text."""
+    web, _stack, spool, _token, subject_id = served
+    headers = {
+        "Cookie": "sessionid=ended-long-ago",
+        "Referer": f"{web.url}/subjects/{subject_id}/",
+        "Content-Length": str(300 * 1024),
+        "Content-Type": "multipart/form-data; boundary=x",
+    }
+
+    with socket.create_connection(("127.0.0.1", web.port), timeout=10) as sock:
+        head = f"POST /subjects/{subject_id}/ HTTP/1.1\r\nHost: 127.0.0.1:{web.port}\r\n"
+        head += "".join(f"{k}: {v}\r\n" for k, v in headers.items()) + "\r\n"
+        sock.sendall(head.encode() + b"\0" * (64 * 1024))
+        received = b""
+        while chunk := sock.recv(65536):
+            received += chunk
+    answer = received.decode()
+    status, rest = answer.split("\r\n", 1)
+
+    assert status.split()[1] == "413", answer[:300]
+    assert "content-type: text/html; charset=utf-8" in rest.lower()
+    assert "You were signed out, so what you sent was not done" in answer
+    assert f'href="/accounts/login/?next=%2Fsubjects%2F{subject_id}%2F"' in answer
+    assert spooled_bytes(spool) < 2 * MB
+
+
 def test_a_body_trickled_by_someone_not_signed_in_is_cut_off_at_its_deadline(served):
     """200 connections trickling a byte every 2 s were all still open and unanswered after 20 s."""
     web, *_rest = served

@@ -16,13 +16,9 @@ from django.http.response import HttpResponseBase
 from django_htmx.http import HttpResponseClientRedirect
 from django_htmx.middleware import HtmxDetails
 
-from studio.web.refusals import form_page
+from studio.web.refusals import SIGNED_OUT, form_page
 
 LIST_PAGE = 50  # subjects or sets per page
-SIGNED_OUT = (
-    "You were signed out, so what you sent was not done: nothing was started or paid, "
-    "and nothing was saved or uploaded. Sign in to go back to the page you were on."
-)
 
 
 def login_required(view: Callable[..., HttpResponseBase]) -> Callable[..., HttpResponseBase]:
