@@ -12,6 +12,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
+from django.utils.timesince import timesince
 
 if TYPE_CHECKING:
     from studio.originals import Original
@@ -458,7 +459,11 @@ class WorkerHeartbeat(models.Model):
         age = (timezone.now() - beat.seen_at).total_seconds()
         if age <= cls.STALE_AFTER:
             return "worker running"
-        return f"no worker seen since {beat.seen_at:%Y-%m-%d %H:%M:%S} UTC"
+        # How long first: a family reads "for 5 minutes" at once, whatever their time zone.
+        return (
+            f"no worker seen for {timesince(beat.seen_at, depth=1)} "
+            f"(since {beat.seen_at:%Y-%m-%d %H:%M:%S} UTC)"
+        )
 
 
 class ScrubReport(models.Model):

@@ -97,7 +97,7 @@ def test_it_says_since_when_no_worker_was_seen_so_a_person_knows_why_tasks_wait(
     index = admin_client.get(reverse("admin:index"))
     tasks = admin_client.get(changelist(Task))
 
-    expected = f"Worker: no worker seen since {seen:%Y-%m-%d %H:%M:%S} UTC"
+    expected = f"Worker: no worker seen for 10\xa0minutes (since {seen:%Y-%m-%d %H:%M:%S} UTC)"
     assert expected in text(index)
     assert expected in text(tasks)
 

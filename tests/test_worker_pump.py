@@ -88,4 +88,4 @@ def test_it_records_a_heartbeat_so_people_know_a_worker_is_running(subject, embe
     drain(worker)
     assert WorkerHeartbeat.status() == "worker running"
     WorkerHeartbeat.objects.update(seen_at=timezone.now() - timedelta(minutes=5))
-    assert WorkerHeartbeat.status().startswith("no worker seen since ")
+    assert WorkerHeartbeat.status().startswith("no worker seen for ")
