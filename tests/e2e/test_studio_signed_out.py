@@ -88,6 +88,18 @@ def test_a_reload_of_the_new_batch_form_keeps_what_was_typed(page: Page):
     expect(start_button(page)).to_have_text("Start 0 paid jobs")
 
 
+def test_signing_out_drops_the_draft_so_the_next_person_in_the_tab_starts_empty(page: Page):
+    sign_in(page)
+    fill_batch(page, prompt="Bo, typed before signing out", candidates=1)
+
+    page.get_by_role("button", name="Sign out").click()
+    sign_in(page)
+    go(page, "New batch")
+
+    expect(page.get_by_label("Prompt", exact=True)).to_have_value("")
+    expect(page.get_by_test_id("draft")).to_be_hidden()
+
+
 def test_favourites_chosen_after_the_sign_in_expired_lead_back_to_the_batch(page: Page):
     sign_in(page)
     url = plan_batch(page, prompt="Bo, favourites after a sign-in", candidates=1)

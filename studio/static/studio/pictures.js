@@ -288,9 +288,16 @@
 
   // --- the new-batch form's draft, dropped once a batch was planned from it ----------------
   // The batch page says so the one time it answers the form (batch_new.js keeps the draft).
-  if (document.querySelector('meta[name="avatars-draft"][content="planned"]')) {
+  // Signing out drops it too: the next person in this tab does not find it.
+  function dropDraft() {
     try { sessionStorage.removeItem("avatars:batch-draft"); } catch (e) { /* storage off */ }
   }
+  if (document.querySelector('meta[name="avatars-draft"][content="planned"]')) dropDraft();
+  document.addEventListener("submit", function (event) {
+    if (event.target instanceof HTMLFormElement && event.target.classList.contains("signout")) {
+      dropDraft();
+    }
+  });
 
   document.addEventListener("DOMContentLoaded", function () { setUp(document); });
   // Sections htmx swaps in (the progress and results sections) are set up again.
