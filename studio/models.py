@@ -47,16 +47,6 @@ STOPPABLE = (*ACTIVE, TaskState.PREPARING, TaskState.SUBMITTING)
 # transport bound, not a verdict on the job. Past it, resubmitting needs no confirmation.
 POLL_BOUND = 1800.0
 
-# A `copy_failed` task's phase when Ember's file route said 404: a reconcile asks again,
-# and helps only if Ember has the image back. Its page says what a person can do.
-GONE_PHASE = (
-    "Ember says it no longer has this image; a reconcile copies it only if Ember has it back"
-)
-
-# A task's error when a frozen reference no longer matches (SPEC's sentence): nothing of
-# it was sent, so once the photo is repaired a person may queue it again.
-REFERENCE_CHANGED = "A frozen reference failed its checksum."
-
 
 class Kind(models.TextChoices):
     IMAGE = "image"

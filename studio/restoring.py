@@ -21,7 +21,6 @@ import sqlite3
 from collections.abc import Iterable
 from contextlib import closing
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -40,21 +39,10 @@ from studio.backups import (
     originals_in_sqlite,
     run_pg,
 )
-from studio.models import Asset, Attempt, Kind, Task, TaskState, WorkerHeartbeat
+from studio.holdback import hold_back
+from studio.models import Asset, Task, WorkerHeartbeat
 
 NOT_EMPTY = "restore into a new data dir with an empty database."
-HELD_PHASE = "Restored from a backup: looking for it in Ember's history"
-HELD_ERROR = (
-    "This task was waiting to be sent when the backup this install was restored from was "
-    "taken; the install that was lost may have sent it since. The previous submit may have "
-    "reached Ember. Check history before submitting again."
-)
-HELD_CLIP_NOTE = (
-    "This clip was waiting to be sent when the backup this install was restored from was "
-    "taken; the install that was lost may have sent it since. It is sent again under the "
-    "same key, which Ember answers with that job if it has it, at no charge."
-)
-UNSENT = (TaskState.QUEUED, TaskState.PREPARING)
 MARKER = "RESTORE-UNFINISHED"  # in the data dir while a restore is under way
 
 
@@ -66,7 +54,7 @@ class RestoreUnfinished(Exception):
 class Restored:
     database: str  # what was filled: the SQLite file, or the PostgreSQL database's name
     restored: int = 0
-    held_back: int = 0  # image tasks waiting to be sent in the snapshot, now `uncertain`
+    held_back: int = 0  # tasks the lost install may have sent after the snapshot, now `uncertain`
     problems: list[str] = field(default_factory=list)
     placer: Placer = field(default_factory=Placer)
 
@@ -350,81 +338,6 @@ def settle(cursor: Any, *, marker: str) -> int:
     """
     cursor.execute(f"DELETE FROM {WorkerHeartbeat._meta.db_table}")
     return hold_back(cursor, marker=marker)
-
-
-def hold_back(cursor: Any, *, marker: str) -> int:
-    """Rest `uncertain` the image tasks the snapshot holds as waiting to be sent; return how many.
-
-    Each gets an `unknown` attempt (the number its send would have had), which is what
-    the worker's history search looks for. Plain SQL on the snapshot's own tables, so
-    it runs before `migrate`. Such a clip stays queued, as a re-send under its key is
-    free, but it too may be with Ember: it gets its attempt under that key (`note_clips`).
-    """
-    note_clips(cursor, marker=marker)
-    task = Task._meta.db_table
-    unsent = f"kind = {marker} AND state IN ({marker}, {marker})"
-    unsent_args = [Kind.IMAGE.value, *(state.value for state in UNSENT)]
-    # The lost install may have sent it at any time up to its loss, minutes before this
-    # restore: stamped with the restore's time, as a clip is, so a resubmit within the
-    # poll bound needs a person's word that Ember never had it (with the backup's, a
-    # nightly backup's tasks could be resubmitted unasked while their jobs still ran),
-    # and its first history search comes once such a job has had time to finish.
-    when = connection_time(datetime.now(UTC), marker)
-    _add_unknown_attempts(cursor, Kind.IMAGE, when, HELD_ERROR, marker=marker)
-    cursor.execute(
-        f"UPDATE {task} SET state = {marker}, phase = {marker}, error = {marker}, "
-        f"next_attempt_at = NULL, submitted_at = {marker}, version = version + 1 "
-        f"WHERE {unsent}",
-        [TaskState.UNCERTAIN.value, HELD_PHASE, HELD_ERROR, when, *unsent_args],
-    )
-    return int(cursor.rowcount)
-
-
-def note_clips(cursor: Any, *, marker: str) -> None:
-    """Record, for each clip waiting to be sent, an `unknown` attempt under its key.
-
-    The lost install may have sent it, paid, after the backup: with no attempt under
-    its key it could be cancelled, and a cancelled task is never reconciled, so its
-    original would stay in Ember. With one it cannot be; the worker re-sends it under
-    the key (Ember answers with the job it has, or makes the first). Stamped with the
-    restore's time, not the backup's: a clip re-sent under its key longer than the poll
-    bound after its first send rests `uncertain`, and this one has not been re-sent yet.
-    """
-    now = connection_time(datetime.now(UTC), marker)
-    _add_unknown_attempts(cursor, Kind.CLIP, now, HELD_CLIP_NOTE, marker=marker)
-
-
-def _add_unknown_attempts(
-    cursor: Any, kind: Kind, when: object, error: str, *, marker: str
-) -> None:
-    """Record an `unknown` attempt, sent at `when`, for each task of `kind` waiting to be sent.
-
-    Each takes the number its send would have had. A clip's is under its key, and only
-    for a clip that has none under it yet; an image has no key.
-    """
-    task, attempt = Task._meta.db_table, Attempt._meta.db_table
-    key, unrecorded = "''", ""
-    if kind == Kind.CLIP:
-        key = "t.idempotency_key"
-        unrecorded = (
-            f" AND t.idempotency_key <> '' AND NOT EXISTS (SELECT 1 FROM {attempt} k "
-            f"WHERE k.task_id = t.id AND k.idempotency_key = t.idempotency_key)"
-        )
-    cursor.execute(
-        f"INSERT INTO {attempt} (version, task_id, number, idempotency_key, ember_job_id, "
-        f"submitted_at, answered_at, outcome, error) "
-        f"SELECT 1, t.id, COALESCE((SELECT MAX(a.number) FROM {attempt} a "
-        f"WHERE a.task_id = t.id), 0) + 1, {key}, '', {marker}, NULL, {marker}, {marker} "
-        f"FROM {task} t WHERE t.kind = {marker} AND t.state IN ({marker}, {marker}){unrecorded}",
-        [when, Attempt.Outcome.UNKNOWN.value, error, kind.value, *(s.value for s in UNSENT)],
-    )
-
-
-def connection_time(when: datetime, marker: str) -> object:
-    """Return `when` as the database stores it: SQLite text in UTC, else the datetime."""
-    if marker == "?":
-        return when.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
-    return when
 
 
 def undo(placed: list[Path], database: Path | None) -> None:

@@ -13,7 +13,7 @@ import pytest
 from asgiref.sync import async_to_sync
 from django.utils import timezone
 
-from studio import engine
+from studio import engine, holdback
 from studio.ember.client import EmberClient
 from studio.ember.simulator import Simulator
 from studio.models import Attempt, Task, TaskState
@@ -280,7 +280,7 @@ def test_an_image_held_back_by_a_restore_is_searched_and_adopted_without_a_submi
     with connection.cursor() as cursor:
         assert restoring.hold_back(cursor, marker="%s") == 1
     held = row_of(task)
-    assert (held.state, held.phase) == (TaskState.UNCERTAIN, restoring.HELD_PHASE)
+    assert (held.state, held.phase) == (TaskState.UNCERTAIN, holdback.HELD_PHASE)
     history_says(ember, row(task, attempt=1, job_id="job_9", image_id="img_9"))
     # The lost install may have sent it just before the restore: its job may still run,
     # and Ember writes a history row once a job has finished.

@@ -9,7 +9,8 @@ from django.test import Client
 from django.utils import timezone
 
 from studio import engine
-from studio.models import GONE_PHASE, Batch, Subject, Task, TaskState
+from studio.models import Batch, Subject, Task, TaskState
+from studio.phrases import GONE_PHASE
 from studio.store import move
 from tests.factories import batch_request, stored_asset
 from tests.studio_pages import text

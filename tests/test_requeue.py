@@ -5,7 +5,8 @@ import pytest
 from django.utils import timezone
 
 from studio import engine, originals
-from studio.models import REFERENCE_CHANGED, Attempt, Task, TaskState
+from studio.models import Attempt, Task, TaskState
+from studio.phrases import REFERENCE_CHANGED
 from studio.store import move
 from tests.admin_pages import change_page, one_message_about, row_of, run_action
 from tests.factories import drain, plan

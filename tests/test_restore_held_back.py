@@ -12,8 +12,9 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from studio import engine, restoring
+from studio import engine, holdback, restoring
 from studio.models import Attempt, TaskState, WorkerHeartbeat
+from studio.phrases import REFERENCE_CHANGED
 from tests.backup_parts import manifest, restore_into, run, run_restore, sqlite_only
 from tests.factories import drain
 from tests.fake_ember import FakeEmber
@@ -57,7 +58,41 @@ def test_it_holds_back_the_images_the_backup_holds_as_waiting_to_be_sent(tmp_pat
          (hexed[running], 1, "accepted"), (hexed[clip], 1, "unknown")]
     )  # fmt: skip
     assert code == 0, out
-    assert "Held back 2 image task(s)" in out
+    assert "Held back 2 task(s)" in out
+
+
+@sqlite_only
+def test_it_holds_back_a_task_that_had_failed_with_nothing_sent(tmp_path, subject):
+    """Found by a review: the lost install queued such a task again after the backup and
+    paid for it; restored as failed, the admin offered to queue it again, and it was paid
+    twice. One Ember took a job for stays failed: nothing can have been sent again."""
+    from tests.factories import plan
+
+    never_sent, ember_failed = plan(subject, candidates=2)
+    type(never_sent).objects.filter(pk=never_sent.pk).update(
+        state=TaskState.FAILED, error=REFERENCE_CHANGED, next_attempt_at=None
+    )
+    Attempt.objects.create(
+        task=ember_failed, number=1, ember_job_id="job_9", submitted_at=timezone.now(),
+        outcome=Attempt.Outcome.FAILED,
+    )  # fmt: skip
+    type(never_sent).objects.filter(pk=ember_failed.pk).update(
+        state=TaskState.FAILED, ember_job_id="job_9", next_attempt_at=None
+    )
+    run("backup", str(tmp_path / "backup"))
+    target, database = restore_into(tmp_path)
+
+    code, out = run_restore(tmp_path / "backup", target, database)
+
+    with sqlite3.connect(database) as conn:
+        rows = dict(conn.execute("SELECT id, state || ' ' || error FROM studio_task").fetchall())
+        attempts = conn.execute("SELECT task_id, number, outcome FROM studio_attempt").fetchall()
+    held, kept = (str(t.pk).replace("-", "") for t in (never_sent, ember_failed))
+    assert rows[held] == f"uncertain {holdback.HELD_FAILED_ERROR}"
+    assert rows[kept].startswith("failed")
+    assert sorted(attempts) == sorted([(held, 1, "unknown"), (kept, 1, "failed")])
+    assert code == 0, out
+    assert "Held back 1 task(s)" in out
 
 
 @sqlite_only
@@ -151,7 +186,7 @@ def test_a_restored_clip_the_lost_install_may_have_sent_cannot_be_cancelled(subj
     assert clip.state == TaskState.QUEUED  # sent again under its key by the worker
     [held] = clip.attempts.all()
     assert (held.idempotency_key, held.outcome) == (clip.idempotency_key, "unknown")
-    assert held.error == restoring.HELD_CLIP_NOTE
+    assert held.error == holdback.HELD_CLIP_NOTE
     # Stamped when restored, not when backed up: the re-send is not "too late" at once.
     assert timezone.now() - held.submitted_at < timedelta(minutes=1)
 

@@ -10,7 +10,8 @@ from django.conf import settings
 from django.db import connections
 
 from studio import engine, originals
-from studio.models import GONE_PHASE, Asset, Task, TaskState
+from studio.models import Asset, Task, TaskState
+from studio.phrases import GONE_PHASE
 from studio.worker import (
     Worker,
 )

@@ -13,13 +13,12 @@ from django.db.models import Count, Q
 
 from studio.models import (
     CANCELLABLE,
-    GONE_PHASE,
     RECONCILABLE,
-    REFERENCE_CHANGED,
     STOPPABLE,
     Task,
     TaskState,
 )
+from studio.phrases import GONE_PHASE, REFERENCE_CHANGED
 
 # The outcome groups, in the order the bar shows them: (key, states).
 GROUPS: tuple[tuple[str, tuple[TaskState, ...]], ...] = (

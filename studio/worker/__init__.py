@@ -9,7 +9,7 @@ a row that says how far it got.
 - transitions.py: what the steps write, the wake-up table, the heartbeat, the payload.
 """
 
-from studio.models import REFERENCE_CHANGED
+from studio.phrases import REFERENCE_CHANGED
 from studio.worker.loop import Worker
 from studio.worker.transitions import MAY_HAVE_REACHED, RECONCILE_PHASE, build_payload, db
 

@@ -28,7 +28,8 @@ from studio.ember.client import (
     Submitted,
     encode_payload,
 )
-from studio.models import ACTIVE, GONE_PHASE, Asset, Attempt, Task, TaskState
+from studio.models import ACTIVE, Asset, Attempt, Task, TaskState
+from studio.phrases import GONE_PHASE
 from studio.store import Conflict, move, update
 from studio.worker import turns
 from studio.worker.pacing import Pacing

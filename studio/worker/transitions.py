@@ -19,7 +19,7 @@ from asgiref.sync import sync_to_async
 from django.db import DatabaseError, transaction
 from django.utils import timezone
 
-from studio import models, originals
+from studio import originals, phrases
 from studio.ember.client import (
     SOURCE_APP,
     EmberAuthError,
@@ -41,9 +41,7 @@ AUTH_BACKOFF = 300.0  # seconds; wrong credentials will not fix themselves quick
 RESEND_BACKOFF = 2.0  # seconds before a clip is re-sent under its key
 CRASH_BACKOFF = 60.0  # seconds before a task whose step raised is tried again
 
-MAY_HAVE_REACHED = (
-    "The previous submit may have reached Ember. Check history before submitting again."
-)
+MAY_HAVE_REACHED = phrases.MAY_HAVE_REACHED
 RECONCILE_PHASE = "Reconcile before retry"
 UNSAFE_ID_PHASE = "Ember named an id Avatars will not use; look the job up in Ember"
 COPY_FAILED_PHASE = "The copy from Ember failed; reconcile to retry"
@@ -288,14 +286,14 @@ def _reference_changed(task: Task) -> Task:
             TaskState.UNCERTAIN,
             expected=task.version,
             phase=RECONCILE_PHASE,
-            error=f"{models.REFERENCE_CHANGED} {MAY_HAVE_REACHED}",
+            error=f"{phrases.REFERENCE_CHANGED} {MAY_HAVE_REACHED}",
         )
     return move(
         task,
         TaskState.FAILED,
         expected=task.version,
         phase="Failed",
-        error=models.REFERENCE_CHANGED,
+        error=phrases.REFERENCE_CHANGED,
     )
 
 

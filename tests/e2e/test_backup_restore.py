@@ -151,7 +151,7 @@ def test_tasks_waiting_in_a_backup_that_the_lost_install_sent_are_not_paid_again
     assert {t["state"] for t in tasks} == {"done"}, tasks
     assert Counter(sim.get("/_sim/charges")["charges"]) == paid_before
     assert held == {"uncertain", "queued"}  # the images held back; the clips keep their keys
-    assert "Held back 2 image task(s)" in said
+    assert "Held back 2 task(s)" in said
 
 
 def every_asset_opens(stack: Stack) -> int:

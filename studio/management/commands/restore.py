@@ -36,9 +36,10 @@ class Command(BaseCommand):
         self.stdout.write(f"Database: restored into {result.database}.")
         if result.held_back:
             self.stdout.write(
-                f"Held back {result.held_back} image task(s) the backup holds as waiting to be "
-                "sent: the lost install may have sent them since, so they rest uncertain and "
-                "the worker looks for them in Ember's history. Resubmit those it does not find."
+                f"Held back {result.held_back} task(s) the lost install may have sent after "
+                "the backup (images waiting to be sent, and tasks that had failed with nothing "
+                "sent, which a person may have queued again): they rest uncertain and the "
+                "worker looks for the images in Ember's history. Resubmit those it does not find."
             )
         self.stdout.write(
             "Next: manage.py migrate, manage.py check_originals, then start the web server "

@@ -1,0 +1,19 @@
+"""The sentences a task carries that several layers write or read, each said once.
+
+The worker, a restore and the services write them; the studio's pages and the admin
+recognise them. Those quoted from the contract are word for word.
+"""
+
+# A `copy_failed` task's phase when Ember's file route said 404: a reconcile asks again,
+# and helps only if Ember has the image back. Its page says what a person can do.
+GONE_PHASE = (
+    "Ember says it no longer has this image; a reconcile copies it only if Ember has it back"
+)
+# A task's error when a frozen reference no longer matches (the contract's sentence):
+# nothing of it was sent, so once the photo is repaired a person may queue it again.
+REFERENCE_CHANGED = "A frozen reference failed its checksum."
+# What a task that may have reached Ember says (the contract's sentence): the worker's
+# and a restore's.
+MAY_HAVE_REACHED = (
+    "The previous submit may have reached Ember. Check history before submitting again."
+)
