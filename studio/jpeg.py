@@ -30,7 +30,8 @@ SOS = b"\xff\xda"
 APP1 = b"\xff\xe1"
 # The next marker: 0xFF and a marker code (fill bytes before it are more 0xFF).
 MARKER = re.compile(rb"\xff[\x01\xc0-\xfe]")
-PROGRESSIVE = frozenset({0xC2, 0xC6, 0xCA, 0xCE})  # start-of-frame markers of progressive JPEGs
+FRAMES = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}  # start-of-frame markers
+PROGRESSIVE = frozenset({0xC2, 0xC6, 0xCA, 0xCE})  # those of progressive JPEGs
 STANDALONE = frozenset({0x01, *range(0xD0, 0xD8)})  # markers without a length (TEM, RSTn)
 NOT_AN_IMAGE_MARKERS = frozenset({0xD8, 0xD9})  # a second SOI, or EOI, before any scan
 
@@ -49,6 +50,7 @@ def check_header(data: bytes) -> None:
     A header that ends early or breaks is left to Pillow, which says it is broken.
     """
     pos = len(SOI)
+    frame = b""  # the start-of-frame segment's body, once read
     for _segment in range(MAX_SEGMENTS + 1):
         found = MARKER.search(data, pos, pos + MAX_PADDING + 2)
         if found is None:
@@ -59,6 +61,11 @@ def check_header(data: bytes) -> None:
                 )
             return  # too short to hold another segment: Pillow says what is wrong
         code = data[found.end() - 1]
+        coded = data[found.end() + 2 : found.end() + 3]  # a scan's channel count
+        # A first scan that codes fewer channels than the frame has: more scans follow,
+        # and the decoder holds every coefficient until the last, as for a progressive one.
+        if code == 0xDA and frame[5:6] and coded and coded[0] < frame[5]:
+            check_coefficients(frame)
         if code == 0xDA or code in NOT_AN_IMAGE_MARKERS:
             return  # the first scan starts (or the header is broken: Pillow says so)
         pos = found.end()
@@ -67,20 +74,23 @@ def check_header(data: bytes) -> None:
         if pos + 2 > len(data):
             return
         (length,) = struct.unpack_from(">H", data, pos)
-        if code in PROGRESSIVE:
-            check_coefficients(data[pos + 2 : pos + length])
+        if code in FRAMES:
+            frame = data[pos + 2 : pos + length]
+            if code in PROGRESSIVE:
+                check_coefficients(frame)
         pos += length
     raise BadJpeg(f"The JPEG's header has more than {MAX_SEGMENTS} parts.")
 
 
 def check_coefficients(frame: bytes) -> None:
-    """Refuse a progressive JPEG whose decoder would hold too many coefficients at once.
+    """Refuse a JPEG decoded in several scans whose decoder would hold too many coefficients.
 
     `frame` is the body of its start-of-frame segment. A progressive image is decoded
-    in passes, so libjpeg keeps every coefficient of every channel (64 of 2 bytes an
-    8 x 8 block) until the last: a 627 KB CMYK file of 6324 x 6324, within the pixel cap,
-    held 320 MB of them beside Pillow's canvas (found by a review, over uvicorn). A
-    frame too short to read is left to Pillow, which says it is broken.
+    in passes, and a sequential one whose scans each code some of its channels in turn,
+    so libjpeg keeps every coefficient of every channel (64 of 2 bytes an 8 x 8 block)
+    until the last: a 627 KB progressive CMYK file of 6324 x 6324, within the pixel cap,
+    held 320 MB of them beside Pillow's canvas, and a 354-byte sequential one as much
+    (found by reviews, over uvicorn). A frame too short to read is left to Pillow.
     """
     if len(frame) < 6:
         return
@@ -95,10 +105,10 @@ def check_coefficients(frame: bytes) -> None:
     )
     if held > MAX_COEFFICIENT_BYTES:
         raise BadJpeg(
-            f"The JPEG is progressive, {width} x {height} with {count} colour channels: "
-            f"decoding it would hold {held / MB:.0f} MB at once, and at most "
-            f"{MAX_COEFFICIENT_BYTES // MB} MB are accepted. Save it as a baseline "
-            "(not progressive) JPEG, or smaller."
+            f"The JPEG is coded in several passes, {width} x {height} with {count} colour "
+            f"channels: decoding it would hold {held / MB:.0f} MB at once, and at most "
+            f"{MAX_COEFFICIENT_BYTES // MB} MB are accepted. Save it as an ordinary "
+            "JPEG again (not progressive), or smaller."
         )
 
 

@@ -110,6 +110,28 @@ def progressive_jpeg(side: int = 6324, mode: str = "CMYK") -> bytes:
     return bytes(data)
 
 
+def one_channel_scan_jpeg(side: int = 6324, frame: int = 0xC0) -> bytes:
+    """Return a small sequential CMYK JPEG saying `side` x `side` whose first scan codes one
+    channel of four: the decoder expects more scans, so it holds every coefficient.
+
+    A review's 354-byte one took a web process from 72 to 532 MB, past the check that
+    measured progressive frames only. `frame` is the start-of-frame marker to use.
+    """
+    out = bytearray(b"\xff\xd8")
+    for marker, part in _segments(_jpeg(Image.new("CMYK", (16, 16)), quality=50)):
+        if marker == 0xC0:
+            part = bytearray(part)
+            part[1] = frame
+            struct.pack_into(">HH", part, 5, side, side)  # after the length and precision
+        elif marker == 0xDA:  # keep the first channel of the scan's header, then its data
+            (length,) = struct.unpack_from(">H", part, 2)
+            channels = part[4]
+            header = bytes([1]) + part[5:7] + part[5 + 2 * channels : 2 + length]
+            part = b"\xff\xda" + struct.pack(">H", len(header) + 2) + header + part[2 + length :]
+        out += part
+    return bytes(out)
+
+
 def multi_picture_jpeg(second: int = 32, repeat: int = 0) -> bytes:
     """Return a phone's multi-picture JPEG (MPO): a 64 x 48 photo, then a second picture.
 

@@ -30,6 +30,7 @@ from tests.hostile import (
     many_frame_gif,
     many_segment_jpeg,
     multi_picture_jpeg,
+    one_channel_scan_jpeg,
     padded_jpeg,
     progressive_jpeg,
     repeated_scans,
@@ -87,6 +88,10 @@ def corpus() -> dict[str, tuple[bytes, str]]:
         "JPEG trailed by EXIF headers": (app1_trailer_jpeg(5000), "at most 1024 are accepted"),
         # A decoder holds every coefficient of a progressive frame: 306 MB for this one.
         "progressive CMYK JPEG of 6324 x 6324": (progressive_jpeg(), "at most 128 MB"),
+        "JPEG whose first scan codes one channel of four": (
+            one_channel_scan_jpeg(),
+            "at most 128 MB",
+        ),
         # Every scan is a pass over the whole image: 212 KB of these once took 22 s.
         "JPEG that repeats its scans": (repeated_scans(), "passes"),
         "APNG with too many frames": (animated("PNG", 301), "at most 300 are accepted"),
@@ -202,8 +207,8 @@ django.setup()
 from studio import metadata, originals
 from studio.ember.simulator import Picture, render_clip
 from tests.hostile import (
-    app1_trailer_jpeg, flat_webp, growing_gif, many_frame_gif, multi_picture_jpeg, padded_jpeg,
-    progressive_jpeg, repeated_scans
+    app1_trailer_jpeg, flat_webp, growing_gif, many_frame_gif, multi_picture_jpeg,
+    one_channel_scan_jpeg, padded_jpeg, progressive_jpeg, repeated_scans
 )
 
 data = eval(sys.argv[1])
@@ -233,6 +238,10 @@ SLOW_FILES = {
     # 1.3 KB that says 6324 x 6324 CMYK, progressive: a decoder holds 306 MB of coefficients
     # for it (a review's 627 KB one, decoded, cost 462 MB).
     "progressive_jpeg()": "at most 128 MB",
+    # 354 bytes, sequential, its first scan one channel of four: the decoder holds every
+    # coefficient for the scans to come (a review: from 72 to 532 MB over uvicorn).
+    "one_channel_scan_jpeg()": "at most 128 MB",
+    "one_channel_scan_jpeg(frame=0xC9)": "at most 128 MB",
     # The 24 MB JPEG of fill bytes that once cost 13 s.
     "padded_jpeg(24 * 1024 * 1024)": "padding",
     # A 64 x 48 photo, then a 6000 x 6000 picture of 80 passes: once 2 s, as the second
