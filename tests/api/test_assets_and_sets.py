@@ -66,6 +66,21 @@ def test_it_serves_an_original_with_its_type_hash_and_caching(api, make_subject,
     assert response["ETag"] == f'"{hashlib.sha256(data).hexdigest()}"'
 
 
+def test_a_client_holding_the_original_gets_304_without_the_bytes(
+    api, make_subject, make_reference
+):
+    """Found by a review: the API sent 9 MB again where the studio's route answered 304."""
+    data = jpeg_bytes()
+    asset = make_reference(make_subject("Ada"), data)
+    etag = f'"{hashlib.sha256(data).hexdigest()}"'
+
+    again = api.get(f"{API}/assets/{asset.pk}/original", HTTP_IF_NONE_MATCH=etag)
+    other = api.get(f"{API}/assets/{asset.pk}/original", HTTP_IF_NONE_MATCH='"another"')
+
+    assert (again.status_code, again.content, again["ETag"]) == (304, b"", etag)
+    assert other.status_code == 200 and served_bytes(other) == data
+
+
 def test_it_answers_503_rather_than_serve_an_original_that_fails_its_checksum(api, subject):
     asset = subject.assets.get()
     originals.path_for(asset.sha256, ".png").write_bytes(png_bytes(99))
