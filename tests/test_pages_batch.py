@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from studio.models import Attempt, Task, TaskState, WorkerHeartbeat
 from studio.store import move
-from tests.factories import a_batch, stored_asset
+from tests.factories import a_batch, a_clip_sent_once, stored_asset
 from tests.studio_pages import messages_of, text
 
 pytestmark = pytest.mark.django_db
@@ -94,6 +94,21 @@ def test_it_offers_cancel_batch_only_while_a_task_has_not_reached_ember(signed_i
     assert "Cancel batch" not in body
     assert NOTHING_TO_CANCEL in text(signed_in.get(page))
     assert '"cancel": "kept"' in body  # what the polls say the page shows
+
+
+def test_it_offers_no_cancel_for_a_clip_waiting_to_be_sent_again_under_its_key(
+    signed_in: Client, subject
+):
+    """Found by a review: queued, but sent once under its key, the clip cannot be cancelled,
+    and "Cancel batch" only ever answered "Cancelled 0 tasks; kept 1 already with Ember"."""
+    clip = a_clip_sent_once(subject)
+
+    page = signed_in.get(f"/batches/{clip.batch_id}/")
+
+    body = page.content.decode()
+    assert "Cancel batch" not in body
+    assert f"/tasks/{clip.pk}/cancel/" not in body
+    assert NOTHING_TO_CANCEL in text(page)
 
 
 def test_it_swaps_the_cancel_area_only_when_what_it_offers_changed(signed_in: Client, subject):

@@ -156,13 +156,13 @@ class Outcome:
         return f"{self.ready} of {self.total} ready {DASH} {title}"
 
 
-def cancel_offer(counts: dict[str, int], outcome: Outcome) -> str:
-    """Say what a batch's cancel area offers (`counts` by state, as `engine.progress` answers).
+def cancel_offer(tasks: list[Task], outcome: Outcome) -> str:
+    """Say what a batch's cancel area offers (`tasks` as `dress` left them).
 
-    "cancel" while some task has not reached Ember; "kept" while the rest is with Ember,
+    "cancel" while some task may still be cancelled; "kept" while the rest is with Ember,
     whose work a cancel would only keep; "" once nothing moves without a person.
     """
-    if any(counts.get(state.value, 0) for state in CANCELLABLE):
+    if any(task.stoppable for task in tasks):  # type: ignore[attr-defined]
         return "cancel"
     return "kept" if outcome.running else ""
 
@@ -187,6 +187,9 @@ def dress(tasks: list[Task]) -> list[Task]:
         task.show_phase = state in STOPPABLE  # type: ignore[attr-defined]
         # Cancel only where it can: a task with Ember is kept (found by a review: a
         # "Cancel" beside "Ember is making it" only ever answered that it was kept).
-        task.stoppable = state in CANCELLABLE  # type: ignore[attr-defined]
+        # Nor a clip sent under its key, which waits to be sent again under it (a review).
+        task.stoppable = (  # type: ignore[attr-defined]
+            state in CANCELLABLE and task.attempt_under_key() is None
+        )
         task.group = next(key for key, states in GROUPS if state in states)  # type: ignore[attr-defined]
     return tasks

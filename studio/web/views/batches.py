@@ -167,7 +167,7 @@ def _progress_context(request: HttpRequest, batch: Batch) -> dict[str, Any]:
         "counts": counts,
         "outcome": outcome,
         "done": outcome.done,
-        "cancel": progress.cancel_offer(counts, outcome),
+        "cancel": progress.cancel_offer(tasks, outcome),
         "tasks": tasks,
         "repair": repair,
         "seen": ".".join(str(task.version) for task in tasks),
