@@ -263,6 +263,33 @@ def test_it_says_when_progress_cannot_be_reached_and_catches_up_once_back(person
     assert person.evaluate("window.sameDocument") is True
 
 
+def test_it_says_so_when_the_studio_stops_answering_its_polls(page: Page):
+    """Found by a review: with the web process stopped, no poll ever failed, and the page
+    said "Worker running" for as long as it was stopped."""
+    sign_in(page)
+    plan_batch(page, prompt="Bo, the server hangs", candidates=2)
+    expect(page.get_by_test_id("worker")).to_have_text("Worker running")
+    page.route("**/progress/**", lambda route: None)  # asked, never answered
+
+    expect(page.get_by_test_id("unreachable")).to_have_text(
+        "Can't reach Avatars; progress paused. It will catch up when the connection is back.",
+        timeout=15_000,
+    )
+    page.unroute("**/progress/**")
+    expect(page.get_by_test_id("progress-text")).to_have_text("2 ready", timeout=SLOW)
+    expect(page.get_by_test_id("unreachable")).to_be_empty()
+
+
+def test_it_says_when_the_studio_answers_its_polls_with_an_error(page: Page):
+    sign_in(page)
+    plan_batch(page, prompt="Bo, the server errs", candidates=1)
+    page.route("**/progress/**", lambda route: route.fulfill(status=500, body="oops"))
+
+    expect(page.get_by_test_id("unreachable")).to_have_text(
+        "Avatars could not answer just now; progress paused. It will catch up when it can."
+    )
+
+
 def test_it_lists_batches_newest_first_with_outcomes_and_images(person: Page):
     prompt = f"Bo, newest on the list, {size(person)}"
     plan_batch(person, prompt=prompt, candidates=1)

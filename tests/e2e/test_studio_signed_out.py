@@ -100,6 +100,33 @@ def test_signing_out_drops_the_draft_so_the_next_person_in_the_tab_starts_empty(
     expect(page.get_by_test_id("draft")).to_be_hidden()
 
 
+def test_another_person_signed_in_in_the_tab_never_finds_the_draft(page: Page, studio):
+    """Found by a review: signed out in another tab, the draft stayed in this one, and the
+    next person to sign in here found the last one's prompt."""
+    studio.stack.django(
+        "from django.contrib.auth.models import User\n"
+        "ada = User.objects.get_or_create(username='ada')[0]\n"
+        "ada.set_password('another horse battery')\n"
+        "ada.save()\n"
+        "result = ada.pk"
+    )
+    sign_in(page)
+    fill_batch(page, prompt="Bo, typed by grace", candidates=1)
+    other = page.context.new_page()
+    other.goto("/")
+    other.get_by_role("button", name="Sign out").click()
+    other.close()
+
+    page.goto("/batches/new/")
+    page.get_by_label("Username").fill("ada")
+    page.get_by_label("Password").fill("another horse battery")
+    page.get_by_role("button", name="Sign in").click()
+
+    expect(page).to_have_url(re.compile(r"/batches/new/$"))
+    expect(page.get_by_label("Prompt", exact=True)).to_have_value("")
+    expect(page.get_by_test_id("draft")).to_be_hidden()
+
+
 def test_favourites_chosen_after_the_sign_in_expired_lead_back_to_the_batch(page: Page):
     sign_in(page)
     url = plan_batch(page, prompt="Bo, favourites after a sign-in", candidates=1)

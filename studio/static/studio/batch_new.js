@@ -71,8 +71,12 @@
     return /^(title|prompt|subjects|references|frames|candidates_\w+)$/.test(field.name);
   }
 
+  // Whose draft it is: another person signed in in this tab (after a sign-out in another
+  // tab, or an expired session) never finds it (found by a review).
+  var who = form.getAttribute("data-who") || "";
+
   function saveDraft() {
-    var draft = {};
+    var draft = { "": who };
     Array.prototype.forEach.call(form.elements, function (field) {
       if (!drafted(field)) return;
       if (field.type !== "checkbox") { draft[field.name] = field.value; return; }
@@ -83,7 +87,11 @@
   }
 
   function readDraft() {
-    try { return JSON.parse(sessionStorage.getItem(DRAFT) || "null"); } catch (e) { return null; }
+    var draft = null;
+    try { draft = JSON.parse(sessionStorage.getItem(DRAFT) || "null"); } catch (e) { return null; }
+    if (draft && typeof draft === "object" && draft[""] === who) return draft;
+    try { sessionStorage.removeItem(DRAFT); } catch (e) { /* storage off */ }
+    return null;
   }
 
   function restoreDraft() {

@@ -254,8 +254,12 @@
   // go on saying "2 in progress · Worker running" as if it were now. It says instead that
   // progress is paused, and that the worker's state is not known; the next poll that gets
   // through replaces the summary and takes the notice away.
+  // A poll that gets no answer within its timeout (the page's hx-request) is one too: a
+  // server that hangs says nothing at all (found by a review, with the server stopped).
   var UNREACHABLE = "Can't reach Avatars; progress paused. " +
     "It will catch up when the connection is back.";
+  var NOT_ANSWERED = "Avatars could not answer just now; progress paused. " +
+    "It will catch up when it can.";
 
   function polled(event) {
     return event.target instanceof Element && event.target.id === "progress-summary";
@@ -269,11 +273,13 @@
       worker.textContent = "Worker: not known while Avatars can't be reached";
       worker.classList.add("warn");
     }
-    if (region.textContent) return;  // said once, not at every failed poll
+    // An error answered is not the connection: the server is there, and says so.
+    var words = event.type === "htmx:responseError" ? NOT_ANSWERED : UNREACHABLE;
+    if (region.textContent === words) return;  // said once, not at every failed poll
     var notice = document.createElement("p");
     notice.className = "notice";
-    notice.textContent = UNREACHABLE;
-    region.appendChild(notice);
+    notice.textContent = words;
+    region.replaceChildren(notice);
   }
 
   ["htmx:sendError", "htmx:responseError", "htmx:timeout"].forEach(function (name) {
