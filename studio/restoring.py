@@ -10,8 +10,10 @@ The tasks the snapshot holds as waiting to be sent are held back before the data
 is in place: the install that was lost may have sent them after the snapshot, and an
 image has no key to make a second send free. They rest `uncertain` with the send they
 may have had recorded as unknown, so the worker looks for them in Ember's history
-before anyone pays again. Until the restore has finished, a marker in the data dir
-keeps the worker from starting; running the same restore again finishes it.
+before anyone pays again; so do the tasks that had failed with nothing sent, which a
+person may have queued again since (`studio/holdback.py`). Until the restore has
+finished, a marker in the data dir keeps the worker from starting; running the same
+restore again finishes it.
 """
 
 import json
