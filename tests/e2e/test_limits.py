@@ -13,7 +13,15 @@ import httpx
 import pytest
 from PIL import Image
 
-from tests.e2e.wire import MB, limited, post_raw, signed_in_cookies, spooled_bytes, status_kib
+from tests.e2e.wire import (
+    MB,
+    limited,
+    post_form_page,
+    post_raw,
+    signed_in_cookies,
+    spooled_bytes,
+    status_kib,
+)
 from tests.processes import Stack, Template, Web
 
 HUGE = 300 * MB
@@ -225,15 +233,7 @@ def test_a_photo_sent_after_the_sign_in_ended_gets_a_page_that_leads_back(served
         "Content-Type": "multipart/form-data; boundary=x",
     }
 
-    with socket.create_connection(("127.0.0.1", web.port), timeout=10) as sock:
-        head = f"POST /subjects/{subject_id}/ HTTP/1.1\r\nHost: 127.0.0.1:{web.port}\r\n"
-        head += "".join(f"{k}: {v}\r\n" for k, v in headers.items()) + "\r\n"
-        sock.sendall(head.encode() + b"\0" * (64 * 1024))
-        received = b""
-        while chunk := sock.recv(65536):
-            received += chunk
-    answer = received.decode()
-    status, rest = answer.split("\r\n", 1)
+    status, rest, answer = post_form_page(web, f"/subjects/{subject_id}/", headers)
 
     assert status.split()[1] == "413", answer[:300]
     assert "content-type: text/html; charset=utf-8" in rest.lower()
@@ -321,15 +321,7 @@ def test_a_signed_in_upload_past_the_limit_gets_a_page_of_the_studio_leading_bac
         "Content-Type": "multipart/form-data; boundary=x",
     }
 
-    with socket.create_connection(("127.0.0.1", web.port), timeout=10) as sock:
-        head = f"POST /subjects/{subject_id}/ HTTP/1.1\r\nHost: 127.0.0.1:{web.port}\r\n"
-        head += "".join(f"{k}: {v}\r\n" for k, v in headers.items()) + "\r\n"
-        sock.sendall(head.encode() + b"\0" * (64 * 1024))
-        received = b""
-        while chunk := sock.recv(65536):  # the page may follow in a packet of its own
-            received += chunk
-    answer = received.decode()
-    status, rest = answer.split("\r\n", 1)
+    status, rest, answer = post_form_page(web, f"/subjects/{subject_id}/", headers)
 
     assert status.split()[1] == "413", answer[:300]
     assert "content-type: text/html; charset=utf-8" in rest.lower()

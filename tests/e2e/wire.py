@@ -56,6 +56,23 @@ def status_kib(pid: int, field: str) -> int:
     raise AssertionError(f"/proc/{pid}/status has no {field}")
 
 
+def post_form_page(web: Web, path: str, headers: dict[str, str]) -> tuple[str, str, str]:
+    """Post 64 KB of a studio form's body with `headers` and read the whole answer.
+
+    Returns its status line, the rest (headers and page) and the whole answer.
+    """
+    with socket.create_connection(("127.0.0.1", web.port), timeout=10) as sock:
+        head = f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{web.port}\r\n"
+        head += "".join(f"{k}: {v}\r\n" for k, v in headers.items()) + "\r\n"
+        sock.sendall(head.encode() + b"\0" * (64 * 1024))
+        received = b""
+        while chunk := sock.recv(65536):  # the page may follow in a packet of its own
+            received += chunk
+    answer = received.decode()
+    status, rest = answer.split("\r\n", 1)
+    return status, rest, answer
+
+
 def spooled_bytes(spool: Path) -> int:
     return sum(p.stat().st_size for p in spool.rglob("*") if p.is_file())
 
