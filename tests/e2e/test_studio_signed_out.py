@@ -112,10 +112,10 @@ def test_another_person_signed_in_in_the_tab_never_finds_the_draft(page: Page, s
     )
     sign_in(page)
     fill_batch(page, prompt="Bo, typed by grace", candidates=1)
-    other = page.context.new_page()
+    other = page.context.new_page()  # another tab of the same browser
     other.goto("/")
     other.get_by_role("button", name="Sign out").click()
-    other.close()
+    expect(other.get_by_role("heading", name="Sign in")).to_be_visible()
 
     page.goto("/batches/new/")
     page.get_by_label("Username").fill("ada")
