@@ -449,6 +449,16 @@ def read(sha256: str, mime: str) -> bytes:
     return data
 
 
+def check_regular(path: Path) -> None:
+    """Raise NotAnOriginal unless `path` is a regular file within the image cap (not opened)."""
+    info = path.stat()
+    limit = settings.AVATARS_MAX_IMAGE_BYTES
+    if not stat.S_ISREG(info.st_mode):
+        raise NotAnOriginal("not a regular file")
+    if info.st_size > limit:
+        raise NotAnOriginal(f"{info.st_size} bytes, over the {limit}-byte cap for an image")
+
+
 def read_regular(path: Path) -> bytes:
     """Return the bytes of the regular file at `path`, if it is no larger than the image cap.
 
@@ -456,12 +466,8 @@ def read_regular(path: Path) -> bytes:
     raises NotAnOriginal without being read, as does a file past the cap.
     FileNotFoundError when nothing is there.
     """
-    info = path.stat()
+    check_regular(path)
     limit = settings.AVATARS_MAX_IMAGE_BYTES
-    if not stat.S_ISREG(info.st_mode):
-        raise NotAnOriginal("not a regular file")
-    if info.st_size > limit:
-        raise NotAnOriginal(f"{info.st_size} bytes, over the {limit}-byte cap for an image")
     with path.open("rb") as file:
         data = file.read(limit + 1)
     if len(data) > limit:

@@ -10,7 +10,6 @@ asks for the next (uvicorn waits while a client's socket is full).
 import asyncio
 import hashlib
 import os
-import stat
 from collections.abc import AsyncIterator
 from typing import BinaryIO
 
@@ -30,17 +29,16 @@ def open_checked(sha256: str, mime: str) -> BinaryIO:
     does not hang), or a file past the image cap.
     """
     path = originals.path_of(sha256, mime)
-    if not stat.S_ISREG(path.stat().st_mode):
-        raise originals.ChecksumFailed()
+    try:
+        originals.check_regular(path)  # as `originals.read` looks, before opening
+    except originals.NotAnOriginal:
+        raise originals.ChecksumFailed() from None
     file = path.open("rb")
     try:
-        size = os.fstat(file.fileno()).st_size
-        if size > settings.AVATARS_MAX_IMAGE_BYTES:
+        # Looked at again once open: what was looked at may have been replaced since.
+        if os.fstat(file.fileno()).st_size > settings.AVATARS_MAX_IMAGE_BYTES:
             raise originals.ChecksumFailed()
-        digest = hashlib.sha256()
-        while chunk := file.read(CHUNK):
-            digest.update(chunk)
-        if digest.hexdigest() != sha256:
+        if hashlib.file_digest(file, "sha256").hexdigest() != sha256:
             raise originals.ChecksumFailed()
         file.seek(0)
     except BaseException:
