@@ -142,7 +142,7 @@ class BodyLimit:
             deadline = settings.AVATARS_ANONYMOUS_BODY_SECONDS
             if length is not None and int(length) > limit:
                 if form_data:  # a photo sent after its person's sign-in ended: say so
-                    await _send_page(send, 413, signed_out_page(headers), too_large)
+                    await _send_page(send, 413, lambda: signed_out_page(headers), too_large)
                 else:
                     await _answer(send, scope, 413, "too_large", too_large)
                 return
@@ -247,15 +247,15 @@ def too_large_page(headers: Mapping[str, str]) -> str:
     return render_to_string("studio/too_large.html", {"limit": f"{limit:g}", "back": back})
 
 
-def signed_out_page(headers: Mapping[str, str]) -> Callable[[], str]:
-    """Return what renders the page for a photo sent after its person's sign-in ended.
+def signed_out_page(headers: Mapping[str, str]) -> str:
+    """Render the studio's page for a photo sent after its person's sign-in ended.
 
     Its link signs in and leads back to the page the form was on (the Referer, when a
     page of this site). Found by a review: the person got a line of plain text.
     """
     sign_in = reverse("login") + "?" + urlencode({"next": _came_from(headers) or "/"})
     context = {"message": SIGNED_OUT, "sign_in": sign_in}
-    return lambda: render_to_string("studio/signed_out_body.html", context)
+    return render_to_string("studio/signed_out_body.html", context)
 
 
 def _came_from(headers: Mapping[str, str]) -> str | None:
