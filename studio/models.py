@@ -200,6 +200,10 @@ class Task(Versioned):
         said = self.result.get("history_error") if isinstance(self.result, dict) else None
         return str(said) if said else ""
 
+    def cancellable(self) -> bool:
+        """Say whether nothing of it may be with Ember yet, so it may be cancelled (§9)."""
+        return self.state in CANCELLABLE and self.attempt_under_key() is None
+
     def attempt_under_key(self) -> "Attempt | None":
         """Return the attempt a clip was sent as under its current key, if it was sent.
 

@@ -26,7 +26,7 @@ from django.utils import timezone
 from studio import engine
 from studio.admin.base import VersionedAdmin
 from studio.ember.client import EmberError
-from studio.models import CANCELLABLE, POLL_BOUND, RECONCILABLE, Task, TaskState
+from studio.models import POLL_BOUND, RECONCILABLE, Task, TaskState
 from studio.store import Conflict
 
 NOT_RECEIVED = "I checked Ember and it did not receive this"
@@ -37,17 +37,13 @@ def task_name(task: Task) -> str:
     return f"Task {str(task.pk)[:8]} ({task.provider_label} {task.frame} #{task.ordinal})"
 
 
-def _cancellable(task: Task) -> bool:
-    # A clip sent under its current key may already be with Ember: it goes on.
-    return task.state in CANCELLABLE and task.attempt_under_key() is None
-
-
 # The repairs a task's page offers, by what the task is now. For the page only: each
 # action judges the task again when it runs, and its service has the last word.
 OFFERED: dict[str, Callable[[Task], bool]] = {
     "reconcile_tasks": lambda task: task.state in RECONCILABLE,
     "retry_copy": lambda task: task.state == TaskState.COPY_FAILED,
-    "cancel_tasks": _cancellable,
+    # A clip sent under its current key may already be with Ember: it goes on.
+    "cancel_tasks": Task.cancellable,
     "resubmit_tasks": lambda task: task.state == TaskState.UNCERTAIN,
     # Nothing was paid for a failed task without an attempt (docs/design.md §8).
     "requeue_tasks": lambda task: task.state == TaskState.FAILED and not engine.was_sent(task),

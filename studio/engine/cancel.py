@@ -3,7 +3,7 @@
 from dataclasses import dataclass, field
 
 from studio.engine.errors import ALREADY_ENDED, RESUBMIT_WITHDRAWN, TOO_LATE, TooLate
-from studio.models import CANCELLABLE, Batch, Task, TaskState
+from studio.models import Batch, Task, TaskState
 from studio.store import Conflict, move
 
 
@@ -32,7 +32,7 @@ def cancel_task(*, task: Task) -> Task:
         # A clip sent under its current key may be with Ember (its answer was lost): it
         # goes on under that key. Every such send is recorded together with a version
         # bump, so the versioned write below cannot miss one that lands meanwhile.
-        if task.state not in CANCELLABLE or task.attempt_under_key() is not None:
+        if not task.cancellable():
             raise TooLate(TOO_LATE)
         try:
             if task.attempts.exists():

@@ -12,7 +12,6 @@ from typing import Any
 from django.db.models import Count, Q
 
 from studio.models import (
-    CANCELLABLE,
     RECONCILABLE,
     STOPPABLE,
     Task,
@@ -188,8 +187,6 @@ def dress(tasks: list[Task]) -> list[Task]:
         # Cancel only where it can: a task with Ember is kept (found by a review: a
         # "Cancel" beside "Ember is making it" only ever answered that it was kept).
         # Nor a clip sent under its key, which waits to be sent again under it (a review).
-        task.stoppable = (  # type: ignore[attr-defined]
-            state in CANCELLABLE and task.attempt_under_key() is None
-        )
+        task.stoppable = task.cancellable()  # type: ignore[attr-defined]
         task.group = next(key for key, states in GROUPS if state in states)  # type: ignore[attr-defined]
     return tasks
