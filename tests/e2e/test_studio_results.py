@@ -195,3 +195,22 @@ def test_it_speaks_of_the_arrow_keys_only_where_there_is_a_keyboard(
 
     expect(page.get_by_text(hint)).to_be_visible()
     expect(phone.get_by_text(hint)).to_be_hidden()
+
+
+def test_how_far_the_batch_got_comes_before_its_results_and_the_rows_after(
+    person: Page, batch_url: str
+):
+    person.goto(batch_url)
+    height = (person.viewport_size or DESKTOP)["height"]
+    summary = person.locator("#progress-summary").bounding_box()
+    first, last = person.locator(RESULTS).first, person.locator(RESULTS).last
+    rows = person.locator("#task-details").bounding_box()
+    assert summary is not None and rows is not None
+    # On a phone a batch's results are a column of whole-width pictures: the progress
+    # under them was several screens down.
+    assert summary["y"] + summary["height"] <= height, (
+        f"the progress ends {summary['y'] + summary['height']:.0f} px down, "
+        f"past the first screen ({height} px)"
+    )
+    assert summary["y"] < (first.bounding_box() or {"y": 0})["y"], "the progress is under results"
+    assert rows["y"] > (last.bounding_box() or {"y": 1e9})["y"], "the task rows push results down"
