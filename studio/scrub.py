@@ -2,9 +2,12 @@
 
 `check` reads each file the asset rows name once (in chunks, rows streamed in hash
 order, so memory stays flat however many originals there are), then walks originals/
-for files no row names and temporary files a dead write left. `repair` fetches a
-missing or corrupt generated original from Ember again; only bytes that hash to the
-saved sha256 are written, through the store (fsync). An upload has no other copy.
+for files no row names and temporary files a dead write left. A symbolic link in an
+original's place is a problem even to the right bytes: the archive must hold them itself.
+`repair` puts a missing or corrupt original back: from the file such a link points to,
+from a backup folder, or (a generated one) from Ember; only bytes that hash to the saved
+sha256 are written, through the store (fsync). An upload has no copy in Ember. A folder in
+an original's place is left alone: a person moves it aside first.
 """
 
 import asyncio
@@ -26,6 +29,7 @@ MISSING = "missing"
 CORRUPT = "corrupt"
 NO_ROW = "no row"
 TEMPORARY = "temporary"
+FOLDER = "a folder is in its place"
 SHOWN_IDS = 5  # asset ids named per problem line; the rest are counted
 ROWS_PER_FETCH = 2000  # rows read from the database at a time
 
@@ -46,6 +50,7 @@ class Finding:
     uploaded: bool = False  # only uploads name the file: Ember never had it
     repaired: bool | None = None  # None: no repair was tried
     outcome: str = ""
+    path: Path | None = None  # where the original belongs; None when its row names none
 
     def line(self) -> str:
         return f"{self.kind}: {self.name}" + (f" ({self.detail})" if self.detail else "")
@@ -132,22 +137,59 @@ def check_original(sha256: str, mime: str, rows: list[Row]) -> Finding | None:
         path = originals.path_of(sha256, mime)
     except ValueError:
         return Finding(MISSING, f"{sha256}?", f"the row's hash or type names no file; {named_by}")
-    finding = Finding(MISSING, path.name, f"no file; {named_by}", sha256=sha256, mime=mime)
+    wrong = look(path, sha256)
+    if wrong is None:
+        return None
+    kind, what = wrong
+    finding = Finding(kind, path.name, f"{what}; {named_by}", sha256=sha256, mime=mime, path=path)
     finding.image_ids = [r[4] for r in rows if r[3] == Origin.GENERATED and r[4]]
     finding.uploaded = all(r[3] == Origin.UPLOADED for r in rows)
+    return finding
+
+
+def look(path: Path, sha256: str) -> tuple[str, str] | None:
+    """Return the kind of problem with the original at `path` and what it is, or None.
+
+    A symbolic link is a problem even to the right bytes: the archive does not hold them,
+    and the original is lost the day the file it points to is moved or deleted.
+    """
+    try:
+        target = link_target(path)
+    except OSError:  # not a link (or nothing there: `look_at_file` says so)
+        if path.is_dir():
+            # Nothing can be renamed over a folder: no repair works until a person moves it.
+            return CORRUPT, f"{FOLDER}: move it aside, then run check_originals --repair"
+        return look_at_file(path, sha256)
+    link = f"a symbolic link to {target}"
+    wrong = look_at_file(path, sha256)  # through the link
+    if wrong is None:
+        return CORRUPT, (
+            f"{link}, not a file of its own; if {target} goes, the original goes with it"
+        )
+    kind, what = wrong
+    if kind == MISSING:  # a dangling link: the original is gone already
+        return MISSING, f"{link}, which is not there"
+    return kind, f"{link}: {what}"
+
+
+def link_target(path: Path) -> str:
+    """Return where the symbolic link at `path` points, from the root (OSError if no link)."""
+    return os.path.normpath(path.parent / os.readlink(path))
+
+
+def look_at_file(path: Path, sha256: str) -> tuple[str, str] | None:
+    """Return the kind of problem with the file at `path` (links followed), or None."""
     try:
         # Looked at before it is opened: a pipe or a device in its place would hang the check.
         if originals.sha256_of(originals.read_regular(path)) == sha256:
             return None
-        finding.kind, finding.detail = CORRUPT, f"hashes to another value; {named_by}"
+        return CORRUPT, "hashes to another value"
     except FileNotFoundError:
-        pass
+        return MISSING, "no file"
     except originals.NotAnOriginal as exc:
-        finding.kind, finding.detail = CORRUPT, f"{exc}; {named_by}"
+        return CORRUPT, str(exc)
     except OSError as exc:
-        finding.kind = CORRUPT
-        finding.detail = f"could not be read: {exc.strerror or exc}; {named_by}"
-    return finding
+        return CORRUPT, f"could not be read: {exc.strerror or exc}"
 
 
 def describe_rows(rows: list[Row]) -> str:
@@ -203,10 +245,46 @@ def repair(scrub: Scrub, *, backup: Path | None = None) -> None:
         client = EmberClient()
         try:
             for finding in damaged:
-                found = from_backup(finding, backup) if backup is not None else None
-                finding.repaired, finding.outcome = found or repair_one(finding, runner, client)
+                finding.repaired, finding.outcome = repair_finding(finding, backup, runner, client)
         finally:
             runner.run(client.aclose())
+
+
+def repair_finding(
+    finding: Finding, backup: Path | None, runner: asyncio.Runner, client: EmberClient
+) -> tuple[bool, str]:
+    """Put one original back, the cheapest safe way first; return whether it worked and how.
+
+    From the file a link in its place points to, then from `backup`, then from Ember.
+    """
+    path = finding.path
+    if path is not None and path.is_dir() and not path.is_symlink():
+        # Renaming the bytes over it fails, and it may hold someone's files: a person moves it.
+        again = f" --from-backup {backup}" if backup is not None else ""
+        return False, (
+            f"{FOLDER}, left as it is (it may hold someone's files): move it aside, "
+            f"then run check_originals --repair{again} again"
+        )
+    found = from_link(finding, path) if path is not None and path.is_symlink() else None
+    if found is None and backup is not None:
+        found = from_backup(finding, backup)
+    return found or repair_one(finding, runner, client)
+
+
+def from_link(finding: Finding, path: Path) -> tuple[bool, str] | None:
+    """Copy into the archive the bytes the link at `path` points to, if they are the original.
+
+    The store's rename replaces the link itself, not the file it points to (left as it is).
+    None when those bytes are gone or not the original's: the other repairs are tried.
+    """
+    try:
+        target = link_target(path)
+        # Through the link: only a regular file within the image cap is read.
+        data = originals.read_regular(path)
+        originals.put_back(data, sha256=finding.sha256, mime=finding.mime)
+    except (originals.ChecksumFailed, originals.NotAnImage, originals.NotAnOriginal, OSError):
+        return None
+    return True, f"copied into the archive from {target}, the file the link pointed to"
 
 
 def from_backup(finding: Finding, backup: Path) -> tuple[bool, str] | None:

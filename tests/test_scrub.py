@@ -1,63 +1,26 @@
 """The originals scrub: `manage.py check_originals [--repair]` (docs/operations.md)."""
 
-import io
 import os
 import time
 from pathlib import Path
 
 import httpx
 import pytest
-import respx
-from django.core.management import call_command
-from django.core.management.base import CommandError
 
 from studio import originals
 from studio.models import Asset, Origin, ScrubReport
 from tests.factories import png_bytes
+from tests.scrub_parts import (
+    a_backup_holding,
+    check,
+    ember_sends,
+    file_of,
+    flip_a_byte,
+    generated,
+    uploaded,
+)
 
 pytestmark = pytest.mark.django_db
-
-
-def check(*args: str) -> tuple[int, str]:
-    """Run check_originals; return its exit code and everything it printed."""
-    out = io.StringIO()
-    try:
-        call_command("check_originals", *args, stdout=out, stderr=out)
-    except CommandError as exc:
-        return exc.returncode, f"{out.getvalue()}{exc}\n"
-    return 0, out.getvalue()
-
-
-def generated(seed: int, image_id: str = "") -> Asset:
-    """A generated asset with its original stored, as the worker leaves it."""
-    original = originals.save(png_bytes(seed))
-    return Asset.objects.create_stored(
-        original,
-        file_name="candidate.png",
-        origin=Origin.GENERATED,
-        ember_image_id=image_id or f"img_{seed}",
-    )
-
-
-def uploaded(seed: int) -> Asset:
-    original = originals.save(png_bytes(seed))
-    return Asset.objects.create_stored(original, file_name="ada.png", origin=Origin.UPLOADED)
-
-
-def file_of(asset: Asset) -> Path:
-    return originals.path_for(asset.sha256, originals.extension_for(asset.mime))
-
-
-def ember_sends(ember: respx.Router, data: bytes) -> respx.Route:
-    """Have Ember's file route for image img_7 answer `data`."""
-    answer = httpx.Response(200, content=data, headers={"Content-Type": "image/png"})
-    return ember.get("/api/v1/images/img_7/file").mock(return_value=answer)
-
-
-def flip_a_byte(path: Path) -> None:
-    data = bytearray(path.read_bytes())
-    data[len(data) // 2] ^= 0xFF
-    path.write_bytes(bytes(data))
 
 
 def test_it_passes_a_store_whose_every_original_matches_its_hash():
@@ -248,15 +211,6 @@ def test_it_says_an_upload_cannot_be_repaired_and_asks_ember_nothing(ember):
         f"not repaired: {file_of(asset).name} (an uploaded photo: Ember has no copy; "
         "restore it from a backup)"
     ) in out
-
-
-def a_backup_holding(tmp_path: Path, *assets: Asset) -> Path:
-    """A backup folder as `manage.py backup` leaves it, holding copies of these originals."""
-    folder = tmp_path / "backup" / "originals"
-    folder.mkdir(parents=True)
-    for asset in assets:
-        (folder / file_of(asset).name).write_bytes(file_of(asset).read_bytes())
-    return tmp_path / "backup"
 
 
 def test_it_puts_a_damaged_upload_back_from_a_backup_and_asks_ember_nothing(ember, tmp_path):
