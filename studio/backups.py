@@ -65,7 +65,9 @@ class Placer:
         if target.is_file() and originals.file_sha256(target) == sha256:
             self.copied += 1  # put there by an earlier run of the same restore
             return True
-        if self.link:
+        # A hard link to a symbolic link is that link again (link(2) does not follow it),
+        # not the bytes: those are copied, so the backup holds them itself.
+        if self.link and not source.is_symlink():
             try:
                 os.link(source, target)
                 self.linked += 1

@@ -71,6 +71,25 @@ def test_it_snapshots_the_database_and_hard_links_the_originals_when_asked(tmp_p
     assert "2 originals: 2 hard-linked, 0 copied" in out
 
 
+def test_it_copies_the_bytes_of_an_original_that_is_a_symbolic_link_even_with_link(tmp_path):
+    """Found by a review: a hard link to a symbolic link is the link again, not the bytes."""
+    asset = stored(1)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    file_of(asset).rename(elsewhere / file_of(asset).name)
+    file_of(asset).symlink_to(elsewhere / file_of(asset).name)
+    dest = tmp_path / "backup"
+
+    code, out = run("backup", "--link", str(dest))
+
+    assert code == 0, out
+    assert "1 original: 0 hard-linked, 1 copied" in out
+    shutil.rmtree(elsewhere)  # the bytes the live link pointed to are gone
+    copy = dest / "originals" / file_of(asset).name
+    assert not copy.is_symlink()
+    assert copy.read_bytes() == png_bytes(1)
+
+
 def test_it_copies_and_fsyncs_the_originals_when_links_cross_filesystems(tmp_path, monkeypatch):
     asset = stored(1)
     synced: list[int] = []
