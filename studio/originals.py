@@ -276,10 +276,11 @@ def save(data: bytes) -> Original:
     digest = sha256_of(data)
     target = path_for(digest, info.extension)
     # Most saves are of new bytes: written before the lock is taken, so it is held briefly.
-    temp = None if target.exists() else write_temp(target, data)
+    # A link there holds no bytes of the archive's own: the rename below replaces it.
+    temp = None if target.exists() and not target.is_symlink() else write_temp(target, data)
     try:
         with naming():
-            if target.exists():  # stored before, or another save named the same bytes
+            if target.exists() and not target.is_symlink():  # stored, or named by another save
                 return _acknowledge(target, digest, info, len(data))
             if temp is None:  # there a moment ago, and taken back since
                 temp = write_temp(target, data)

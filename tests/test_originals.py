@@ -456,3 +456,21 @@ def test_it_puts_back_only_the_original_a_name_promises_over_a_corrupt_file(stor
     )
     assert original.path.read_bytes() == png_bytes(1)
     assert listing(store_dir) == [original.path.name]
+
+
+def test_it_writes_its_own_file_over_a_link_to_the_same_bytes(store_dir, tmp_path):
+    # A link in the archive holds no bytes: the day what it points to goes, the original
+    # goes with it. A save of those bytes makes the archive hold them itself.
+    data = png_bytes(7)
+    elsewhere = tmp_path / "elsewhere.png"
+    elsewhere.write_bytes(data)
+    target = originals.path_for(originals.sha256_of(data), ".png")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.symlink_to(elsewhere)
+
+    stored = originals.save(data)
+
+    assert stored.path == target
+    assert not target.is_symlink(), "the archive still holds only a link to the bytes"
+    elsewhere.unlink()
+    assert target.read_bytes() == data
