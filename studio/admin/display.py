@@ -1,7 +1,5 @@
 """How the admin shows things: links, JSON, previews of originals, Ember's protection."""
 
-import base64
-import io
 import json
 from typing import Any
 
@@ -11,12 +9,13 @@ from django.db.models import Model, QuerySet
 from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.html import format_html
-from PIL import Image
 
 from studio import originals
 from studio.models import Asset
 
-PREVIEW_SIZE = 160  # pixels, the longer side of an asset's preview on its change page
+PREVIEW_SIZE = (
+    256  # pixels, the longer side of an asset's preview on its change page (a thumbs size)
+)
 
 
 def admin_link(obj: Model | None, text: object = None) -> str:
@@ -52,7 +51,7 @@ def pretty_json(value: object) -> str:
     if value in (None, "", [], {}):
         return "-"
     return format_html(
-        '<pre style="white-space: pre-wrap; margin: 0">{}</pre>',
+        '<pre class="admin-json">{}</pre>',
         json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False),
     )
 
@@ -64,27 +63,19 @@ def protection_text(released: bool | None) -> str:
     return "released" if released else "unconfirmed (asked; Ember did not confirm)"
 
 
-def preview_data_uri(asset: Asset, size: int = PREVIEW_SIZE) -> str:
-    """Return a small PNG thumbnail of the stored original as a data URI.
-
-    Raises OSError/ValueError when the original is missing or unreadable, and
-    originals.ChecksumFailed when it no longer matches its hash.
-    """
-    data = originals.read(asset.sha256, asset.mime)
-    with Image.open(io.BytesIO(data)) as img:
-        img.thumbnail((size, size))  # an animated original shows its first frame
-        thumb = img.convert("RGBA")
-    out = io.BytesIO()
-    thumb.save(out, "PNG")
-    return "data:image/png;base64," + base64.b64encode(out.getvalue()).decode("ascii")
-
-
 def preview(asset: Asset, size: int = PREVIEW_SIZE) -> str:
-    """Return an <img> of the original, or say for people why there is none."""
+    """Return an <img> of the original's thumbnail (`size`: one of thumbs.SIZES), or say for
+    people why there is none.
+
+    The original is read and checked here, so the page says when it is gone or damaged. The
+    picture is the studio's own thumbnail URL: the pages' content policy (img-src 'self')
+    refuses an image written into the page as a data: URI, which showed as a broken image.
+    """
     try:
-        uri = preview_data_uri(asset, size)
+        originals.read(asset.sha256, asset.mime)
     except originals.ChecksumFailed:
         return originals.CHECKSUM_FAILED
     except (OSError, ValueError):
         return "The original is not in the store."
-    return format_html('<img src="{}" alt="{}">', uri, str(asset))
+    url = reverse("studio:asset-thumb", args=[asset.pk, size])
+    return format_html('<img src="{}" alt="{}">', url, str(asset))

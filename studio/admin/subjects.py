@@ -11,7 +11,7 @@ from studio.admin.base import VersionedAdmin
 from studio.admin.display import admin_link, preview
 from studio.models import Origin, Subject
 
-REFERENCE_PREVIEW_SIZE = 96  # pixels, the longer side of each photo on a subject's page
+REFERENCE_PREVIEW_SIZE = 128  # pixels, the longer side of each photo on a subject's page
 
 
 @admin.register(Subject)

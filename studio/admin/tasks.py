@@ -196,7 +196,7 @@ class TaskAdmin(TaskRepairs):
             ),
             *((f"Job {job} ({name}):", LOOKUP.format(job_url(job))) for name, job in jobs if job),
         ]
-        return format_html_join("", '<p>{}</p><pre style="white-space: pre-wrap">{}</pre>', asks)
+        return format_html_join("", '<p>{}</p><pre class="admin-json">{}</pre>', asks)
 
     @admin.display(description="Ember's saved answer")
     def saved_answer(self, task: Task) -> str:
