@@ -12,7 +12,8 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
-from django.utils.timesince import timesince
+
+from studio.clock import how_long
 
 if TYPE_CHECKING:
     from studio.originals import Original
@@ -450,12 +451,12 @@ class WorkerHeartbeat(models.Model):
         beat = cls.objects.filter(pk=1).first()
         if beat is None:
             return "no worker seen yet"
-        age = (timezone.now() - beat.seen_at).total_seconds()
-        if age <= cls.STALE_AFTER:
+        now = timezone.now()
+        if (now - beat.seen_at).total_seconds() <= cls.STALE_AFTER:
             return "worker running"
         # How long first: a family reads "for 5 minutes" at once, whatever their time zone.
         return (
-            f"no worker seen for {timesince(beat.seen_at, depth=1)} "
+            f"no worker seen for {how_long(beat.seen_at, now)} "
             f"(since {beat.seen_at:%Y-%m-%d %H:%M:%S} UTC)"
         )
 

@@ -148,6 +148,70 @@ def test_it_says_whether_a_worker_is_driving_the_tasks(signed_in: Client, subjec
         r"No worker seen for 5\sminutes \(since \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC\)", shown
     )
 
+    WorkerHeartbeat.objects.update(seen_at=now - timedelta(seconds=40))
+    shown = text(signed_in.get(f"/batches/{batch.pk}/"))
+    assert re.search(r"No worker seen for 4\d s \(since ", shown), shown  # not "0 minutes"
+
+
+# --- a task waiting out a back-off ---------------------------------------------------
+
+BUSY = "Ember is busy; will try again"
+
+
+def wait_out(task: Task, seconds: float) -> Task:
+    """Requeue `task` as the worker does after a busy answer, due in `seconds` (< 0: past)."""
+    due = timezone.now() + timedelta(seconds=seconds)
+    return move(task, TaskState.QUEUED, due=due, phase=BUSY)
+
+
+def wait_span(body: str, task: Task) -> str:
+    """Return the text of the task's wait hint as the markup has it, swapped alone or not."""
+    found = re.search(rf'<span id="task-{task.pk}-wait"[^>]*>(.*?)</span>', body, re.S)
+    assert found, f"no wait hint for task {task.pk} in {body!r}"
+    return found.group(1).strip()
+
+
+def test_it_says_how_long_is_left_before_a_task_is_tried_again(signed_in: Client, subject):
+    batch = a_batch(subject, candidates=2)
+    waiting, _fresh = batch.tasks.order_by("ordinal")
+    wait_out(waiting, 35)
+
+    page = text(signed_in.get(f"/batches/{batch.pk}/"))
+
+    assert f"{BUSY} (next try in 35 s)" in page, page
+    assert page.count("next try") == 1  # a task never tried waits for no back-off
+
+
+def test_it_names_no_figure_once_the_next_try_is_due(signed_in: Client, subject):
+    batch = a_batch(subject)
+    task = wait_out(batch.tasks.get(), -40)
+
+    response = signed_in.get(f"/batches/{batch.pk}/")
+
+    assert BUSY in text(response)
+    assert wait_span(response.content.decode(), task) == ""
+    assert not re.search(r"\d+ s\b", text(response))
+
+
+def test_each_poll_says_the_wait_afresh_without_swapping_the_row(signed_in: Client, subject):
+    """The row is swapped only when its version moves, and a wait runs down without a
+    write: the poll swaps the hint alone, so a focused Cancel button stays put."""
+    batch = a_batch(subject)
+    task = wait_out(batch.tasks.get(), 35)
+    poll = f"/batches/{batch.pk}/progress/"
+    shown = {"seen": str(task.version)}
+
+    waiting = signed_in.get(poll, shown, HTTP_HX_REQUEST="true").content.decode()
+    # 40 s later, with no worker to pick it up: the task is as it was, its try overdue.
+    Task.objects.filter(pk=task.pk).update(next_attempt_at=timezone.now() - timedelta(seconds=5))
+    overdue = signed_in.get(poll, shown, HTTP_HX_REQUEST="true").content.decode()
+
+    for body in (waiting, overdue):
+        assert f'<tr id="task-{task.pk}"' not in body
+        assert f'<span id="task-{task.pk}-wait" hx-swap-oob="true"' in body
+    assert wait_span(waiting, task) == "(next try in 35 s)"
+    assert wait_span(overdue, task) == ""
+
 
 def test_it_cancels_a_queued_task(signed_in: Client, subject):
     batch = a_batch(subject, candidates=2)

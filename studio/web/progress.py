@@ -7,10 +7,13 @@ show, each with a word and a colour that is never the only sign.
 
 import re
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from django.db.models import Count, Q
+from django.utils import timezone
 
+from studio.clock import how_long
 from studio.models import (
     RECONCILABLE,
     STOPPABLE,
@@ -175,8 +178,22 @@ def next_step(task: Task) -> str:
     return NEXT_STEPS.get(TaskState(task.state), "")
 
 
+def next_try(task: Task, now: datetime) -> str:
+    """Say how long a queued task still waits out a back-off ("next try in 35 s"), else "".
+
+    Worked out as the row is drawn, from `next_attempt_at`: a figure stored in the phase
+    ("trying again in 40 s") still said 40 s when the try was long past. Once due, the
+    row names no figure; the phase says why the task waits.
+    """
+    due = task.next_attempt_at
+    if task.state != TaskState.QUEUED or due is None or due <= now:
+        return ""
+    return f"next try in {how_long(now, due)}"
+
+
 def dress(tasks: list[Task]) -> list[Task]:
     """Give each task the words its row shows: label, reason, next step, and if it may stop."""
+    now = timezone.now()
     for task in tasks:
         state = TaskState(task.state)
         task.label = STATE_LABELS[state]  # type: ignore[attr-defined]
@@ -184,6 +201,7 @@ def dress(tasks: list[Task]) -> list[Task]:
         task.reason = plain_error(task.error)  # type: ignore[attr-defined]
         # Engineers' phases ("Reconcile before retry") give way to the next step above.
         task.show_phase = state in STOPPABLE  # type: ignore[attr-defined]
+        task.next_try = next_try(task, now)  # type: ignore[attr-defined]
         # Cancel only where it can: a task with Ember is kept (found by a review: a
         # "Cancel" beside "Ember is making it" only ever answered that it was kept).
         # Nor a clip sent under its key, which waits to be sent again under it (a review).

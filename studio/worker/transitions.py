@@ -206,7 +206,9 @@ def _not_accepted(exc: EmberError) -> tuple[float, str] | None:
     if isinstance(exc, EmberUnavailable):
         return UNREACHABLE_BACKOFF, "Ember could not be reached; will try again"
     if isinstance(exc, EmberBusy):
-        return exc.retry_after, f"Ember is busy; trying again in {exc.retry_after:.0f} s"
+        # No figure: stored text would still say "in 40 s" long after; the batch page
+        # counts down from next_attempt_at instead.
+        return exc.retry_after, "Ember is busy; will try again"
     if isinstance(exc, EmberAuthError):
         return AUTH_BACKOFF, "Ember refused our credentials; check EMBER_TOKEN"
     return None

@@ -208,6 +208,9 @@ def batch_progress(request: HttpRequest, batch_id: UUID) -> HttpResponse:
     if len(seen) != len(tasks):
         seen = [""] * len(tasks)
     context["changed"] = [t for t, v in zip(tasks, seen, strict=True) if str(t.version) != v]
+    # A wait runs down with no write to its row: said afresh on each poll, apart from the row.
+    swapped = {t.pk for t in context["changed"]}
+    context["waiting"] = [t for t in tasks if t.state == TaskState.QUEUED and t.pk not in swapped]
     # The cancel area is swapped only when what it offers changed, keeping a focused button.
     context["cancel_changed"] = request.GET.get("cancel", "") != context["cancel"]
     response = render(request, "studio/_progress_poll.html", context)
