@@ -167,6 +167,35 @@ def test_it_asks_about_one_image_in_the_singular(signed_in: Client):
     assert "Sibling apps will read this one image, and" in asked, asked
 
 
+def test_it_explains_a_blocked_set_on_its_publish_page_and_offers_no_publish(
+    client: Client, person, subject
+):
+    """Found by a review: the set page hid Publish, but its URL still asked "Publish for
+    good", and only the answer was refused."""
+    [task] = plan(subject)
+    fine, lost = stored_asset(1), stored_asset(2, history_id="", task=task)
+    avatar_set = engine.create_set(name="Family", asset_ids=[fine.pk, lost.pk])
+    person.is_staff = True
+    person.save()
+    client.force_login(person)
+    url = f"/sets/{avatar_set.pk}/publish/"
+
+    asked, unconfirmed = client.get(url), client.post(url)
+    confirmed = client.post(url, {"confirm": "yes"})
+
+    for response in (asked, unconfirmed):
+        assert response.status_code == 200
+        page, body = text(response), response.content.decode()
+        assert "1 chosen image still lacks Ember history; publishing waits for repair." in page
+        assert "An operator repairs that from the admin" in page
+        assert f'href="/admin/studio/task/{task.pk}/change/"' in body
+        assert 'name="confirm"' not in body and "Publish for good" not in body
+        assert "Publishing cannot be undone." not in page
+    assert (confirmed.status_code, confirmed["Location"]) == (302, f"/sets/{avatar_set.pk}/")
+    avatar_set.refresh_from_db()
+    assert avatar_set.published_at is None
+
+
 def test_it_shows_the_url_sibling_apps_read_a_published_set_at(signed_in: Client):
     avatar_set = engine.create_set(name="Family", asset_ids=[stored_asset(1).pk])
     engine.publish(avatar_set=avatar_set)

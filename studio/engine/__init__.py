@@ -52,7 +52,7 @@ from studio.engine.planning import (
 )
 from studio.engine.recovery import areconcile, reconcile, resubmit
 from studio.engine.requeue import REQUEUED_PHASE, requeue, was_sent
-from studio.engine.sets import PUBLISH_TRIES, choose_assets, create_set, publish
+from studio.engine.sets import PUBLISH_TRIES, blocking, choose_assets, create_set, publish
 from studio.engine.validation import FRAMES, MAX_CANDIDATES, MAX_PROMPT, echo
 
 __all__ = [
@@ -87,6 +87,7 @@ __all__ = [
     "add_reference",
     "adopt_due",
     "areconcile",
+    "blocking",
     "cancel_batch",
     "cancel_task",
     "canonical_sha256",

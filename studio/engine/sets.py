@@ -7,6 +7,7 @@ transaction with its check (docs/design.md §6.3).
 from typing import Any
 
 from django.db import transaction
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from studio.engine.errors import SET_KEPT_CHANGING, SET_PUBLISHED, InvalidRequest, PublishRefused
@@ -62,6 +63,15 @@ def choose_assets(*, avatar_set: AvatarSet, asset_ids: list[Any]) -> AvatarSet:
             avatar_set.refresh_from_db(fields=["version", "published_at"])
 
 
+def blocking(avatar_set: AvatarSet) -> QuerySet[SetItem]:
+    """Return the set's items that keep it from being published, in order (§10).
+
+    Generated images Ember has recorded no history for yet: the publish refuses on
+    them, and the studio's set and publish pages name them, by this one rule.
+    """
+    return avatar_set.items.filter(asset__origin=Origin.GENERATED, asset__ember_history_id="")
+
+
 def publish(*, avatar_set: AvatarSet) -> AvatarSet:
     """Publish a set, refusing while any chosen generated image lacks its Ember history.
 
@@ -73,8 +83,7 @@ def publish(*, avatar_set: AvatarSet) -> AvatarSet:
         if avatar_set.published_at is not None:
             return avatar_set
         with transaction.atomic():
-            chosen = avatar_set.assets.filter(origin=Origin.GENERATED)
-            if chosen.filter(ember_history_id="").exists():
+            if blocking(avatar_set).exists():
                 raise PublishRefused()
             try:
                 return update(avatar_set, expected=avatar_set.version, published_at=timezone.now())

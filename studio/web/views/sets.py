@@ -13,11 +13,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from studio import engine
 from studio.ids import row_id
-from studio.models import (
-    Asset,
-    AvatarSet,
-    Origin,
-)
+from studio.models import Asset, AvatarSet
 from studio.web.forms import ChooseForm, SetForm
 from studio.web.gallery import GalleryFilter
 from studio.web.views.common import LIST_PAGE, login_required, page_of, posted
@@ -136,24 +132,29 @@ def set_detail(request: HttpRequest, set_id: int) -> HttpResponse:
         .prefetch_related("subjects")
         .only(*CAPTION_FIELDS, "sha256", "batch__title")
     )
-    blocked = [
-        i.asset
-        for i in items
-        if i.asset.origin == Origin.GENERATED and not i.asset.ember_history_id
-    ]
     return render(
         request,
         "studio/set.html",
         {
             "set": found,
             "items": items,
-            "blocked": blocked,
+            "blocked": _blocked(found),
             "page": page_of(request, candidates, PICKER_PAGE),
             # The picker's ticks are kept across its pages, apart from other sets' (pictures.js).
             "picker_keep": f"set-{found.pk}",
             **_moved(request, chosen),
         },
     )
+
+
+def _blocked(found: AvatarSet) -> list[Asset]:
+    """Return the chosen images that keep `found` from being published, as the pages name them.
+
+    The engine's rule, the one its publish refuses on: the set page and the publish page
+    say the same thing, and only what the publish would refuse.
+    """
+    items = engine.blocking(found).select_related("asset").prefetch_related("asset__subjects")
+    return [item.asset for item in items]
 
 
 def _change_choice(request: HttpRequest, found: AvatarSet, chosen: list[int]) -> str:
@@ -200,8 +201,9 @@ def set_publish(request: HttpRequest, set_id: int) -> HttpResponse:
     if found.published_at is not None:
         return redirect("studio:set-published", set_id=found.pk)
     if request.method == "GET" or request.POST.get("confirm") != "yes":
-        count = found.items.count()
-        return render(request, "studio/set_publish.html", {"set": found, "count": count})
+        # A blocked set's page says why instead of asking: only its answer used to be refused.
+        context = {"set": found, "count": found.items.count(), "blocked": _blocked(found)}
+        return render(request, "studio/set_publish.html", context)
     try:
         engine.publish(avatar_set=found)
     except engine.PublishRefused as exc:
