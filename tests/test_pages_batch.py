@@ -203,7 +203,10 @@ def test_each_poll_says_the_wait_afresh_without_swapping_the_row(signed_in: Clie
 
     waiting = signed_in.get(poll, shown, HTTP_HX_REQUEST="true").content.decode()
     # 40 s later, with no worker to pick it up: the task is as it was, its try overdue.
-    Task.objects.filter(pk=task.pk).update(next_attempt_at=timezone.now() - timedelta(seconds=5))
+    now = timezone.now()
+    Task.objects.filter(pk=task.pk).update(
+        next_attempt_at=now - timedelta(seconds=5), updated_at=now - timedelta(seconds=40)
+    )
     overdue = signed_in.get(poll, shown, HTTP_HX_REQUEST="true").content.decode()
 
     for body in (waiting, overdue):
@@ -211,6 +214,17 @@ def test_each_poll_says_the_wait_afresh_without_swapping_the_row(signed_in: Clie
         assert f'<span id="task-{task.pk}-wait" hx-swap-oob="true"' in body
     assert wait_span(waiting, task) == "(next try in 35 s)"
     assert wait_span(overdue, task) == ""
+
+
+def test_a_poll_sends_no_wait_for_tasks_that_were_never_put_back(signed_in: Client, subject):
+    # Planned tasks are due at once: a large batch's every poll would carry a span each.
+    batch = a_batch(subject)
+    [task] = batch.tasks.all()
+    poll = f"/batches/{batch.pk}/progress/"
+
+    body = signed_in.get(poll, {"seen": str(task.version)}, HTTP_HX_REQUEST="true")
+
+    assert f'id="task-{task.pk}-wait"' not in body.content.decode()
 
 
 def test_it_cancels_a_queued_task(signed_in: Client, subject):

@@ -208,9 +208,10 @@ def batch_progress(request: HttpRequest, batch_id: UUID) -> HttpResponse:
     if len(seen) != len(tasks):
         seen = [""] * len(tasks)
     context["changed"] = [t for t, v in zip(tasks, seen, strict=True) if str(t.version) != v]
-    # A wait runs down with no write to its row: said afresh on each poll, apart from the row.
+    # A wait runs down with no write to its row: said afresh on each poll, apart from the row,
+    # for the tasks put back to wait (due later than their last change), not every queued one.
     swapped = {t.pk for t in context["changed"]}
-    context["waiting"] = [t for t in tasks if t.state == TaskState.QUEUED and t.pk not in swapped]
+    context["waiting"] = [t for t in tasks if t.pk not in swapped and _put_back_to_wait(t)]
     # The cancel area is swapped only when what it offers changed, keeping a focused button.
     context["cancel_changed"] = request.GET.get("cancel", "") != context["cancel"]
     response = render(request, "studio/_progress_poll.html", context)
@@ -249,3 +250,9 @@ def task_cancel(request: HttpRequest, task_id: UUID) -> HttpResponse:
         else:
             messages.warning(request, f"{name}: {done.error}")
     return redirect("studio:batch", batch_id=found.batch_id)
+
+
+def _put_back_to_wait(task: Task) -> bool:
+    """Say whether `task` waits out a back-off: queued, due later than its last change."""
+    due = task.next_attempt_at
+    return task.state == TaskState.QUEUED and due is not None and due > task.updated_at
