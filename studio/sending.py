@@ -5,10 +5,17 @@ client has read it: forty connections that asked for one and read nothing held 8
 a web process (a review, over uvicorn). So the open file is hashed a chunk at a time,
 and the same open file is then sent a chunk at a time, each read only when the server
 asks for the next (uvicorn waits while a client's socket is full).
+
+What is sent is hashed again as it goes, and its last chunk held back until the whole
+hashes to the original's name: bytes written over the file in place after the first
+check (a disk fault, a hand edit) were sent as a complete 200 under the right ETag,
+which a browser keeps for a year (a review). Such a body is cut short instead: the
+server closes the connection before its Content-Length, which no client takes as whole.
 """
 
 import asyncio
 import hashlib
+import logging
 import os
 from collections.abc import AsyncIterator
 from typing import BinaryIO
@@ -19,6 +26,8 @@ from django.http import StreamingHttpResponse
 from studio import originals
 
 CHUNK = 256 * 1024  # bytes read (and sent) at a time
+
+log = logging.getLogger("studio.sending")
 
 
 def open_checked(sha256: str, mime: str) -> BinaryIO:
@@ -54,15 +63,31 @@ def original_response(sha256: str, mime: str) -> StreamingHttpResponse:
     """
     file = open_checked(sha256, mime)
     size = os.fstat(file.fileno()).st_size
-    response = StreamingHttpResponse(_chunks(file), content_type=mime)
+    response = StreamingHttpResponse(_chunks(file, sha256, size), content_type=mime)
     response["Content-Length"] = str(size)
     return response
 
 
-async def _chunks(file: BinaryIO) -> AsyncIterator[bytes]:
-    """Yield `file` a chunk at a time, read off the event loop; close it however it ends."""
+async def _chunks(file: BinaryIO, sha256: str, size: int) -> AsyncIterator[bytes]:
+    """Yield the first `size` bytes of `file` a chunk at a time, read off the event loop,
+    the last only once they all hash to `sha256`; close the file however it ends.
+
+    Raises ChecksumFailed instead of the last chunk when they do not: the answer has
+    started, so all the server can do is close the connection short of its length.
+    """
+    digest = hashlib.sha256()
+    held = b""
+    left = size
     try:
-        while chunk := await asyncio.to_thread(file.read, CHUNK):
-            yield chunk
+        while left and (chunk := await asyncio.to_thread(file.read, min(CHUNK, left))):
+            digest.update(chunk)
+            left -= len(chunk)
+            if held:
+                yield held
+            held = chunk
+        if left or digest.hexdigest() != sha256:
+            log.error("original %s changed on disk while it was sent: the answer was cut", sha256)
+            raise originals.ChecksumFailed()
+        yield held
     finally:
         file.close()

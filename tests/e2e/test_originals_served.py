@@ -35,9 +35,9 @@ def big_png() -> bytes:
     return out.getvalue()
 
 
-def ask_and_never_read(web: Web, path: str, token: str) -> socket.socket:
+def ask_and_never_read(web: Web, path: str, token: str, window: int = 4096) -> socket.socket:
     sock = socket.create_connection(("127.0.0.1", web.port), timeout=10)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, window)
     sock.sendall(
         f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{web.port}\r\n"
         f"Authorization: Bearer {token}\r\n\r\n".encode()
@@ -81,3 +81,49 @@ def test_readers_that_read_nothing_do_not_each_hold_the_original_in_memory(serve
     assert whole.status_code == 200
     assert hashlib.sha256(whole.content).hexdigest() == hashlib.sha256(photo).hexdigest()
     assert whole.headers["Content-Length"] == str(len(photo))
+
+
+def read_until_closed(sock: socket.socket) -> bytes:
+    """Read what the server sends until it closes the connection (or stops for 10 s)."""
+    got = bytearray()
+    try:
+        while chunk := sock.recv(1 << 20):
+            got += chunk
+    except TimeoutError:
+        pass
+    return bytes(got)
+
+
+def test_an_original_changed_on_disk_while_it_is_sent_is_never_sent_whole(served):
+    """Found by a review: the hash was checked before the send, and bytes written over the
+    file in place during it went out as a complete 200 under the right ETag, which a
+    browser keeps for a year. A body that does not hash to its name is cut short."""
+    web, stack, _spool, token, subject_id = served
+    photo = big_png()
+    with httpx.Client(base_url=web.url, timeout=120) as api:
+        api.headers["Authorization"] = f"Bearer {token}"
+        answer = api.post(
+            f"/api/v1/subjects/{subject_id}/references",
+            files={"file": ("changed.png", photo, "image/png")},
+        )
+        assert answer.status_code == 201, answer.text[:500]
+        asset = answer.json()
+        path = f"/api/v1/assets/{asset['id']}/original"
+        [stored] = (stack.data_dir / "originals").glob(f"{asset['sha256']}.*")
+
+        sock = ask_and_never_read(web, path, token, window=64 * 1024)
+        try:
+            head = sock.recv(4096)  # the answer has started: its status line is out
+            assert head.startswith(b"HTTP/1.1 200"), head[:100]
+            with stored.open("r+b") as file:  # its last 1,000 bytes changed in place
+                file.seek(len(photo) - 1000)
+                file.write(bytes(1000))
+            body = (head + read_until_closed(sock)).split(b"\r\n\r\n", 1)[1]
+        finally:
+            sock.close()
+        after = api.get(path)
+
+    assert len(body) < len(photo), (
+        f"all {len(body)} bytes of a body that no longer hashes to its name were sent"
+    )
+    assert after.status_code == 503, after.text[:200]
