@@ -179,3 +179,15 @@ def test_it_refuses_to_change_a_set_published_while_the_choice_was_checked(subje
     assert str(refused.value) == "This set is published; its choice can no longer change."
     assert row.published_at is not None
     assert list(row.items.values_list("asset", flat=True)) == [kept.pk]
+
+
+def test_it_refuses_to_publish_a_set_that_holds_nothing(subject):
+    # The set page offers no Publish for it; its publish page and the API did publish it,
+    # and sibling apps read a published set with no image.
+    empty = engine.create_set(name="Nobody yet", asset_ids=[])
+
+    with pytest.raises(PublishRefused) as refused:
+        engine.publish(avatar_set=empty)
+
+    assert str(refused.value) == "Publishing waits until the set holds at least one image."
+    assert AvatarSet.objects.get(pk=empty.pk).published_at is None

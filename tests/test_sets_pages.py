@@ -238,3 +238,16 @@ def test_it_says_the_time_a_set_was_published_is_utc(signed_in: Client):
 
     assert "2025-03-04 05:06 UTC" in text(listed)
     assert "Published 2025-03-04 05:06 UTC" in text(shown)
+
+
+def test_it_says_on_an_empty_sets_publish_page_that_it_waits_for_an_image(signed_in: Client):
+    avatar_set = engine.create_set(name="Nobody yet", asset_ids=[])
+    url = f"/sets/{avatar_set.pk}/publish/"
+
+    asked, confirmed = signed_in.get(url), signed_in.post(url, {"confirm": "yes"})
+
+    assert "Publishing waits until the set holds at least one image." in text(asked)
+    assert 'name="confirm"' not in asked.content.decode()
+    assert (confirmed.status_code, confirmed["Location"]) == (302, f"/sets/{avatar_set.pk}/")
+    avatar_set.refresh_from_db()
+    assert avatar_set.published_at is None

@@ -15,6 +15,7 @@ RESUBMIT_WITHDRAWN = (
 )
 SET_PUBLISHED = "This set is published; its choice can no longer change."
 SET_KEPT_CHANGING = "This set kept changing while it was being published; publish it again."
+SET_EMPTY = "Publishing waits until the set holds at least one image."
 KEY_REUSED = "This key already planned a batch from a different request."
 RESUBMIT_WARNING = "Resubmitting may pay for a second generation: Ember may already have this job."
 RESUBMIT_TOO_EARLY = (

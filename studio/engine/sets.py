@@ -10,7 +10,13 @@ from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from studio.engine.errors import SET_KEPT_CHANGING, SET_PUBLISHED, InvalidRequest, PublishRefused
+from studio.engine.errors import (
+    SET_EMPTY,
+    SET_KEPT_CHANGING,
+    SET_PUBLISHED,
+    InvalidRequest,
+    PublishRefused,
+)
 from studio.engine.validation import echo, existing_ids, id_list
 from studio.models import Asset, AvatarSet, Origin, SetItem
 from studio.store import Conflict, update
@@ -73,7 +79,8 @@ def blocking(avatar_set: AvatarSet) -> QuerySet[SetItem]:
 
 
 def publish(*, avatar_set: AvatarSet) -> AvatarSet:
-    """Publish a set, refusing while any chosen generated image lacks its Ember history.
+    """Publish a set, refusing while it holds nothing or a chosen generated image lacks its
+    Ember history.
 
     The check and the write are about one version of the set: the write is versioned,
     so a choice that changes in between makes this publish look again, never publish
@@ -83,6 +90,9 @@ def publish(*, avatar_set: AvatarSet) -> AvatarSet:
         if avatar_set.published_at is not None:
             return avatar_set
         with transaction.atomic():
+            # Sibling apps would read a published set with no image in it.
+            if not avatar_set.items.exists():
+                raise PublishRefused(SET_EMPTY)
             if blocking(avatar_set).exists():
                 raise PublishRefused()
             try:

@@ -216,3 +216,16 @@ def test_it_refuses_to_publish_a_set_with_missing_ember_history(api, subject):
     assert response.status_code == 409
     assert error(response) == {"code": "publish_refused", "message": PUBLISH_REFUSED}
     assert AvatarSet.objects.get(pk=chosen.pk).published_at is None
+
+
+def test_it_refuses_to_publish_a_set_that_holds_nothing(api, subject):
+    empty = a_set()
+
+    response = api.post(f"{API}/sets/{empty.pk}/publish")
+
+    assert response.status_code == 409
+    assert error(response) == {
+        "code": "publish_refused",
+        "message": "Publishing waits until the set holds at least one image.",
+    }
+    assert AvatarSet.objects.get(pk=empty.pk).published_at is None

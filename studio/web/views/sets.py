@@ -139,6 +139,7 @@ def set_detail(request: HttpRequest, set_id: int) -> HttpResponse:
             "set": found,
             "items": items,
             "blocked": _blocked(found),
+            "empty": engine.SET_EMPTY,
             "page": page_of(request, candidates, PICKER_PAGE),
             # The picker's ticks are kept across its pages, apart from other sets' (pictures.js).
             "picker_keep": f"set-{found.pk}",
@@ -203,6 +204,7 @@ def set_publish(request: HttpRequest, set_id: int) -> HttpResponse:
     if request.method == "GET" or request.POST.get("confirm") != "yes":
         # A blocked set's page says why instead of asking: only its answer used to be refused.
         context = {"set": found, "count": found.items.count(), "blocked": _blocked(found)}
+        context["empty"] = engine.SET_EMPTY if not context["count"] else ""
         return render(request, "studio/set_publish.html", context)
     try:
         engine.publish(avatar_set=found)
