@@ -338,3 +338,61 @@ def test_it_ends_copy_failed_at_once_when_ember_sends_an_image_over_the_cap(
     assert not fake.release_route.called
     assert not Asset.objects.filter(task=task).exists()
     assert originals_on_disk() == before
+
+
+def damaged_after_an_unconfirmed_release(subject, ember, worker) -> tuple[FakeEmber, Task, Path]:
+    """Leave a task `history_missing` with its release unconfirmed (a 503), then damage its
+    original in place and let Ember repair its history: the next finish releases again."""
+    fake = FakeEmber(ember, history=False)
+    [task] = plan(subject)
+    fake.release_route.mock(return_value=httpx.Response(503))
+    drain(worker)
+    task.refresh_from_db()
+    assert (task.state, task.protection_released) == (TaskState.HISTORY_MISSING, False)
+    asset = Asset.objects.get(task=task)
+    path = originals.path_of(asset.sha256, asset.mime)
+    with path.open("r+b") as file:  # seven bytes written over in place: same name, same size
+        file.seek(100)
+        file.write(b"\x00" * 7)
+    fake.repair_history()
+    engine.reconcile(task=task, client=worker.client)
+    return fake, task, path
+
+
+def test_it_copies_a_damaged_original_again_before_releasing_it(subject, ember, worker):
+    """Found by a review with its own Ember: only the file's presence was looked at, and
+    the release went out while Avatars held damaged bytes."""
+    fake, task, path = damaged_after_an_unconfirmed_release(subject, ember, worker)
+    asset = Asset.objects.get(task=task)
+    whole_at_release = []
+
+    def release(request, image_id):
+        whole_at_release.append(hashlib.sha256(path.read_bytes()).hexdigest() == asset.sha256)
+        return httpx.Response(200, json={"protected": False})
+
+    fake.release_route.mock(side_effect=release)
+
+    drain(worker)
+
+    task.refresh_from_db()
+    assert task.state == TaskState.DONE
+    assert whole_at_release == [True], "released while the original was damaged"
+    assert fake.file_route.call_count == 2  # fetched again, from the asset's own image
+    assert originals.read(asset.sha256, asset.mime)
+    assert not path.is_symlink()
+
+
+def test_it_releases_nothing_while_a_damaged_original_cannot_be_copied_again(
+    subject, ember, worker
+):
+    fake, task, path = damaged_after_an_unconfirmed_release(subject, ember, worker)
+    damaged = path.read_bytes()
+    fake.release_route.reset()
+    fake.file_route.mock(return_value=httpx.Response(404))
+
+    drain(worker)
+
+    task.refresh_from_db()
+    assert task.state == TaskState.COPY_FAILED
+    assert fake.release_route.call_count == 0  # Ember keeps its protected, whole copy
+    assert path.read_bytes() == damaged  # nothing taken away: a person may want to look

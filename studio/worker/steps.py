@@ -295,6 +295,7 @@ class Steps:
         # The asset row and `task.asset` are written in one transaction (record_asset),
         # so the task, read as this coroutine started, says whether the bytes are safe.
         asset = None if task.asset_id is None else await db(Asset.objects.get)(pk=task.asset_id)
+        copied = asset is None  # by this call: its bytes were hashed as they were written
         if asset is None:
             original = await self._copy_or_rest(task, image)
             if original is None:
@@ -311,29 +312,38 @@ class Steps:
         released = task.protection_released
         if released is not True and asset.ember_image_id:
             # Always the image whose bytes Avatars holds, never one it did not copy, and
-            # only while it holds them: they may have gone since their row was written
-            # (a file removed by hand, an upload's removal racing this copy).
-            if not await _held(asset) and not await self._copy_again(task, asset):
+            # only while it holds them whole: they may have gone since their row was
+            # written (a file removed by hand, an upload's removal racing this copy), or
+            # been damaged in place before a later finish (a restart, a reconcile).
+            held = await _held(asset) and (copied or await asyncio.to_thread(_whole, asset))
+            if not held and not await self._copy_again(task, asset):
                 return
             released = await self.client.release(asset.ember_image_id)
         await db(_rest)(task, asset, released)
 
     async def _copy_again(self, task: Task, asset: Asset) -> bool:
-        """Copy an asset's original whose file went missing again; True once it is back.
+        """Copy an asset's original whose file went missing or was damaged again; True once
+        it is back, whole.
 
         The asset's own image, checked against the asset's own hash (never the image a
-        saved answer names, which may be another attempt's). Nothing is released until
-        then: the task rests `copy_failed` (or where the failure says), and a reconcile
-        later copies it again the same way.
+        saved answer names, which may be another attempt's), written over what is there.
+        Nothing is released until then: the task rests `copy_failed` (or where the failure
+        says), the damaged file is left for a person, and a reconcile later copies it
+        again the same way.
         """
-        log.warning("task=%s original %s is missing; copying it again", task.pk, asset.sha256)
+        log.warning(
+            "task=%s original %s is missing or damaged; copying it again", task.pk, asset.sha256
+        )
         own = {"id": asset.ember_image_id, "sha256": asset.sha256}
-        return await self._copy_or_rest(task, own) is not None
+        return await self._copy_or_rest(task, own, over=asset) is not None
 
-    async def _copy_or_rest(self, task: Task, image: dict[str, Any]) -> originals.Original | None:
-        """Copy the image, or rest the task where the failure says and return None."""
+    async def _copy_or_rest(
+        self, task: Task, image: dict[str, Any], *, over: Asset | None = None
+    ) -> originals.Original | None:
+        """Copy the image (over `over`'s file), or rest the task where the failure says and
+        return None."""
         try:
-            return await self._copy(image)
+            return await self._copy(image, over=over)
         except EmberUnsafeId as exc:
             # Nothing was fetched; an original nobody can name safely is not "failed".
             await db(_rest_unsafe)(task, exc)
@@ -346,8 +356,11 @@ class Steps:
             )
         return None
 
-    async def _copy(self, image: dict[str, Any]) -> originals.Original:
-        """Fetch the image and save it as an original, retrying a few times."""
+    async def _copy(
+        self, image: dict[str, Any], *, over: Asset | None = None
+    ) -> originals.Original:
+        """Fetch the image and save it as an original, retrying a few times; over `over`'s
+        file (missing or damaged), the bytes must be its own and replace what is there."""
         if "id" not in image:
             raise EmberUnsafeId("Ember's saved answer names no image to copy.")
         delay = self.fetch_retry_delay
@@ -356,6 +369,8 @@ class Steps:
                 data, _content_type = await self.client.fetch(
                     image["id"], sha256=image.get("sha256")
                 )
+                if over is not None:
+                    return await asyncio.to_thread(_put_back, data, over)
                 return await asyncio.to_thread(originals.save, data)
             except (EmberNotFound, EmberTooLarge, EmberUnsafeId, originals.NotDurable):
                 # The image is gone, too large, or cannot be named safely, or the disk
@@ -381,6 +396,23 @@ async def _held(asset: Asset) -> bool:
     if held is None:
         held = await asyncio.to_thread(originals.holds, asset.sha256, asset.mime)
     return bool(held)
+
+
+def _whole(asset: Asset) -> bool:
+    """Say whether the original of `asset` still hashes to its name (read from a thread)."""
+    try:
+        originals.read(asset.sha256, asset.mime)
+    except (OSError, originals.ChecksumFailed):
+        return False
+    return True
+
+
+def _put_back(data: bytes, asset: Asset) -> originals.Original:
+    """Write the original of `asset` again over what is there, if `data` is its bytes."""
+    path = originals.put_back(data, sha256=asset.sha256, mime=asset.mime)
+    return originals.Original(
+        sha256=asset.sha256, path=path, info=originals.inspect(data), size=len(data)
+    )
 
 
 def _poll_trouble(exc: EmberError) -> str:
