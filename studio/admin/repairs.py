@@ -47,6 +47,10 @@ OFFERED: dict[str, Callable[[Task], bool]] = {
     "resubmit_tasks": lambda task: task.state == TaskState.UNCERTAIN,
     # Nothing was paid for a failed task without an attempt (docs/design.md §8).
     "requeue_tasks": lambda task: task.state == TaskState.FAILED and not engine.was_sent(task),
+    # Ember did not confirm the release, and nothing asks it again on its own (§6.7).
+    "release_again": lambda task: (
+        task.state in engine.RELEASABLE and task.protection_released is False
+    ),
 }
 
 
@@ -291,3 +295,36 @@ class TaskRepairs(VersionedAdmin):
                     "first paid job.",
                     messages.SUCCESS,
                 )
+
+    @admin.action(
+        description="Ask Ember again to let go of its copy (a release it did not confirm)",
+        permissions=["change"],
+    )
+    def release_again(self, request: HttpRequest, queryset: QuerySet[Task]) -> None:
+        for task in queryset:
+            try:
+                task = engine.release_again(task=task)
+            except engine.ReleaseRefused as exc:
+                self.report(request, task, f"Ember was not asked. {exc}", messages.WARNING)
+            except Conflict:
+                self.report(
+                    request,
+                    task,
+                    "moved while Ember was asked; its answer is not kept.",
+                    messages.ERROR,
+                )
+            else:
+                self._report_release(request, task)
+
+    def _report_release(self, request: HttpRequest, task: Task) -> None:
+        if task.protection_released:
+            self.report(
+                request, task, "Ember confirmed: it may let go of its copy.", messages.SUCCESS
+            )
+        else:
+            self.report(
+                request,
+                task,
+                "Ember did not confirm again; it keeps its protected copy. Ask again later.",
+                messages.WARNING,
+            )

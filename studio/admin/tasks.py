@@ -86,7 +86,14 @@ class TaskAdmin(TaskRepairs):
     ordering = ("-created_at",)
     list_select_related = ("batch",)
     inlines = (AttemptInline,)
-    actions = ("reconcile_tasks", "retry_copy", "cancel_tasks", "resubmit_tasks", "requeue_tasks")
+    actions = (
+        "reconcile_tasks",
+        "retry_copy",
+        "cancel_tasks",
+        "resubmit_tasks",
+        "requeue_tasks",
+        "release_again",
+    )
     # Nothing here is a person's to edit: the worker and the services own every field.
     fieldsets = (
         (

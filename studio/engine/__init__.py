@@ -22,6 +22,8 @@ from studio.engine.errors import (
     ALREADY_ENDED,
     KEY_REUSED,
     PUBLISH_REFUSED,
+    RELEASE_NOT_UNCONFIRMED,
+    RELEASE_ORIGINAL_BAD,
     REQUEUE_NOT_FAILED,
     REQUEUE_REFERENCE_BAD,
     REQUEUE_WAS_SENT,
@@ -37,6 +39,7 @@ from studio.engine.errors import (
     InvalidRequest,
     KeyReused,
     PublishRefused,
+    ReleaseRefused,
     RepeatedBatch,
     RequeueRefused,
     ResubmitRefused,
@@ -52,6 +55,7 @@ from studio.engine.planning import (
     same_intent,
 )
 from studio.engine.recovery import areconcile, reconcile, resubmit
+from studio.engine.releasing import RELEASABLE, release_again
 from studio.engine.requeue import REQUEUED_PHASE, requeue, was_sent
 from studio.engine.sets import PUBLISH_TRIES, blocking, choose_assets, create_set, publish
 from studio.engine.validation import FRAMES, MAX_CANDIDATES, MAX_PROMPT, echo
@@ -64,6 +68,9 @@ __all__ = [
     "MAX_PROMPT",
     "PUBLISH_REFUSED",
     "PUBLISH_TRIES",
+    "RELEASABLE",
+    "RELEASE_NOT_UNCONFIRMED",
+    "RELEASE_ORIGINAL_BAD",
     "REQUEUED_PHASE",
     "REQUEUE_NOT_FAILED",
     "REQUEUE_REFERENCE_BAD",
@@ -81,6 +88,7 @@ __all__ = [
     "InvalidRequest",
     "KeyReused",
     "PublishRefused",
+    "ReleaseRefused",
     "RepeatedBatch",
     "RequeueRefused",
     "ResubmitRefused",
@@ -102,6 +110,7 @@ __all__ = [
     "publish",
     "recent_twin",
     "reconcile",
+    "release_again",
     "requeue",
     "resubmit",
     "same_intent",

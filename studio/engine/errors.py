@@ -16,6 +16,13 @@ RESUBMIT_WITHDRAWN = (
 SET_PUBLISHED = "This set is published; its choice can no longer change."
 SET_KEPT_CHANGING = "This set kept changing while it was being published; publish it again."
 SET_EMPTY = "Publishing waits until the set holds at least one image."
+RELEASE_NOT_UNCONFIRMED = (
+    "Only a done or history_missing task whose release Ember did not confirm is asked again."
+)
+RELEASE_ORIGINAL_BAD = (
+    "The original is missing or fails its checksum: repair it first (check_originals "
+    "--repair). Ember keeps its copy until then."
+)
 KEY_REUSED = "This key already planned a batch from a different request."
 RESUBMIT_WARNING = "Resubmitting may pay for a second generation: Ember may already have this job."
 RESUBMIT_TOO_EARLY = (
@@ -90,6 +97,10 @@ class PublishRefused(Exception):
 
     def __init__(self, message: str = PUBLISH_REFUSED) -> None:
         super().__init__(message)
+
+
+class ReleaseRefused(Exception):
+    """Ember is not asked again to let go of a task's copy; the message says why."""
 
 
 class ResubmitRefused(Exception):
