@@ -37,6 +37,19 @@ def send_to_ember(task: Task) -> Task:
 # --- the batch page ------------------------------------------------------------------
 
 
+def test_it_says_how_many_paid_requests_may_not_have_reached_ember(signed_in: Client, subject):
+    """A review counted 13 charges in its own Ember where the page said 14: a submit whose
+    answer was lost (a 500) counts as paid, since it may have been; the page says so."""
+    batch = a_batch(subject, candidates=2)
+    first, second = batch.tasks.order_by("ordinal")
+    for task, outcome in ((first, Attempt.Outcome.ACCEPTED), (second, Attempt.Outcome.UNKNOWN)):
+        Attempt.objects.create(task=task, number=1, submitted_at=timezone.now(), outcome=outcome)
+
+    page = text(signed_in.get(f"/batches/{batch.pk}/"))
+
+    assert "Paid Ember requests: 2 (1 may not have reached Ember)" in page
+
+
 def test_it_shows_progress_states_and_paid_requests_in_the_partial(signed_in: Client, subject):
     batch = a_batch(subject, candidates=4)
     first, second, third, _fourth = batch.tasks.order_by("ordinal")

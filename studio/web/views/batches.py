@@ -14,7 +14,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from studio import engine
-from studio.models import Batch, Task, TaskState, WorkerHeartbeat
+from studio.models import Attempt, Batch, Task, TaskState, WorkerHeartbeat
 from studio.web import progress
 from studio.web.forms import BatchForm
 from studio.web.views.common import login_required, login_required_htmx, page_of, posted, user_of
@@ -176,6 +176,10 @@ def _progress_context(request: HttpRequest, batch: Batch) -> dict[str, Any]:
         "tab_title": outcome.tab_title(batch.title),
         "reload_seconds": NO_SCRIPT_RELOAD,
         "worker_status": WorkerHeartbeat.status(),
+        # Counted as paid, since they may have been; the summary says how many are unsure.
+        "unsure_requests": Attempt.objects.filter(
+            task__batch=batch, outcome=Attempt.Outcome.UNKNOWN
+        ).count(),
     }
 
 
