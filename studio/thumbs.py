@@ -11,7 +11,7 @@ import stat
 from pathlib import Path
 
 from django.conf import settings
-from PIL import Image
+from PIL import Image, ImageOps
 
 from studio import originals
 
@@ -20,6 +20,7 @@ MIME = "image/webp"
 EXTENSION = ".webp"
 QUALITY = 82
 HEX = frozenset("0123456789abcdef")
+ORIENTATION = 0x0112  # the EXIF tag that says how to turn the pixels to show them
 
 
 def thumbs_dir() -> Path:
@@ -90,6 +91,12 @@ def render(data: bytes, size: int) -> bytes:
         img.load()  # the first frame, right after open()
         # convert() copies (the current frame only); an image already in the mode is kept.
         still = img if img.mode == target else img.convert(target)
+        # A phone stores a portrait as landscape pixels and an EXIF Orientation: turned
+        # as the tag says, or every portrait photo was shown sideways (a review).
+        orientation = img.getexif().get(ORIENTATION, 1)
+        if orientation != 1:
+            still.getexif()[ORIENTATION] = orientation
+            still = ImageOps.exif_transpose(still)
         still.thumbnail((size, size), Image.Resampling.LANCZOS)
         # A thumbnail carries no metadata of its original (EXIF, XMP), only its colour profile.
         icc = still.info.get("icc_profile")

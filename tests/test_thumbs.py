@@ -221,3 +221,29 @@ def test_no_more_images_are_decoded_at_once_than_the_setting_allows(monkeypatch,
     assert 1 <= most <= settings.AVATARS_DECODES_AT_ONCE, (
         f"{most} images decoded at once (bound: {settings.AVATARS_DECODES_AT_ONCE})"
     )
+
+
+def phone_photo(orientation: int) -> bytes:
+    """Return a JPEG stored as a phone saves a portrait: landscape pixels, red on the left
+    and blue on the right, and an EXIF Orientation saying how to turn it to show it."""
+    img = Image.new("RGB", (400, 200), (0, 0, 255))
+    img.paste((255, 0, 0), (0, 0, 200, 200))
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    out = io.BytesIO()
+    img.save(out, "JPEG", quality=95, exif=exif)
+    return out.getvalue()
+
+
+def test_a_phone_portrait_is_shown_upright(data_dir: Path):
+    """Found by a review in a browser: every portrait phone photo was shown sideways."""
+    original = stored(phone_photo(6))  # 6: turn 90 degrees clockwise to show it
+
+    with Image.open(thumb_of(original, 128)) as img:
+        width, height = img.size
+        top, bottom = img.getpixel((width // 2, 5)), img.getpixel((width // 2, height - 5))
+
+    assert height > width, f"a portrait's thumbnail is {width} x {height}: sideways"
+    # Turned clockwise, the left (red) half of the pixels is on top.
+    assert top[0] > 200 and top[2] < 60, top
+    assert bottom[2] > 200 and bottom[0] < 60, bottom
