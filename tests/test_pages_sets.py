@@ -81,7 +81,11 @@ def test_it_publishes_a_set_and_shows_it_read_only(signed_in: Client):
     a, b = stored_asset(41, label="First"), stored_asset(42, label="Second")
     avatar_set = engine.create_set(name="Family", asset_ids=[b.pk, a.pk])
 
-    response = signed_in.post(f"/sets/{avatar_set.pk}/publish/", {"confirm": "yes"}, follow=True)
+    response = signed_in.post(
+        f"/sets/{avatar_set.pk}/publish/",
+        {"confirm": "yes", "version": avatar_set.version},
+        follow=True,
+    )
 
     avatar_set.refresh_from_db()
     assert avatar_set.published_at is not None
@@ -100,7 +104,11 @@ def test_it_refuses_to_publish_with_the_guards_sentence_while_history_is_missing
     fine, lost = stored_asset(51), stored_asset(52, history_id="")
     avatar_set = engine.create_set(name="Family", asset_ids=[fine.pk, lost.pk])
 
-    response = signed_in.post(f"/sets/{avatar_set.pk}/publish/", {"confirm": "yes"}, follow=True)
+    response = signed_in.post(
+        f"/sets/{avatar_set.pk}/publish/",
+        {"confirm": "yes", "version": avatar_set.version},
+        follow=True,
+    )
 
     avatar_set.refresh_from_db()
     assert avatar_set.published_at is None

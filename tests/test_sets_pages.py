@@ -151,7 +151,9 @@ def test_it_asks_once_that_publishing_cannot_be_undone_and_publishes_nothing_bef
         assert "these 2 images in this order" in text(response)
         assert 'name="confirm" value="yes"' in response.content.decode()
 
-    confirmed = signed_in.post(f"/sets/{avatar_set.pk}/publish/", {"confirm": "yes"})
+    confirmed = signed_in.post(
+        f"/sets/{avatar_set.pk}/publish/", {"confirm": "yes", "version": avatar_set.version}
+    )
 
     avatar_set.refresh_from_db()
     assert avatar_set.published_at is not None
@@ -181,7 +183,7 @@ def test_it_explains_a_blocked_set_on_its_publish_page_and_offers_no_publish(
     url = f"/sets/{avatar_set.pk}/publish/"
 
     asked, unconfirmed = client.get(url), client.post(url)
-    confirmed = client.post(url, {"confirm": "yes"})
+    confirmed = client.post(url, {"confirm": "yes", "version": avatar_set.version})
 
     for response in (asked, unconfirmed):
         assert response.status_code == 200
@@ -244,10 +246,35 @@ def test_it_says_on_an_empty_sets_publish_page_that_it_waits_for_an_image(signed
     avatar_set = engine.create_set(name="Nobody yet", asset_ids=[])
     url = f"/sets/{avatar_set.pk}/publish/"
 
-    asked, confirmed = signed_in.get(url), signed_in.post(url, {"confirm": "yes"})
+    asked = signed_in.get(url)
+    confirmed = signed_in.post(url, {"confirm": "yes", "version": avatar_set.version})
 
     assert "Publishing waits until the set holds at least one image." in text(asked)
     assert 'name="confirm"' not in asked.content.decode()
     assert (confirmed.status_code, confirmed["Location"]) == (302, f"/sets/{avatar_set.pk}/")
     avatar_set.refresh_from_db()
     assert avatar_set.published_at is None
+
+
+def test_it_asks_again_when_the_set_changed_since_its_publish_page_was_shown(
+    signed_in: Client,
+):
+    """Found by a review in two tabs: the publish page asked about two images, another tab
+    changed the choice to three, and "Publish for good" published the three unasked."""
+    one, two, three = stored_asset(1), stored_asset(2), stored_asset(3)
+    avatar_set = engine.create_set(name="Family", asset_ids=[one.pk, two.pk])
+    url = f"/sets/{avatar_set.pk}/publish/"
+    shown = avatar_set.version
+    assert f'name="version" value="{shown}"' in signed_in.get(url).content.decode()
+    engine.choose_assets(avatar_set=avatar_set, asset_ids=[one.pk, two.pk, three.pk])
+
+    stale = signed_in.post(url, {"confirm": "yes", "version": shown}, follow=True)
+
+    avatar_set.refresh_from_db()
+    assert avatar_set.published_at is None
+    assert stale.redirect_chain[-1][0] == url  # asked again, about the set as it is now
+    assert "This set changed since it was shown" in text(stale)
+    assert "these 3 images in this order" in text(stale)
+    fresh = signed_in.post(url, {"confirm": "yes", "version": avatar_set.version})
+    avatar_set.refresh_from_db()
+    assert avatar_set.published_at is not None, fresh

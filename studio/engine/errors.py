@@ -16,6 +16,7 @@ RESUBMIT_WITHDRAWN = (
 SET_PUBLISHED = "This set is published; its choice can no longer change."
 SET_KEPT_CHANGING = "This set kept changing while it was being published; publish it again."
 SET_EMPTY = "Publishing waits until the set holds at least one image."
+SET_CHANGED = "This set changed since it was shown: look at it again before publishing it."
 RELEASE_NOT_UNCONFIRMED = (
     "Only a done or history_missing task whose release Ember did not confirm is asked again."
 )

@@ -11,6 +11,7 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from studio.engine.errors import (
+    SET_CHANGED,
     SET_EMPTY,
     SET_KEPT_CHANGING,
     SET_PUBLISHED,
@@ -78,17 +79,21 @@ def blocking(avatar_set: AvatarSet) -> QuerySet[SetItem]:
     return avatar_set.items.filter(asset__origin=Origin.GENERATED, asset__ember_history_id="")
 
 
-def publish(*, avatar_set: AvatarSet) -> AvatarSet:
+def publish(*, avatar_set: AvatarSet, seen_version: int | None = None) -> AvatarSet:
     """Publish a set, refusing while it holds nothing or a chosen generated image lacks its
     Ember history.
 
     The check and the write are about one version of the set: the write is versioned,
     so a choice that changes in between makes this publish look again, never publish
-    unchecked. Publishing again keeps the first publication time.
+    unchecked. Publishing again keeps the first publication time. `seen_version`: the
+    version a person was shown and confirmed; a set changed since (another tab, a page
+    from the history) is refused, not published as it is now.
     """
     for _ in range(PUBLISH_TRIES):
         if avatar_set.published_at is not None:
             return avatar_set
+        if seen_version is not None and avatar_set.version != seen_version:
+            raise PublishRefused(SET_CHANGED)
         with transaction.atomic():
             # Sibling apps would read a published set with no image in it.
             if not avatar_set.items.exists():

@@ -207,10 +207,12 @@ def set_publish(request: HttpRequest, set_id: int) -> HttpResponse:
         context["empty"] = engine.SET_EMPTY if not context["count"] else ""
         return render(request, "studio/set_publish.html", context)
     try:
-        engine.publish(avatar_set=found)
+        engine.publish(avatar_set=found, seen_version=_posted_version(request))
     except engine.PublishRefused as exc:
         messages.error(request, str(exc))
-        return redirect("studio:set", set_id=found.pk)
+        # Changed since it was shown: the same question again, about the set as it is now.
+        again = "studio:set-publish" if str(exc) == engine.SET_CHANGED else "studio:set"
+        return redirect(again, set_id=found.pk)
     messages.success(request, f"Published {found.name}.")
     return redirect("studio:set-published", set_id=found.pk)
 
@@ -227,3 +229,11 @@ def set_published(request: HttpRequest, set_id: int) -> HttpResponse:
         "studio/set_published.html",
         {"set": found, "items": items, "api_url": api_url},
     )
+
+
+def _posted_version(request: HttpRequest) -> int:
+    """Return the set's version the confirmed page showed (-1, never a version, if none)."""
+    try:
+        return int(request.POST.get("version", ""))
+    except ValueError:
+        return -1
