@@ -9,7 +9,7 @@ from django.test import Client
 from django.utils import timezone
 
 from studio.models import Attempt, Task, TaskState, WorkerHeartbeat
-from studio.store import move
+from studio.store import move, update
 from tests.factories import a_batch, a_clip_sent_once, stored_asset
 from tests.studio_pages import messages_of, text
 
@@ -48,6 +48,20 @@ def test_it_says_how_many_paid_requests_may_not_have_reached_ember(signed_in: Cl
     page = text(signed_in.get(f"/batches/{batch.pk}/"))
 
     assert "Paid Ember requests: 2 (1 may not have reached Ember)" in page
+
+
+def test_a_row_does_not_say_the_same_thing_twice_while_ember_is_down(signed_in: Client, subject):
+    """Found by a review in a browser: "Ember could not be reached; still polling Ember
+    could not be reached." The phase says it; the error, the same words, is left out."""
+    batch = a_batch(subject)
+    task = send_to_ember(batch.tasks.get())
+    update(
+        task, phase="Ember could not be reached; still polling", error="Ember could not be reached."
+    )
+
+    page = text(signed_in.get(f"/batches/{batch.pk}/"))
+
+    assert page.count("Ember could not be reached") == 1, page
 
 
 def test_it_shows_progress_states_and_paid_requests_in_the_partial(signed_in: Client, subject):

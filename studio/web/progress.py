@@ -80,6 +80,18 @@ DASH = "\u2013"  # an en dash between the progress and the title in the tab
 CLASS_NAME = re.compile(r"\s*\((?:[A-Z][a-z0-9]+){2,}\)")
 
 
+def reason(task: Task, *, shown_phase: bool) -> str:
+    """Return the error a task's row shows, "" when the phase shown says it already.
+
+    A poll that cannot reach Ember sets both: "Ember could not be reached; still polling"
+    and "Ember could not be reached." read one after the other (a review).
+    """
+    error = plain_error(task.error)
+    if shown_phase and error and task.phase.startswith(error.rstrip(".")):
+        return ""
+    return error
+
+
 def plain_error(error: str) -> str:
     """Return a task's error without the exception class names kept for operators."""
     return CLASS_NAME.sub("", error).strip()
@@ -198,9 +210,9 @@ def dress(tasks: list[Task]) -> list[Task]:
         state = TaskState(task.state)
         task.label = STATE_LABELS[state]  # type: ignore[attr-defined]
         task.next_step = next_step(task)  # type: ignore[attr-defined]
-        task.reason = plain_error(task.error)  # type: ignore[attr-defined]
         # Engineers' phases ("Reconcile before retry") give way to the next step above.
         task.show_phase = state in STOPPABLE  # type: ignore[attr-defined]
+        task.reason = reason(task, shown_phase=task.show_phase)  # type: ignore[attr-defined]
         task.next_try = next_try(task, now)  # type: ignore[attr-defined]
         # Cancel only where it can: a task with Ember is kept (found by a review: a
         # "Cancel" beside "Ember is making it" only ever answered that it was kept).
