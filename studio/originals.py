@@ -336,7 +336,7 @@ def holds(sha256: str, mime: str, *, wait: bool = True) -> bool | None:
     except ValueError:  # a hash or type that names no original: nothing is held
         return False
     with naming(shared=True, wait=wait) as held:
-        return path.is_file() if held else None
+        return path.is_file() and not path.is_symlink() if held else None  # a link: not held
 
 
 def keep(data: bytes, original: Original) -> bool:
@@ -437,12 +437,12 @@ def file_sha256(path: Path) -> str:
 def read(sha256: str, mime: str) -> bytes:
     """Return a stored original's bytes, checked against their hash.
 
-    FileNotFoundError when it is not there; ChecksumFailed when what is there is not
-    its bytes, including a folder or a device in its place, or a file past the image
-    cap (looked at before it is read, so neither hangs nor fills memory).
+    FileNotFoundError when it is not there; ChecksumFailed when what is there is not its
+    bytes: a folder, a device or a symbolic link (not held: the archive lacks what it points
+    to) in its place, or a file past the cap (looked at first: neither hangs nor fills memory).
     """
     try:
-        data = read_regular(path_of(sha256, mime))
+        data = read_regular(path_of(sha256, mime), links=False)
     except NotAnOriginal:
         raise ChecksumFailed() from None
     if sha256_of(data) != sha256:
@@ -450,9 +450,10 @@ def read(sha256: str, mime: str) -> bytes:
     return data
 
 
-def check_regular(path: Path) -> None:
-    """Raise NotAnOriginal unless `path` is a regular file within the image cap (not opened)."""
-    info = path.stat()
+def check_regular(path: Path, *, links: bool = True) -> None:
+    """Raise NotAnOriginal unless `path` is a regular file within the image cap (not opened);
+    a symbolic link to one passes only with `links`."""
+    info = path.stat() if links else path.lstat()
     limit = settings.AVATARS_MAX_IMAGE_BYTES
     if not stat.S_ISREG(info.st_mode):
         raise NotAnOriginal("not a regular file")
@@ -460,14 +461,14 @@ def check_regular(path: Path) -> None:
         raise NotAnOriginal(f"{info.st_size} bytes, over the {limit}-byte cap for an image")
 
 
-def read_regular(path: Path) -> bytes:
+def read_regular(path: Path, *, links: bool = True) -> bytes:
     """Return the bytes of the regular file at `path`, if it is no larger than the image cap.
 
     Looked at before it is opened: a folder, a device or a pipe (even behind a symlink)
     raises NotAnOriginal without being read, as does a file past the cap.
     FileNotFoundError when nothing is there.
     """
-    check_regular(path)
+    check_regular(path, links=links)
     limit = settings.AVATARS_MAX_IMAGE_BYTES
     with path.open("rb") as file:
         data = file.read(limit + 1)

@@ -474,3 +474,18 @@ def test_it_writes_its_own_file_over_a_link_to_the_same_bytes(store_dir, tmp_pat
     assert not target.is_symlink(), "the archive still holds only a link to the bytes"
     elsewhere.unlink()
     assert target.read_bytes() == data
+
+
+def test_it_reads_no_original_through_a_link(store_dir, tmp_path):
+    # The archive does not hold what a link points to: a check that passed it let Ember
+    # release its copy (a review).
+    data = png_bytes(8)
+    stored = originals.save(data)
+    elsewhere = tmp_path / "elsewhere.png"
+    elsewhere.write_bytes(data)
+    stored.path.unlink()
+    stored.path.symlink_to(elsewhere)
+
+    with pytest.raises(ChecksumFailed):
+        originals.read(stored.sha256, "image/png")
+    assert originals.holds(stored.sha256, "image/png") is False

@@ -92,3 +92,23 @@ def test_the_admin_asks_again_from_the_tasks_page(admin_client, subject, ember, 
     assert row_of(task).protection_released is True
     assert "Ember confirmed" in one_message_about(response, task)
     assert fake.release_route.call_count == 1
+
+
+def test_it_never_asks_while_the_original_is_only_a_link_to_its_bytes(
+    subject, ember, worker, tmp_path
+):
+    """Found by a review: the bytes behind a link hashed right, the release went out, and
+    once the linked file went the original was lost for good."""
+    fake, task = unconfirmed(subject, ember, worker)
+    asset = Asset.objects.get(task=task)
+    path = originals.path_of(asset.sha256, asset.mime)
+    elsewhere = tmp_path / "other-disk.png"
+    elsewhere.write_bytes(path.read_bytes())
+    path.unlink()
+    path.symlink_to(elsewhere)
+
+    with pytest.raises(engine.ReleaseRefused) as refused:
+        engine.release_again(task=task, client=worker.client)
+
+    assert str(refused.value) == engine.RELEASE_ORIGINAL_BAD
+    assert fake.release_route.call_count == 0

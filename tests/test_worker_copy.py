@@ -396,3 +396,31 @@ def test_it_releases_nothing_while_a_damaged_original_cannot_be_copied_again(
     assert task.state == TaskState.COPY_FAILED
     assert fake.release_route.call_count == 0  # Ember keeps its protected, whole copy
     assert path.read_bytes() == damaged  # nothing taken away: a person may want to look
+
+
+def test_it_copies_an_original_that_is_only_a_link_again_before_releasing_it(
+    subject, ember, worker, tmp_path
+):
+    """Found by a review: a later finish released Ember's copy over a link to the bytes
+    on another disk; once that file went, the original was lost for good."""
+    fake, task, path = damaged_after_an_unconfirmed_release(subject, ember, worker)
+    asset = Asset.objects.get(task=task)
+    elsewhere = tmp_path / "other-disk.png"
+    elsewhere.write_bytes(fake.images[asset.ember_image_id])  # the right bytes, elsewhere
+    path.unlink()
+    path.symlink_to(elsewhere)
+    links_at_release = []
+
+    def release(request, image_id):
+        links_at_release.append(path.is_symlink())
+        return httpx.Response(200, json={"protected": False})
+
+    fake.release_route.mock(side_effect=release)
+
+    drain(worker)
+
+    task.refresh_from_db()
+    assert task.state == TaskState.DONE
+    assert links_at_release == [False], "released while the archive held only a link"
+    elsewhere.unlink()
+    assert originals.read(asset.sha256, asset.mime)
