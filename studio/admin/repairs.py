@@ -275,46 +275,56 @@ class TaskRepairs(VersionedAdmin):
         permissions=["change"],
     )
     def requeue_tasks(self, request: HttpRequest, queryset: QuerySet[Task]) -> None:
-        for task in queryset:
-            try:
-                engine.requeue(task=task)
-            except engine.RequeueRefused as exc:
-                self.report(request, task, f"not queued again. {exc}", messages.WARNING)
-            except Conflict:
-                self.report(
-                    request,
-                    task,
-                    "moved while being queued again; nothing written.",
-                    messages.ERROR,
-                )
-            else:
-                self.report(
-                    request,
-                    task,
-                    "failed → queued; nothing had been paid for it, so its next send is its "
-                    "first paid job.",
-                    messages.SUCCESS,
-                )
+        def queued(request: HttpRequest, task: Task) -> None:
+            said = "failed → queued; nothing had been paid for it, so its next send is its "
+            self.report(request, task, said + "first paid job.", messages.SUCCESS)
+
+        self._each(
+            request,
+            queryset,
+            lambda task: engine.requeue(task=task),
+            engine.RequeueRefused,
+            refused="not queued again.",
+            moved="moved while being queued again; nothing written.",
+            done=queued,
+        )
 
     @admin.action(
         description="Ask Ember again to let go of its copy (a release it did not confirm)",
         permissions=["change"],
     )
     def release_again(self, request: HttpRequest, queryset: QuerySet[Task]) -> None:
+        self._each(
+            request,
+            queryset,
+            lambda task: engine.release_again(task=task),
+            engine.ReleaseRefused,
+            refused="Ember was not asked.",
+            moved="moved while Ember was asked; its answer is not kept.",
+            done=self._report_release,
+        )
+
+    def _each(
+        self,
+        request: HttpRequest,
+        queryset: QuerySet[Task],
+        act: Callable[[Task], Task],
+        refusal: type[Exception],
+        *,
+        refused: str,
+        moved: str,
+        done: Callable[[HttpRequest, Task], None],
+    ) -> None:
+        """Run `act` on each task and report: refused (and why), moved meanwhile, or `done`."""
         for task in queryset:
             try:
-                task = engine.release_again(task=task)
-            except engine.ReleaseRefused as exc:
-                self.report(request, task, f"Ember was not asked. {exc}", messages.WARNING)
+                task = act(task)
+            except refusal as exc:
+                self.report(request, task, f"{refused} {exc}", messages.WARNING)
             except Conflict:
-                self.report(
-                    request,
-                    task,
-                    "moved while Ember was asked; its answer is not kept.",
-                    messages.ERROR,
-                )
+                self.report(request, task, moved, messages.ERROR)
             else:
-                self._report_release(request, task)
+                done(request, task)
 
     def _report_release(self, request: HttpRequest, task: Task) -> None:
         if task.protection_released:
