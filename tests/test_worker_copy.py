@@ -1,6 +1,7 @@
 """The worker finishing a task: copy first, release last (docs/design.md §6.7)."""
 
 import hashlib
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -359,18 +360,26 @@ def damaged_after_an_unconfirmed_release(subject, ember, worker) -> tuple[FakeEm
     return fake, task, path
 
 
+def at_release(fake: FakeEmber, look: Callable[[], bool]) -> list[bool]:
+    """Answer each release with a 200, noting what `look` saw as it arrived."""
+    seen: list[bool] = []
+
+    def release(request: httpx.Request, image_id: str) -> httpx.Response:
+        seen.append(look())
+        return httpx.Response(200, json={"protected": False})
+
+    fake.release_route.mock(side_effect=release)
+    return seen
+
+
 def test_it_copies_a_damaged_original_again_before_releasing_it(subject, ember, worker):
     """Found by a review with its own Ember: only the file's presence was looked at, and
     the release went out while Avatars held damaged bytes."""
     fake, task, path = damaged_after_an_unconfirmed_release(subject, ember, worker)
     asset = Asset.objects.get(task=task)
-    whole_at_release = []
-
-    def release(request, image_id):
-        whole_at_release.append(hashlib.sha256(path.read_bytes()).hexdigest() == asset.sha256)
-        return httpx.Response(200, json={"protected": False})
-
-    fake.release_route.mock(side_effect=release)
+    whole_at_release = at_release(
+        fake, lambda: hashlib.sha256(path.read_bytes()).hexdigest() == asset.sha256
+    )
 
     drain(worker)
 
@@ -409,13 +418,7 @@ def test_it_copies_an_original_that_is_only_a_link_again_before_releasing_it(
     elsewhere.write_bytes(fake.images[asset.ember_image_id])  # the right bytes, elsewhere
     path.unlink()
     path.symlink_to(elsewhere)
-    links_at_release = []
-
-    def release(request, image_id):
-        links_at_release.append(path.is_symlink())
-        return httpx.Response(200, json={"protected": False})
-
-    fake.release_route.mock(side_effect=release)
+    links_at_release = at_release(fake, path.is_symlink)
 
     drain(worker)
 
