@@ -35,6 +35,16 @@ def big_png() -> bytes:
     return out.getvalue()
 
 
+def upload(api: httpx.Client, subject_id: int, photo: bytes) -> dict:
+    """Upload `photo` as a reference photo through the API; return the asset it became."""
+    answer = api.post(
+        f"/api/v1/subjects/{subject_id}/references",
+        files={"file": ("big.png", photo, "image/png")},
+    )
+    assert answer.status_code == 201, answer.text[:500]
+    return answer.json()
+
+
 def ask_and_never_read(web: Web, path: str, token: str, window: int = 4096) -> socket.socket:
     sock = socket.create_connection(("127.0.0.1", web.port), timeout=10)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, window)
@@ -54,12 +64,7 @@ def test_readers_that_read_nothing_do_not_each_hold_the_original_in_memory(serve
     try:
         with httpx.Client(base_url=web.url, timeout=120) as api:
             api.headers["Authorization"] = f"Bearer {token}"
-            answer = api.post(
-                f"/api/v1/subjects/{subject_id}/references",
-                files={"file": ("big.png", photo, "image/png")},
-            )
-            assert answer.status_code == 201, answer.text[:500]
-            path = f"/api/v1/assets/{answer.json()['id']}/original"
+            path = f"/api/v1/assets/{upload(api, subject_id, photo)['id']}/original"
             assert api.get(path).status_code == 200  # sent once: the code paths are warm
             idle = status_kib(web.proc.pid, "VmRSS")
             readers = [ask_and_never_read(web, path, token) for _ in range(READERS)]
@@ -102,12 +107,7 @@ def test_an_original_changed_on_disk_while_it_is_sent_is_never_sent_whole(served
     photo = big_png()
     with httpx.Client(base_url=web.url, timeout=120) as api:
         api.headers["Authorization"] = f"Bearer {token}"
-        answer = api.post(
-            f"/api/v1/subjects/{subject_id}/references",
-            files={"file": ("changed.png", photo, "image/png")},
-        )
-        assert answer.status_code == 201, answer.text[:500]
-        asset = answer.json()
+        asset = upload(api, subject_id, photo)
         path = f"/api/v1/assets/{asset['id']}/original"
         [stored] = (stack.data_dir / "originals").glob(f"{asset['sha256']}.*")
 
