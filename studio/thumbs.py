@@ -21,6 +21,7 @@ EXTENSION = ".webp"
 QUALITY = 82
 HEX = frozenset("0123456789abcdef")
 ORIENTATION = 0x0112  # the EXIF tag that says how to turn the pixels to show them
+QUARTER_TURNS = frozenset({5, 6, 7, 8})  # its values that show the height as the width
 
 
 def thumbs_dir() -> Path:
@@ -104,3 +105,13 @@ def render(data: bytes, size: int) -> bytes:
         out = io.BytesIO()
         still.save(out, "WEBP", quality=QUALITY, method=4, **({"icc_profile": icc} if icc else {}))
     return out.getvalue()
+
+
+def turned(sha256: str, mime: str) -> bool:
+    """Say whether an original is shown turned a quarter (its EXIF Orientation), so that its
+    width and height swap; False when that cannot be read. Only its header is read."""
+    try:
+        with Image.open(originals.path_of(sha256, mime)) as img:
+            return img.getexif().get(ORIENTATION, 1) in QUARTER_TURNS
+    except (OSError, ValueError, SyntaxError):
+        return False

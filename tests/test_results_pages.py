@@ -1,5 +1,6 @@
 """Results first: a batch's images large and in the form's order, the viewer, the gallery."""
 
+import io
 import re
 from typing import Any
 
@@ -7,6 +8,7 @@ import pytest
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
+from PIL import Image
 
 from studio import engine, originals
 from studio.models import Asset, AvatarSet, Batch, Origin, Subject, Task, TaskState
@@ -400,3 +402,19 @@ def test_the_batch_pages_cost_the_same_queries_for_one_result_as_for_eight(
 
     # A field the results' query leaves out, read for each row, costs a query a result.
     assert eight == one, f"queries with 1 result: {one}; with 8: {eight}"
+
+
+def test_the_viewer_gives_a_phone_portraits_size_as_it_is_shown(signed_in: Client, subject):
+    """Found by a review: a portrait photo, stored as a phone stores it (landscape pixels
+    and an EXIF Orientation), was "4032 x 3024 px" under its upright picture."""
+    img = Image.new("RGB", (400, 200), (0, 0, 255))
+    exif = Image.Exif()
+    exif[0x0112] = 6  # turn a quarter clockwise to show it
+    out = io.BytesIO()
+    img.save(out, "JPEG", exif=exif)
+    photo = engine.add_reference(subject=subject, data=out.getvalue(), file_name="phone.jpg")
+
+    page = text(signed_in.get(f"/assets/{photo.pk}/"))
+
+    assert "200 \u00d7 400 px" in page, page
+    assert (photo.width, photo.height) == (400, 200)  # the original keeps its pixels

@@ -4,6 +4,7 @@ from typing import Any
 
 from django import template
 
+from studio import thumbs
 from studio.models import Asset, Batch, Origin
 from studio.web.views.results import results_context
 
@@ -19,6 +20,16 @@ def caption(asset: Asset) -> str:
     names = ", ".join(subject.name for subject in asset.subjects.all())
     what = asset.file_name if asset.origin == Origin.UPLOADED else str(asset)
     return " · ".join(part for part in (names, what) if part)
+
+
+@register.filter
+def shown_size(asset: Asset) -> str:
+    """Say an image's size as it is shown: "3024 x 4032 px" for a phone's portrait, whose
+    pixels are stored landscape and turned by its EXIF Orientation (as its thumbnails are)."""
+    width, height = asset.width, asset.height
+    if thumbs.turned(asset.sha256, asset.mime):
+        width, height = height, width
+    return f"{width} \u00d7 {height} px"  # the multiplication sign
 
 
 # A tag rather than the view's context: the batch page's view belongs to the progress
