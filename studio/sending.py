@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator
 from typing import BinaryIO
 
 from django.conf import settings
-from django.http import StreamingHttpResponse
+from django.http import HttpRequest, StreamingHttpResponse
 
 from studio import originals
 
@@ -54,6 +54,13 @@ def open_checked(sha256: str, mime: str) -> BinaryIO:
         file.close()
         raise
     return file
+
+
+def holds_version(request: HttpRequest, quoted_etag: str) -> bool:
+    """Say whether the client's If-None-Match names this version, or any ("*", RFC 9110
+    13.1.2): either way it holds the bytes, which never change under their name."""
+    header = request.headers.get("If-None-Match", "")
+    return header.strip() == "*" or quoted_etag in header
 
 
 def original_response(sha256: str, mime: str) -> StreamingHttpResponse:

@@ -89,6 +89,8 @@ def test_it_serves_an_original_with_its_type_and_immutable_caching(signed_in: Cl
 
     again = signed_in.get(f"/assets/{asset.pk}/original/", HTTP_IF_NONE_MATCH=f'"{asset.sha256}"')
     assert again.status_code == 304
+    held = signed_in.get(f"/assets/{asset.pk}/original/", HTTP_IF_NONE_MATCH="*")
+    assert held.status_code == 304
 
 
 def test_it_answers_503_when_a_stored_original_fails_its_checksum(signed_in: Client):

@@ -201,7 +201,7 @@ def asset_original(request: HttpRequest, asset_id: str) -> HttpResponseBase:
     """
     found = find(Asset.objects.all(), asset_id)
     etag = f'"{found.sha256}"'
-    if etag in request.headers.get("If-None-Match", ""):
+    if sending.holds_version(request, etag):
         not_modified = HttpResponseNotModified()
         not_modified["ETag"] = etag
         not_modified["Cache-Control"] = ORIGINAL_CACHE_CONTROL

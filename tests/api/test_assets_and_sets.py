@@ -79,6 +79,9 @@ def test_a_client_holding_the_original_gets_304_without_the_bytes(
 
     assert (again.status_code, again.content, again["ETag"]) == (304, b"", etag)
     assert other.status_code == 200 and served_bytes(other) == data
+    # "*": any version held (RFC 9110 13.1.2); an original never changes under its name.
+    held = api.get(f"{API}/assets/{asset.pk}/original", HTTP_IF_NONE_MATCH="*")
+    assert (held.status_code, held.content) == (304, b"")
 
 
 def test_it_answers_503_rather_than_serve_an_original_that_fails_its_checksum(api, subject):

@@ -38,7 +38,7 @@ def _image_response(
     """
     quoted = f'"{etag}"'
     response: HttpResponseBase
-    if quoted in request.headers.get("If-None-Match", ""):
+    if sending.holds_version(request, quoted):
         response = HttpResponseNotModified()
     else:
         try:
