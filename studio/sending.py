@@ -34,12 +34,12 @@ def open_checked(sha256: str, mime: str) -> BinaryIO:
     """Open a stored original, checked against its hash; the file is at its start.
 
     FileNotFoundError when it is not there; ChecksumFailed when what is there is not its
-    bytes, a folder or a device in its place (looked at before it is opened, so a pipe
-    does not hang), or a file past the image cap.
+    bytes, a folder, a device or a symbolic link in its place (looked at before it is
+    opened, so a pipe does not hang), or a file past the image cap.
     """
     path = originals.path_of(sha256, mime)
     try:
-        originals.check_regular(path)  # as `originals.read` looks, before opening
+        originals.check_regular(path, links=False)  # as `originals.read` looks, before opening
     except originals.NotAnOriginal:
         raise originals.ChecksumFailed() from None
     file = path.open("rb")

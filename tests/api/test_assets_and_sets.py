@@ -84,6 +84,22 @@ def test_a_client_holding_the_original_gets_304_without_the_bytes(
     assert (held.status_code, held.content) == (304, b"")
 
 
+def test_it_answers_503_for_an_original_that_is_only_a_link_to_its_bytes(api, subject, tmp_path):
+    # The store holds no original behind a link (check_originals calls it corrupt): served,
+    # it would look whole to a client while the archive may lose it any day.
+    asset = subject.assets.get()
+    path = originals.path_for(asset.sha256, ".png")
+    elsewhere = tmp_path / "elsewhere.png"
+    elsewhere.write_bytes(path.read_bytes())
+    path.unlink()
+    path.symlink_to(elsewhere)
+
+    response = api.get(f"{API}/assets/{asset.pk}/original")
+
+    assert response.status_code == 503
+    assert error(response)["code"] == "checksum_failed"
+
+
 def test_it_answers_503_rather_than_serve_an_original_that_fails_its_checksum(api, subject):
     asset = subject.assets.get()
     originals.path_for(asset.sha256, ".png").write_bytes(png_bytes(99))
