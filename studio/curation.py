@@ -260,5 +260,4 @@ def _unlink(files: set[tuple[str, str]]) -> None:
         # Now, or once a running backup has copied them (removals.py).
         removals.unlink(gone)
     for sha256, _mime in gone:  # only a cache, rebuilt from the original when asked for
-        for size in thumbs.SIZES:
-            thumbs.path_for(sha256, size).unlink(missing_ok=True)
+        thumbs.forget(sha256)

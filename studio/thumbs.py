@@ -1,9 +1,10 @@
 """Thumbnails: small still images derived from originals, cached on disk, rebuilt when missing.
 
-A thumbnail is named by its original's SHA-256 and its size
-(`thumbs/<sha256>-<size>.webp`), so it never goes stale: the same name always
-means the same picture, and pages may cache it for good. The cache is only a
-cache: deleting any file in it costs one rebuild from the original, never data.
+A thumbnail is named by its original's SHA-256, its size and the version of how it is
+drawn (`thumbs/<sha256>-<size>-v<RENDERING>.webp`), so it never goes stale: the same name
+always means the same picture, and pages may cache it for good under a URL that carries
+the same three. The cache is only a cache: deleting any file in it costs one rebuild from
+the original, never data.
 """
 
 import io
@@ -22,6 +23,10 @@ QUALITY = 82
 HEX = frozenset("0123456789abcdef")
 ORIENTATION = 0x0112  # the EXIF tag that says how to turn the pixels to show them
 QUARTER_TURNS = frozenset({5, 6, 7, 8})  # its values that show the height as the width
+# How thumbnails are drawn: raised whenever `render` draws the same original differently,
+# so that neither this cache nor a browser's (a year, immutable) keeps the old picture.
+# 2: turned as their EXIF Orientation says (1 left phone portraits sideways).
+RENDERING = 2
 
 
 def thumbs_dir() -> Path:
@@ -30,11 +35,21 @@ def thumbs_dir() -> Path:
 
 def path_for(sha256: str, size: int) -> Path:
     """Return where the thumbnail of this original at this size is cached."""
-    if len(sha256) != 64 or not set(sha256) <= HEX:
-        raise ValueError("not a sha256 hex digest")
     if size not in SIZES:
         raise ValueError(f"not a thumbnail size: {size!r}")
-    return thumbs_dir() / f"{sha256}-{size}{EXTENSION}"
+    return thumbs_dir() / f"{_checked(sha256)}-{size}-v{RENDERING}{EXTENSION}"
+
+
+def forget(sha256: str) -> None:
+    """Delete every cached thumbnail of an original: each size, each rendering."""
+    for path in thumbs_dir().glob(f"{_checked(sha256)}-*{EXTENSION}"):
+        path.unlink(missing_ok=True)
+
+
+def _checked(sha256: str) -> str:
+    if len(sha256) != 64 or not set(sha256) <= HEX:
+        raise ValueError("not a sha256 hex digest")
+    return sha256
 
 
 def thumbnail(*, sha256: str, mime: str, size: int) -> Path:

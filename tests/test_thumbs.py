@@ -36,7 +36,7 @@ def test_it_makes_a_real_image_no_larger_than_the_size(data_dir: Path):
 
     path = thumb_of(original, 256)
 
-    assert path == data_dir / "thumbs" / f"{original.sha256}-256.webp"
+    assert path == data_dir / "thumbs" / f"{original.sha256}-256-v2.webp"
     with Image.open(path) as img:
         img.load()
         assert img.format == "WEBP"
@@ -101,7 +101,7 @@ def test_it_leaves_no_temporary_files(data_dir: Path):
 
     names = [p.name for p in (data_dir / "thumbs").iterdir()]
     assert len(names) == 5
-    assert all(name.endswith("-128.webp") and not name.startswith(".") for name in names)
+    assert all(name.endswith("-128-v2.webp") and not name.startswith(".") for name in names)
 
 
 def test_it_removes_its_temporary_file_when_the_write_fails(data_dir: Path, monkeypatch):
@@ -247,3 +247,35 @@ def test_a_phone_portrait_is_shown_upright(data_dir: Path):
     # Turned clockwise, the left (red) half of the pixels is on top.
     assert top[0] > 200 and top[2] < 60, top
     assert bottom[2] > 200 and bottom[0] < 60, bottom
+
+
+def test_a_thumbnail_cached_by_an_earlier_rendering_is_not_served_again(data_dir: Path):
+    """Thumbnails cached before portraits were turned stayed sideways (noticed after the fix):
+    a new rendering has names of its own, so the old file is never taken for it."""
+    original = stored(phone_photo(6))
+    mime = original.info.mime
+    earlier = thumbs.thumbs_dir() / f"{original.sha256}-128{thumbs.EXTENSION}"
+    earlier.parent.mkdir(parents=True, exist_ok=True)
+    sideways = io.BytesIO()
+    Image.new("RGB", (128, 64), (0, 255, 0)).save(sideways, "WEBP")
+    earlier.write_bytes(sideways.getvalue())
+
+    path = thumbs.thumbnail(sha256=original.sha256, mime=mime, size=128)
+
+    assert path != earlier
+    with Image.open(path) as img:
+        assert img.height > img.width, f"served {img.size}: the earlier, sideways rendering"
+
+
+def test_forgetting_an_original_removes_its_thumbnails_of_every_size_and_rendering(
+    data_dir: Path,
+):
+    original, other = stored(png_bytes(1)), stored(png_bytes(2))
+    made = [thumb_of(original, size) for size in thumbs.SIZES] + [thumb_of(other, 128)]
+    earlier = thumbs.thumbs_dir() / f"{original.sha256}-256{thumbs.EXTENSION}"
+    earlier.write_bytes(made[1].read_bytes())
+
+    thumbs.forget(original.sha256)
+
+    left = sorted(path.name for path in thumbs.thumbs_dir().iterdir())
+    assert left == [made[-1].name], f"left behind: {left}"

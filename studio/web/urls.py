@@ -2,6 +2,7 @@
 
 from django.urls import URLPattern, path, register_converter
 
+from studio import thumbs
 from studio.web.views import batches, images, results, sets, subjects
 
 
@@ -51,6 +52,14 @@ urlpatterns: list[URLPattern] = [
     path("assets/<rowid:asset_id>/", results.asset_detail, name="asset"),
     path("assets/<rowid:asset_id>/download/", images.asset_download, name="asset-download"),
     path("assets/<rowid:asset_id>/add-to-set/", sets.add_to_set, name="asset-add-to-set"),
-    path("assets/<rowid:asset_id>/thumb/<int:size>/", images.asset_thumb, name="asset-thumb"),
+    # The rendering is in the URL: a browser keeps a thumbnail for a year without asking.
+    path(
+        f"assets/<rowid:asset_id>/thumb/<int:size>/v{thumbs.RENDERING}/",
+        images.asset_thumb,
+        name="asset-thumb",
+    ),
+    # A page from before a new rendering (a tab left open) still gets its picture.
+    path("assets/<rowid:asset_id>/thumb/<int:size>/", images.thumb_moved),
+    path("assets/<rowid:asset_id>/thumb/<int:size>/v<int:rendering>/", images.thumb_moved),
     path("assets/<rowid:asset_id>/original/", images.asset_original, name="asset-original"),
 ]

@@ -12,7 +12,7 @@ from django.http import (
     HttpResponseBase,
     HttpResponseNotModified,
 )
-from django.shortcuts import get_object_or_404
+from django.shortcuts import get_object_or_404, redirect
 from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_GET
 
@@ -69,7 +69,18 @@ def asset_thumb(request: HttpRequest, asset_id: int, size: int) -> HttpResponseB
         path = thumbs.thumbnail(sha256=found.sha256, mime=found.mime, size=size)
         return HttpResponse(path.read_bytes(), content_type=thumbs.MIME)
 
-    return _image_response(request, f"{found.sha256}-{size}", respond)
+    return _image_response(request, f"{found.sha256}-{size}-v{thumbs.RENDERING}", respond)
+
+
+@login_required
+@require_GET
+def thumb_moved(
+    request: HttpRequest, asset_id: int, size: int, rendering: int = 0
+) -> HttpResponseBase:
+    """Send a thumbnail asked for under an older rendering's URL to the current one."""
+    if size not in thumbs.SIZES:
+        raise Http404("No such thumbnail size.")
+    return redirect("studio:asset-thumb", asset_id, size)
 
 
 @login_required
