@@ -108,6 +108,10 @@ class TaskOut(Schema):
     attempts: int
     protection_released: bool | None
     asset: str | None
+    retry_at: str | None = Field(
+        description="When a queued task waiting out a back-off (Ember busy or unreachable)"
+        " is tried again, ISO 8601 in UTC; null when it is not waiting."
+    )
 
 
 class BatchOut(Schema):

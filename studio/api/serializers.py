@@ -6,6 +6,7 @@ from uuid import UUID
 
 from django.db.models import Count
 from django.urls import reverse
+from django.utils import timezone
 
 from studio import engine
 from studio.models import Asset, Attempt, AvatarSet, Batch, Subject, Task
@@ -35,6 +36,7 @@ def task_json(task: Task, *, attempts: int | None = None) -> dict[str, Any]:
         "attempts": attempts,
         "protection_released": task.protection_released,
         "asset": _id_or_none(task.asset_id),
+        "retry_at": _time(engine.retry_at(task, timezone.now())),
     }
 
 

@@ -53,6 +53,7 @@ from studio.engine.planning import (
     generate,
     progress,
     recent_twin,
+    retry_at,
     same_intent,
 )
 from studio.engine.recovery import areconcile, reconcile, resubmit
@@ -115,6 +116,7 @@ __all__ = [
     "release_again",
     "requeue",
     "resubmit",
+    "retry_at",
     "same_intent",
     "was_sent",
 ]

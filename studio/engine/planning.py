@@ -266,3 +266,12 @@ def progress(*, batch: Batch) -> dict[str, int]:
     counts["finished"] = sum(counts[s.value] for s in FINAL)
     counts["paid_requests"] = Attempt.objects.filter(task__batch=batch).count()
     return counts
+
+
+def retry_at(task: Task, now: datetime) -> datetime | None:
+    """Return when a queued task waiting out a back-off (Ember busy or unreachable) is
+    tried again; None when it is not waiting (due already, or not queued)."""
+    due = task.next_attempt_at
+    if task.state != TaskState.QUEUED or due is None or due <= now:
+        return None
+    return due

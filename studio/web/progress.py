@@ -14,6 +14,7 @@ from django.db.models import Count, Q
 from django.utils import timezone
 
 from studio.clock import how_long
+from studio.engine import retry_at
 from studio.models import (
     RECONCILABLE,
     STOPPABLE,
@@ -197,10 +198,8 @@ def next_try(task: Task, now: datetime) -> str:
     ("trying again in 40 s") still said 40 s when the try was long past. Once due, the
     row names no figure; the phase says why the task waits.
     """
-    due = task.next_attempt_at
-    if task.state != TaskState.QUEUED or due is None or due <= now:
-        return ""
-    return f"next try in {how_long(now, due)}"
+    due = retry_at(task, now)
+    return "" if due is None else f"next try in {how_long(now, due)}"
 
 
 def dress(tasks: list[Task]) -> list[Task]:

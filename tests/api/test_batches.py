@@ -40,6 +40,7 @@ TASK_KEYS = {
     "attempts",
     "protection_released",
     "asset",
+    "retry_at",
 }
 
 

@@ -1,5 +1,7 @@
 """The JSON API's tasks: reading, cancelling and reconciling one (docs/api.md)."""
 
+from datetime import timedelta
+
 import pytest
 from django.contrib.auth.models import User
 from django.utils import timezone
@@ -51,7 +53,23 @@ def test_it_shows_a_task(api, subject):
         "attempts": 0,
         "protection_released": None,
         "asset": None,
+        "retry_at": None,
     }
+
+
+def test_it_says_when_a_task_put_back_to_wait_is_tried_again(api, subject):
+    """The studio's row said "next try in 35 s" while the API said only the phase."""
+    task = a_batch(subject).tasks.get()
+    due = timezone.now() + timedelta(seconds=40)
+    move(task, TaskState.QUEUED, due=due, phase="Ember is busy; will try again")
+
+    waiting = api.get(f"{API}/tasks/{task.pk}").json()
+    in_batch = api.get(f"{API}/batches/{task.batch_id}").json()["tasks"][0]
+
+    assert waiting["retry_at"] == due.isoformat()
+    assert in_batch["retry_at"] == due.isoformat()
+    move(task, TaskState.QUEUED, due=timezone.now() - timedelta(seconds=1))
+    assert api.get(f"{API}/tasks/{task.pk}").json()["retry_at"] is None
 
 
 def test_it_shows_a_finished_task_with_its_asset(api, subject):
