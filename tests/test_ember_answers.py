@@ -16,7 +16,7 @@ from studio.ember.client import EmberClient
 from studio.models import Asset, TaskState
 from studio.store import move
 from studio.worker import MAY_HAVE_REACHED, Worker
-from tests.factories import drain, plan
+from tests.factories import drain, plan, png_bytes
 from tests.fake_ember import JOBS, FakeEmber, catch_strays, seen
 
 pytestmark = pytest.mark.django_db
@@ -121,6 +121,34 @@ def test_nonsense_while_polling_is_forgotten_once_ember_answers_properly(subject
     task.refresh_from_db()
     assert task.state == TaskState.DONE
     assert task.error == ""
+
+
+def test_an_empty_sha256_claim_with_other_bytes_is_a_failed_copy_and_nothing_is_released(
+    subject, ember, worker
+):
+    """Found by a review with its own Ember: `"sha256": ""` switched the check off."""
+    fake = FakeEmber(ember)
+    [task] = plan(subject, candidates=1)
+    other = png_bytes(seed=41)  # an image that decodes, but not the one Ember made
+
+    def poll(request, job_id):
+        fake.jobs[job_id]["result"]["image"]["sha256"] = ""  # present, and names nothing
+        return fake._poll(request, job_id)
+
+    fake.poll_route.mock(side_effect=poll)
+    fake.file_route.mock(
+        return_value=httpx.Response(200, content=other, headers={"Content-Type": "image/png"})
+    )
+
+    drain(worker)
+
+    task.refresh_from_db()
+    assert (task.state, task.error) == (
+        TaskState.COPY_FAILED,
+        "The image Ember sent does not match its sha256.",
+    )
+    assert not Asset.objects.filter(sha256=hashlib.sha256(other).hexdigest()).exists()
+    assert not fake.release_route.called
 
 
 @pytest.mark.parametrize("kind", ["non-image bytes", "truncated image", "wrong sha256"])

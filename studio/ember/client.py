@@ -205,8 +205,10 @@ class EmberClient:
         data = response.content
         if data is None:
             raise EmberTooLarge(originals.too_large())
-        # Hex names the same digest in either case; an empty one names none (not given).
-        if sha256 and hashlib.sha256(data).hexdigest() != sha256.lower():
+        # Hex names the same digest in either case. A claim that is present must match,
+        # even an empty one: taken as "not given", it let bytes damaged on the way be
+        # archived and Ember's whole copy released (a review with its own Ember).
+        if sha256 is not None and hashlib.sha256(data).hexdigest() != sha256.lower():
             raise EmberBadAnswer("The image Ember sent does not match its sha256.")
         return data, response.headers.get("Content-Type", "")
 

@@ -123,14 +123,18 @@ def test_it_takes_a_sha256_written_in_capitals_as_the_same_digest(ember):
     assert fetched == (data, "image/png")
 
 
-def test_it_refuses_fetched_bytes_that_do_not_match_their_sha256(ember):
+@pytest.mark.parametrize("claim", ["another digest", "empty", "not hex"])
+def test_it_refuses_fetched_bytes_that_do_not_match_their_sha256(ember, claim):
+    """An empty claim was once taken for none: a review's Ember sent `"sha256": ""` with
+    damaged bytes, and they were archived and Ember's copy released."""
     data = png_bytes(seed=2)
     ember.get("/api/v1/images/img_1/file").respond(
         200, content=data, headers={"Content-Type": "image/png"}
     )
+    sha256 = {"another digest": hashlib.sha256(b"other").hexdigest(), "empty": ""}.get(claim)
 
     with pytest.raises(EmberBadAnswer) as failed:
-        call("fetch", "img_1", sha256=hashlib.sha256(b"other bytes").hexdigest())
+        call("fetch", "img_1", sha256="xyz" if sha256 is None else sha256)
 
     assert failed.value.message == "The image Ember sent does not match its sha256."
 
