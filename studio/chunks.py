@@ -21,6 +21,7 @@ GIF_SIGNATURES = (b"GIF87a", b"GIF89a")
 GIF_SCREEN = 13  # bytes: the signature and the logical screen descriptor
 GIF_DESCRIPTOR = 10  # bytes: an image descriptor, its separator (0x2C) included
 GIF_EXTENSION, GIF_IMAGE_SEPARATOR = 0x21, 0x2C  # the codes that start a block
+GIF_TRAILER = 0x3B  # the code that ends the file
 CHUNK_HEAD = 8  # bytes before a chunk's data in both: its length and type (PNG), type and size
 PNG_CRC = 4  # bytes after a PNG chunk's data
 
@@ -80,8 +81,17 @@ def _count_gif(data: bytes) -> None:
             if pos + GIF_DESCRIPTOR > size:
                 return
             pos += GIF_DESCRIPTOR + gif_colour_table_size(data[pos + 9]) + 1  # + LZW code size
+        elif kind == GIF_TRAILER:
+            return
         else:
-            return  # the trailer, or a broken file: Pillow says which
+            # Pillow skips a byte that starts no block and reads on: so does the count
+            # (a review put one before millions of sub-blocks, and the count had stopped
+            # there), and each such byte is a part, since Pillow walks them one by one.
+            pos += 1
+            blocks += 1
+            if blocks > MAX_GIF_BLOCKS:
+                raise TooManyChunks(f"The GIF has more than {MAX_GIF_BLOCKS:,} parts.")
+            continue
         while pos < size:
             length = data[pos]
             pos += 1 + length

@@ -198,10 +198,11 @@ def flat_webp(side: int) -> bytes:
     return out.getvalue()
 
 
-def many_block_gif(blocks: int, *, extensions: bool = False) -> bytes:
+def many_block_gif(blocks: int, *, extensions: bool = False, stray: bytes = b"") -> bytes:
     """Return a small GIF carrying `blocks` one-byte comment sub-blocks before its image.
 
-    With `extensions`, each sub-block is a comment extension of its own.
+    With `extensions`, each sub-block is a comment extension of its own. `stray` comes
+    before them: bytes that start no block, which Pillow skips one by one.
     """
     out = io.BytesIO()
     Image.new("P", (64, 48), 3).save(out, "GIF")
@@ -209,7 +210,8 @@ def many_block_gif(blocks: int, *, extensions: bool = False) -> bytes:
     screen = GIF_SCREEN + gif_colour_table_size(data[10])  # where the blocks start
     one_each = b"\x21\xfe\x01x\x00" * blocks  # introducer, label, one sub-block, the end
     one_comment = b"\x21\xfe" + b"\x01x" * blocks + b"\x00"
-    return data[:screen] + (one_each if extensions else one_comment) + data[screen:]
+    blocks_of = one_each if extensions else one_comment
+    return data[:screen] + stray + blocks_of + data[screen:]
 
 
 def growing_gif(width: int = 4000, height: int = 4000, frames: int = 2) -> bytes:

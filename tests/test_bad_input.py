@@ -319,6 +319,10 @@ def test_an_upload_takes_exactly_one_file_through_both_doors(person, make_subjec
             lambda: many_block_gif(5_000_000, extensions=True),
             "The GIF has more than 300,000 parts.",
         ),
+        # Found by a review: one byte that starts no block stopped the count, not Pillow,
+        # and the file cost 3.5 s of CPU and 1 GB of memory before it was refused.
+        (lambda: many_block_gif(12_000_000, stray=b"\x00"), "The GIF has more than 300,000 parts."),
+        (lambda: many_block_gif(0, stray=b"\x00" * 24_000_000), "The GIF has more than 300,000"),
     ],
     ids=[
         "png-unknown-chunks",
@@ -326,6 +330,8 @@ def test_an_upload_takes_exactly_one_file_through_both_doors(person, make_subjec
         "webp-unknown-chunks",
         "gif-one-byte-sub-blocks",
         "gif-empty-comments",
+        "gif-sub-blocks-after-a-stray-byte",
+        "gif-of-stray-bytes",
     ],
 )
 def test_a_file_of_millions_of_empty_chunks_is_refused_before_anything_walks_them(
