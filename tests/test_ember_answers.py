@@ -4,6 +4,7 @@ The worker must keep running, and the task must say what was wrong in words.
 """
 
 import hashlib
+import json
 from datetime import timedelta
 
 import httpx
@@ -121,6 +122,38 @@ def test_nonsense_while_polling_is_forgotten_once_ember_answers_properly(subject
     task.refresh_from_db()
     assert task.state == TaskState.DONE
     assert task.error == ""
+
+
+def test_only_the_fields_the_contract_names_are_kept_of_a_padded_answer(subject, ember, worker):
+    """Found by a review: Ember's answer (up to 1 MiB) was saved whole on its task and asset,
+    and a batch of 72 answers padded with empty lists took 13 s of CPU and 2.5 GB to draw."""
+    fake = FakeEmber(ember)
+    [task] = plan(subject, candidates=1)
+    padding = [[] for _ in range(50_000)]
+
+    def poll(request, job_id):
+        result = fake.jobs[job_id]["result"]
+        result["junk"] = padding
+        result["image"]["junk"] = padding
+        result["image"]["metadata"]["junk"] = padding
+        result["image"]["metadata"]["model"] = "m" * 100_000
+        result["history_error"] = {"padding": padding}
+        return fake._poll(request, job_id)
+
+    fake.poll_route.mock(side_effect=poll)
+
+    drain(worker)
+
+    task.refresh_from_db()
+    asset = Asset.objects.get(task=task)
+    assert task.state == TaskState.DONE
+    assert set(task.result) == {"image", "history", "history_error"}
+    assert set(task.result["image"]) == {"id", "mime", "sha256", "bytes", "metadata"}
+    assert set(task.result["image"]["metadata"]) == {"provider", "model"}  # all it was sent
+    assert task.result["image"]["metadata"]["model"] == "m" * 1000
+    assert asset.upstream == task.result
+    kept = len(json.dumps(task.result))
+    assert kept <= 4_000, f"{kept} characters kept of a padded answer (bound: 4,000)"
 
 
 def test_an_empty_sha256_claim_with_other_bytes_is_a_failed_copy_and_nothing_is_released(

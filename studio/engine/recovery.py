@@ -16,6 +16,7 @@ from studio.ember.client import (
     EmberError,
     check_result,
     is_safe_id,
+    kept_result,
     shown_id,
 )
 from studio.engine.errors import RESUBMIT_STALE, RESUBMIT_TOO_EARLY, ResubmitRefused
@@ -221,7 +222,7 @@ def _adopted(row: dict[str, Any]) -> dict[str, Any]:
     A repaired row has its own `id` while the answer nested in it may still say
     `history: null`; finish() reads the id from the saved answer.
     """
-    result = dict(row["result"])
+    result = kept_result(row["result"])
     own_id = row.get("id")
     history_id = own_id if isinstance(own_id, str) and own_id else None
     history_id = history_id or (result.get("history") or {}).get("id")
