@@ -42,6 +42,8 @@ METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")  # the order in which `Allow
 NOT_JSON = "The request body is not valid JSON."
 BAD_UPLOAD = "The upload is not a valid multipart form."
 # Django reads at most 1,024 bytes of a part's headers; a long file name is what fills them.
+TOO_MANY_FILES = "The upload has more than one file: send one photo at a time, as `file`."
+TOO_MANY_FIELDS = "The upload has more than {limit:,} fields: send one photo, as `file`."
 LONG_PART_HEADERS = (
     "The upload's part headers are longer than 1,024 bytes: shorten the file name "
     "(names are kept to 255 characters)."
@@ -207,6 +209,11 @@ def _bad_upload(request: HttpRequest, exc: Any) -> HttpResponse:
         return error_response(
             400, "invalid_request", f"The query has more than {limit} fields; send fewer."
         )
+    if isinstance(exc, TooManyFilesSent):
+        return error_response(400, "invalid_upload", TOO_MANY_FILES)
+    if isinstance(exc, TooManyFieldsSent):
+        limit = settings.DATA_UPLOAD_MAX_NUMBER_FIELDS
+        return error_response(400, "invalid_upload", TOO_MANY_FIELDS.format(limit=limit))
     long_headers = "header size exceeded" in str(exc)
     return error_response(400, "invalid_upload", LONG_PART_HEADERS if long_headers else BAD_UPLOAD)
 

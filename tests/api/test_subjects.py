@@ -430,6 +430,43 @@ def test_it_says_a_file_name_too_long_to_read_is_the_trouble(api, subject, data_
     assert stored_originals(data_dir) == files
 
 
+@pytest.mark.parametrize(
+    ("parts", "message"),
+    [
+        (
+            b"".join(
+                f'--cut\r\nContent-Disposition: form-data; name="f{i}"\r\n\r\nx\r\n'.encode()
+                for i in range(5_000)
+            ),
+            "The upload has more than 1,000 fields: send one photo, as `file`.",
+        ),
+        (
+            b"".join(
+                b'--cut\r\nContent-Disposition: form-data; name="file"; filename="p.png"\r\n'
+                b"Content-Type: image/png\r\n\r\nx\r\n"
+                for _ in range(2)
+            ),
+            "The upload has more than one file: send one photo at a time, as `file`.",
+        ),
+    ],
+    ids=["fields", "files"],
+)
+def test_it_says_an_upload_of_too_many_parts_has_too_many(api, subject, data_dir, parts, message):
+    """A review's 50,000 fields were answered "not a valid multipart form", which it was."""
+    files = stored_originals(data_dir)
+
+    response = api.generic(
+        "POST",
+        f"{API}/subjects/{subject.pk}/references",
+        parts + b"--cut--\r\n",
+        content_type="multipart/form-data; boundary=cut",
+    )
+
+    assert response.status_code == 400
+    assert error(response) == {"code": "invalid_upload", "message": message}
+    assert stored_originals(data_dir) == files
+
+
 def test_it_keeps_255_characters_of_a_long_file_name_and_its_extension(api, subject):
     response = upload(api, subject, png_bytes(14), name="b" * 600 + ".png")
 
