@@ -17,8 +17,9 @@ from studio.ember.client import EmberClient
 from studio.models import Asset, TaskState
 from studio.store import move
 from studio.worker import MAY_HAVE_REACHED, Worker
-from tests.factories import drain, plan, png_bytes
+from tests.factories import a_task, drain, history_route, history_row, plan, png_bytes, uncertain
 from tests.fake_ember import JOBS, FakeEmber, catch_strays, seen
+from tests.task_rows import row_of
 
 pytestmark = pytest.mark.django_db
 
@@ -154,6 +155,20 @@ def test_only_the_fields_the_contract_names_are_kept_of_a_padded_answer(subject,
     assert asset.upstream == task.result
     kept = len(json.dumps(task.result))
     assert kept <= 4_000, f"{kept} characters kept of a padded answer (bound: 4,000)"
+
+
+def test_only_the_fields_the_contract_names_are_kept_of_a_padded_history_row(subject, ember):
+    """As above, for an answer reconcile reads from Ember's history."""
+    task = uncertain(a_task(subject))
+    row = history_row(task, job_id="job_7")
+    padded = {**row["result"], "junk": [[] for _ in range(50_000)]}
+    history_route(ember, task, [{**row, "result": padded}])
+
+    engine.reconcile(task=task)
+
+    saved = row_of(task)
+    assert saved.state == TaskState.COPYING
+    assert saved.result == row["result"]
 
 
 def test_an_empty_sha256_claim_with_other_bytes_is_a_failed_copy_and_nothing_is_released(

@@ -56,19 +56,6 @@ def test_it_hands_an_uncertain_task_with_a_history_row_back_to_copying(subject, 
     assert saved.attempts.count() == 1  # recorded, not resubmitted
 
 
-def test_it_keeps_only_the_fields_the_contract_names_of_a_padded_history_row(subject, ember):
-    task = uncertain(a_task(subject))
-    row = history_row(task, job_id="job_7")
-    padded = {**row["result"], "junk": [[] for _ in range(50_000)]}
-    history_route(ember, task, [{**row, "result": padded}])
-
-    engine.reconcile(task=task)
-
-    saved = row_of(task)
-    assert saved.state == TaskState.COPYING
-    assert saved.result == row["result"]
-
-
 def test_it_leaves_an_uncertain_task_uncertain_when_history_has_no_row(subject, ember):
     task = uncertain(a_task(subject))
     route = history_route(ember, task, [])

@@ -22,7 +22,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from studio import metrics, originals
-from studio.ember.answers import MAX_ANSWER_BYTES, Reply, json_object, read_answer
+from studio.ember.answers import MAX_ANSWER_BYTES, Reply, json_object, kept_result, read_answer
 from studio.ember.errors import (
     EmberAuthError,
     EmberBadAnswer,
@@ -60,10 +60,6 @@ KEPT = 8  # idle connections kept alive at least, more with more slots
 # ("../history", "img/../../x", "img?x=1") would point a request at another route.
 SAFE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,119}")  # the 120 its columns hold
 SHOWN_ID_CHARS = 80  # an id refused is shown escaped and cut to about this many characters
-# What is kept of a succeeded job's result (`kept_result`): the fields the contract names.
-IMAGE_FIELDS = ("id", "mime", "sha256", "bytes")
-METADATA_FIELDS = ("provider", "model", "width", "height")
-KEPT_CHARS = 1000  # characters of each string kept from it; Ember's are far shorter
 
 
 @dataclass(frozen=True)
@@ -384,37 +380,6 @@ def check_result(result: object) -> None:
         raise EmberBadAnswer("Ember's result has a history entry without an id.")
     if history is not None:
         safe_id(history["id"], "history row")
-
-
-def kept_result(result: dict[str, Any]) -> dict[str, Any]:
-    """Return what Avatars keeps of a succeeded job's result (checked): the fields the
-    contract names, each string cut to `KEPT_CHARS`; nothing else Ember put in it.
-
-    The answer is saved on its task and its asset and read with every page that lists
-    them: a review's Ember padded each to 1 MB of empty lists, and one batch's page then
-    took 13 s of CPU and 2.5 GB to draw.
-    """
-    image = result["image"]
-    kept_image = {key: _kept(image[key]) for key in IMAGE_FIELDS if key in image}
-    metadata = image.get("metadata")
-    if isinstance(metadata, dict):
-        kept_image["metadata"] = {
-            key: _kept(metadata[key]) for key in METADATA_FIELDS if key in metadata
-        }
-    history = result.get("history")
-    return {
-        "image": kept_image,
-        "history": None if history is None else {"id": history["id"]},
-        "history_error": _kept(result.get("history_error")),
-    }
-
-
-def _kept(value: object) -> object:
-    """Return a scalar as it is (a string cut to `KEPT_CHARS`), anything else cut as text."""
-    if value is None or isinstance(value, bool | int | float):
-        return value
-    text = value if isinstance(value, str) else json.dumps(value)[: KEPT_CHARS + 1]
-    return text[:KEPT_CHARS]
 
 
 def is_safe_id(value: object) -> bool:

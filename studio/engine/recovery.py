@@ -10,13 +10,13 @@ from typing import Any
 from asgiref.sync import async_to_sync, sync_to_async
 from django.db import transaction
 
+from studio.ember.answers import kept_result
 from studio.ember.client import (
     SOURCE_APP,
     EmberClient,
     EmberError,
     check_result,
     is_safe_id,
-    kept_result,
     shown_id,
 )
 from studio.engine.errors import RESUBMIT_STALE, RESUBMIT_TOO_EARLY, ResubmitRefused
