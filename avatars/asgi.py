@@ -1,12 +1,18 @@
 """ASGI entry point for Avatars: Django behind a door that refuses oversized bodies unread."""
 
 import os
+import sys
 
 from django.core.asgi import get_asgi_application
+from django.core.exceptions import ImproperlyConfigured
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "avatars.settings")
-django_application = get_asgi_application()
+try:
+    django_application = get_asgi_application()
+except ImproperlyConfigured as exc:
+    # The server stops with the sentence manage.py gives, not a traceback through it.
+    sys.exit(f"Avatars cannot start: {exc}")
 
-from avatars.bodylimit import BodyLimit  # noqa: E402  (needs the apps loaded above)
+from avatars.bodylimit import BodyLimit  # needs the apps loaded above
 
 application = BodyLimit(django_application)

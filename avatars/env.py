@@ -5,6 +5,7 @@ must stop the process, not quietly fall back to a default.
 """
 
 import os
+from urllib.parse import urlsplit
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -59,8 +60,39 @@ def env_float(name: str, default: float, *, minimum: float | None = None) -> flo
 
 
 def env_list(name: str, default: list[str]) -> list[str]:
-    """Return the variable read as a comma-separated list."""
+    """Return the variable read as a comma-separated list of at least one item."""
     raw = os.environ.get(name)
     if raw is None:
         return default
-    return [item.strip() for item in raw.split(",") if item.strip()]
+    items = [item.strip() for item in raw.split(",") if item.strip()]
+    if not items:
+        shown = ",".join(default)
+        raise ImproperlyConfigured(f"{name} is set but names nothing: unset it for {shown}")
+    return items
+
+
+def env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
+    """Return the variable if it is one of `choices` (in any case), written as they are."""
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    by_upper = {choice.upper(): choice for choice in choices}
+    if raw.strip().upper() not in by_upper:
+        raise ImproperlyConfigured(f"{name} must be one of {', '.join(choices)}, not {raw!r}")
+    return by_upper[raw.strip().upper()]
+
+
+def env_url(name: str, default: str) -> str:
+    """Return the variable if it is an http:// or https:// URL naming a host."""
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    try:
+        parts = urlsplit(raw.strip())
+        usable = parts.scheme in ("http", "https") and bool(parts.hostname)
+        parts.port  # noqa: B018  (raises for a port that is not a number)
+    except ValueError:  # that, or brackets that do not close
+        usable = False
+    if not usable:
+        raise ImproperlyConfigured(f"{name} must be an http:// or https:// URL, not {raw!r}")
+    return raw.strip()

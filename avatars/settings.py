@@ -11,7 +11,7 @@ import dj_database_url
 from csp.constants import NONE, SELF, UNSAFE_INLINE
 from django.core.exceptions import ImproperlyConfigured
 
-from avatars.env import env_bool, env_float, env_int, env_list, env_str
+from avatars.env import env_bool, env_choice, env_float, env_int, env_list, env_str, env_url
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -85,7 +85,7 @@ AVATARS_POLL_INTERVAL = env_float("AVATARS_POLL_INTERVAL", 3.0, minimum=0.0)
 # cap counts tasks searched in the last minute, so it needs each task once a minute at most.
 AVATARS_ADOPT_EVERY = env_float("AVATARS_ADOPT_EVERY", 300.0, minimum=60.0)
 AVATARS_ADOPT_PER_MINUTE = env_int("AVATARS_ADOPT_PER_MINUTE", 30, minimum=0)
-EMBER_URL = env_str("EMBER_URL", "http://127.0.0.1:8765").rstrip("/")
+EMBER_URL = env_url("EMBER_URL", "http://127.0.0.1:8765").rstrip("/")
 EMBER_TOKEN = env_str("EMBER_TOKEN", "dev-token")
 
 # Uploads and Ember results are decoded in full before they are stored; these
@@ -216,7 +216,13 @@ SQLITE_OPTIONS = {
 
 _database_url = env_str("DATABASE_URL", "")
 if _database_url:
-    DATABASES = {"default": dj_database_url.parse(_database_url, conn_max_age=0)}
+    try:
+        DATABASES = {"default": dj_database_url.parse(_database_url, conn_max_age=0)}
+    except ValueError as exc:  # dj_database_url's UnknownSchemeError among them
+        raise ImproperlyConfigured(
+            f"DATABASE_URL is not a database URL ({exc}); for PostgreSQL: "
+            "postgres://user:password@host:5432/name"
+        ) from None
 else:
     DATABASES = {
         "default": {
@@ -298,13 +304,17 @@ AXES_RESET_ON_SUCCESS = True  # a person who gets it right starts counting afres
 AXES_DISABLE_ACCESS_LOG = True  # failures are kept (the admin lists them), not every sign-in
 AXES_VERBOSE = False  # its start-up banner; each failure is still logged as a warning
 
+LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")  # AVATARS_LOG_LEVEL's, any case
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "loggers": {
-        "studio": {"handlers": ["console"], "level": env_str("AVATARS_LOG_LEVEL", "INFO")},
+        "studio": {
+            "handlers": ["console"],
+            "level": env_choice("AVATARS_LOG_LEVEL", "INFO", LEVELS),
+        },
         # Django's own console output is for DEBUG only, and it mails errors to ADMINS (none
         # here): without this, a 500 in production would leave no trace. 4xx answers to bad
         # input are not errors of ours, and are not logged one by one.

@@ -195,6 +195,57 @@ def test_a_bad_setting_value_stops_the_process_loudly(tmp_path):
     assert "AVATARS_WORKERS must be an integer" in done.stderr
 
 
+@pytest.mark.parametrize(
+    ("name", "value", "sentence"),
+    [
+        ("AVATARS_LOG_LEVEL", "LOUD", "AVATARS_LOG_LEVEL must be one of DEBUG, INFO, WARNING"),
+        ("EMBER_URL", "notaurl", "EMBER_URL must be an http:// or https:// URL, not 'notaurl'"),
+        ("EMBER_URL", "ftp://ember", "EMBER_URL must be an http:// or https:// URL"),
+        ("EMBER_URL", "", "EMBER_URL must be an http:// or https:// URL, not ''"),
+        ("EMBER_URL", "http://ember:port", "EMBER_URL must be an http:// or https:// URL"),
+        ("DATABASE_URL", "garbage", "DATABASE_URL is not a database URL"),
+        ("DJANGO_ALLOWED_HOSTS", " , ", "DJANGO_ALLOWED_HOSTS is set but names nothing"),
+    ],
+)
+def test_a_setting_the_install_cannot_run_with_is_said_in_one_sentence(
+    tmp_path, name, value, sentence
+):
+    """Found by a review: these gave 32 lines of traceback, or (EMBER_URL, an empty host
+    list) started a worker that tried forever and a site that refused every request."""
+    done = manage("check", AVATARS_DATA_DIR=str(tmp_path), **{name: value})
+
+    assert done.returncode == 1
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith(f"Avatars cannot start: {sentence}"), line
+
+
+def test_the_web_server_stops_with_the_same_one_sentence(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "uvicorn", "avatars.asgi:application", "--port", "1"],
+        cwd=ROOT,
+        env={
+            **os.environ,
+            "AVATARS_DATA_DIR": str(tmp_path),
+            "DJANGO_SECRET_KEY": REAL_SECRET,
+            "EMBER_URL": "ember.internal",
+        },
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines() == [
+        "Avatars cannot start: EMBER_URL must be an http:// or https:// URL, not 'ember.internal'"
+    ]
+
+
+def test_a_log_level_in_small_letters_is_taken(tmp_path):
+    done = manage("check", AVATARS_DATA_DIR=str(tmp_path), AVATARS_LOG_LEVEL="debug")
+
+    assert done.returncode == 0, done.stderr
+
+
 @pytest.mark.parametrize("name", ["AVATARS_DATA_DIR", "AVATARS_METRICS_DIR"])
 def test_a_folder_that_cannot_be_made_is_said_in_one_sentence(tmp_path, name):
     """Found by a review: a restore into a read-only data dir died in a traceback."""
