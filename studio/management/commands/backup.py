@@ -7,6 +7,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from studio import backups
 from studio.backups import STOPPED_BY, cause
+from studio.management.ready import require_migrated
 
 
 class Command(BaseCommand):
@@ -25,6 +26,7 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        require_migrated()
         dest = options["dest"].resolve()
         try:
             result = backups.backup(dest, link=options["link"])

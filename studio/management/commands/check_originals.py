@@ -6,6 +6,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from studio import scrub
+from studio.management.ready import require_migrated
 
 
 class Command(BaseCommand):
@@ -29,6 +30,7 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        require_migrated()
         result = scrub.check()
         if options["from_backup"] and not options["repair"]:
             raise CommandError("--from-backup goes with --repair.", returncode=2)

@@ -6,6 +6,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from studio.engine import reconcile
+from studio.management.ready import require_migrated
 from studio.models import RECONCILABLE, Task
 from studio.store import Conflict
 
@@ -18,6 +19,7 @@ class Command(BaseCommand):
         parser.add_argument("--all", action="store_true", help="every reconcilable task")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        require_migrated()
         ids = options["task_ids"]
         if bool(ids) == bool(options["all"]):
             raise CommandError("Name task ids or pass --all (not both).")

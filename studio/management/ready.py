@@ -1,0 +1,22 @@
+"""What a command needs of the database before it starts: every migration applied."""
+
+from django.core.management.base import CommandError
+from django.db import DEFAULT_DB_ALIAS, connections
+from django.db.migrations.executor import MigrationExecutor
+
+NOT_MIGRATED = (
+    "The database is not set up for this version of Avatars ({count} migrations not "
+    "applied): run `manage.py migrate` first (or `manage.py restore` into an empty data dir)."
+)
+
+
+def require_migrated(using: str = DEFAULT_DB_ALIAS) -> None:
+    """Raise CommandError saying what to run when a migration is not applied.
+
+    A worker started in a new data dir before `migrate` printed that it ran, then 90
+    lines of "no such table" (a review): one sentence instead, before anything starts.
+    """
+    executor = MigrationExecutor(connections[using])
+    plan = executor.migration_plan(executor.loader.graph.leaf_nodes())
+    if plan:
+        raise CommandError(NOT_MIGRATED.format(count=len(plan)))
