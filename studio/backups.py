@@ -167,7 +167,9 @@ def start_empty(dest: Path) -> None:
     store = originals.originals_dir().resolve()
     if dest.resolve().is_relative_to(store):
         raise BackupError(f"{dest} is inside the originals store {store}: back up elsewhere.")
-    if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
+    if dest.exists() and not dest.is_dir():
+        raise BackupError(f"{dest} is not a folder: back up into a new folder.")
+    if dest.exists() and any(dest.iterdir()):
         raise BackupError(f"{dest} is not empty: back up into a new folder.")
     dest.mkdir(mode=0o700, parents=True, exist_ok=True)
 

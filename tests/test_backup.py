@@ -140,6 +140,19 @@ def test_it_refuses_to_back_up_into_a_folder_that_holds_anything(tmp_path):
     assert sorted(os.listdir(dest)) == ["notes.txt"]
 
 
+def test_it_says_a_file_in_the_backups_place_is_not_a_folder(tmp_path):
+    """Found by a review: an empty file there was said to be "not empty"."""
+    stored(1)
+    dest = tmp_path / "backup"
+    dest.write_bytes(b"")
+
+    code, out = run("backup", str(dest))
+
+    assert code == 1
+    assert f"{dest} is not a folder: back up into a new folder." in out
+    assert dest.read_bytes() == b""
+
+
 def test_it_refuses_to_back_up_into_the_originals_store_itself():
     stored(1)
     dest = originals.originals_dir() / "backup"
