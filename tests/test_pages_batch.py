@@ -262,7 +262,7 @@ def test_it_cancels_a_queued_task(signed_in: Client, subject):
 
     task.refresh_from_db()
     assert task.state == TaskState.CANCELLED
-    assert response.redirect_chain[-1][0] == f"/batches/{batch.pk}/"
+    assert response.redirect_chain[-1][0] == f"/batches/{batch.pk}/#task-{task.pk}"
     assert "Cancelled GPT Image image #1: nothing was sent to Ember." in messages_of(response)
     assert 'data-state="cancelled"' in response.content.decode()
 
@@ -291,6 +291,7 @@ def test_it_cancels_what_it_can_in_a_batch_and_counts_what_it_kept(signed_in: Cl
     states = sorted(batch.tasks.values_list("state", flat=True))
     assert states == ["cancelled", "cancelled", "running"]
     assert messages_of(response) == ["Cancelled 2 tasks; kept 1 already with Ember."]
+    assert response.redirect_chain[-1][0] == f"/batches/{batch.pk}/#progress-words"
 
 
 def test_it_refuses_to_cancel_by_get(signed_in: Client, subject):

@@ -240,6 +240,36 @@ def test_it_updates_the_words_and_title_without_a_reload(page: Page):
     assert page.evaluate("window.sameDocument") is True
 
 
+FAIL_ONE = """
+from django.db.models import F
+from studio.models import Task
+result = Task.objects.filter(batch__title={title!r}, ordinal={ordinal}).update(
+    state="failed", phase="Failed", error="Ember could not", next_attempt_at=None,
+    version=F("version") + 1,
+)
+"""
+
+
+def test_it_says_aloud_when_a_task_comes_to_rest_and_when_the_batch_is_finished(
+    person: Page, studio: Studio, no_worker: None
+):
+    """Found by a review: progress changed 41 times on screen and a screen reader heard
+    none of it (the summary is swapped whole; a live region swapped in is not heard)."""
+    title = f"Bo, heard, {size(person)}"
+    plan_batch(person, prompt=title, candidates=2)
+    said = person.get_by_test_id("progress-said")
+    expect(said).to_have_attribute("role", "status")
+    for _ in range(2):  # polls that change nothing say nothing
+        with person.expect_response(re.compile(r"/progress/")):
+            pass
+    expect(said).to_have_text("")
+
+    assert studio.stack.django(FAIL_ONE.format(title=title, ordinal=1)) == 1
+    expect(said).to_have_text("1 in progress · 1 failed", timeout=SLOW)
+    assert studio.stack.django(FAIL_ONE.format(title=title, ordinal=2)) == 1
+    expect(said).to_have_text("Batch finished: 2 failed", timeout=SLOW)
+
+
 def test_it_says_when_progress_cannot_be_reached_and_catches_up_once_back(person: Page):
     plan_batch(person, prompt=f"Bo, out of reach, {size(person)}", candidates=2)
     worker = person.get_by_test_id("worker")

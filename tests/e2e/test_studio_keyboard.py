@@ -136,6 +136,28 @@ def test_focus_goes_to_the_progress_when_its_control_goes_away(
     expect(person.get_by_test_id("progress-text")).to_be_focused()
 
 
+def test_a_tasks_cancel_comes_back_to_its_row_with_focus_on_it(
+    person: Page, studio: Studio, no_worker: None
+):
+    """Found by a review: the page came back at its top (from 1,132 px down, on a phone),
+    focus on nothing, and the person had to find the list again."""
+    title = f"Bo, cancelled far down, {size(person)}"
+    plan_batch(person, prompt=title, candidates=8)
+    cancel = person.get_by_role("button", name="Cancel GPT Image image #8")
+    cancel.scroll_into_view_if_needed()
+    row_id = cancel.get_attribute("id").removesuffix("-cancel")
+    scrolled = person.evaluate("scrollY")
+
+    cancel.press("Enter")
+
+    row = person.locator(f"#{row_id}")
+    expect(row).to_have_attribute("data-state", "cancelled")
+    expect(row).to_be_focused()
+    expect(row).to_be_in_viewport()
+    assert person.evaluate("scrollY") > 0, f"back at the top (was {scrolled} px down)"
+    expect(person.get_by_role("status").first).to_contain_text("Cancelled GPT Image image #8")
+
+
 def test_focus_stays_on_a_result_when_the_results_are_reloaded(person: Page, finished: str):
     person.goto(finished)
     second = person.locator(RESULTS).nth(1)

@@ -5,7 +5,9 @@
 // - a set's chosen images can be dragged into a new order (the move buttons stay);
 // - the viewer steps through a batch's results with the arrow keys;
 // - the "Task details" section stays open across the progress section's live updates;
-// - a batch's live progress says when it cannot reach the studio;
+// - a batch's live progress says when it cannot reach the studio, and is said aloud as
+//   tasks come to rest;
+// - a form that sends the person back to a place on a page (#task-...) puts focus there;
 // - the new-batch form's draft goes once a batch was planned from it.
 (function () {
   "use strict";
@@ -242,11 +244,64 @@
   function findFocusAgain() {
     var lost = lostFocus;
     lostFocus = null;
-    if (!lost || document.getElementById(lost.id)) return;
+    if (!lost) return;
     if (document.activeElement && document.activeElement !== document.body) return;
+    var again = document.getElementById(lost.id);  // the same control, swapped in anew
+    if (again) {
+      again.focus();
+      return;
+    }
     var next = (lost.after && document.getElementById(lost.after)) ||
       document.querySelector("[data-focus-fallback]");
     if (next) next.focus();
+  }
+
+  // --- the place a form sent the person back to -----------------------------------------
+  // A task's Cancel comes back to the batch page at the task's row (#task-...): the browser
+  // scrolls there, and focus goes there too, not to the top of the page (a review, far
+  // down a phone's list of tasks), opening the task details if they were closed.
+  function focusTheFragment() {
+    var id = location.hash.slice(1);
+    var target = id ? document.getElementById(id) : null;
+    if (!target) return;
+    var details = target.closest("details");
+    if (details && !details.open) details.open = true;
+    if (!target.hasAttribute("tabindex")) target.setAttribute("tabindex", "-1");
+    target.focus();
+  }
+
+  // --- progress said aloud -----------------------------------------------------------------
+  // A sighted person sees "2 ready" become "3 ready"; a screen reader hears it from a live
+  // region that the polls leave in place (the summary is swapped whole, and a region swapped
+  // in is not heard). It speaks when a task comes to rest or needs a person, not at each
+  // step of the work, and says when the batch is finished (found by a review).
+  var RESTING = ["ready", "attention", "failed", "cancelled"];
+  var heard = null;
+
+  function counted() {
+    var words = document.getElementById("progress-words");
+    if (!words) return null;
+    var counts = {};
+    words.querySelectorAll("[data-seg]").forEach(function (segment) {
+      counts[segment.getAttribute("data-seg")] = Number(segment.getAttribute("data-n"));
+    });
+    return { counts: counts, words: words.textContent.trim() };
+  }
+
+  function sayProgress() {
+    var region = document.getElementById("progress-said");
+    var now = counted();
+    if (!region || !now) return;
+    var before = heard;
+    heard = now;
+    if (!before) return;  // the page as it loaded is read as it is
+    var moved = RESTING.some(function (key) {
+      return (now.counts[key] || 0) !== (before.counts[key] || 0);
+    });
+    if (!moved) return;
+    var summary = document.getElementById("progress-summary");
+    var finished = summary && summary.getAttribute("data-finished") === "true";
+    region.textContent = (finished ? "Batch finished: " : "") + now.words;
   }
 
   // --- progress that cannot be reached ---------------------------------------------------
@@ -305,12 +360,17 @@
     }
   });
 
-  document.addEventListener("DOMContentLoaded", function () { setUp(document); });
+  document.addEventListener("DOMContentLoaded", function () {
+    setUp(document);
+    focusTheFragment();
+    sayProgress();
+  });
   // Sections htmx swaps in (the progress and results sections) are set up again.
   document.addEventListener("htmx:afterSettle", function (event) {
     setUpSelections(document);
     keepDetails();
     findFocusAgain();
+    sayProgress();
   });
   window.addEventListener("pageshow", function () { setUpSelections(document); });
 })();

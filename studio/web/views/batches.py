@@ -235,7 +235,7 @@ def batch_cancel(request: HttpRequest, batch_id: UUID) -> HttpResponse:
         request,
         f"Cancelled {cancelled} task{pluralize(cancelled)}; kept {kept} already with Ember.",
     )
-    return redirect("studio:batch", batch_id=found.pk)
+    return redirect(reverse("studio:batch", args=[found.pk]) + "#progress-words")
 
 
 @login_required
@@ -253,7 +253,8 @@ def task_cancel(request: HttpRequest, task_id: UUID) -> HttpResponse:
             messages.success(request, f"Cancelled {name}: nothing was sent to Ember.")
         else:
             messages.warning(request, f"{name}: {done.error}")
-    return redirect("studio:batch", batch_id=found.batch_id)
+    # Back at the task's row, not the page's top (a review: far down a phone's list).
+    return redirect(reverse("studio:batch", args=[found.batch_id]) + f"#task-{found.pk}")
 
 
 def _put_back_to_wait(task: Task) -> bool:
