@@ -8,14 +8,14 @@ from django.urls import include, path
 from django.views import defaults
 
 from studio.api.http import BAD_REQUEST, INTERNAL_ERROR, INVALID_HOST, error_response
-from studio.web import metrics
+from studio.web import metrics, signing_in
 
 urlpatterns = [
     path("admin/", admin.site.urls),
     # Only signing in and out: accounts are made by an operator, so there are no
     # password-reset or -change pages to attack.
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
-    path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("accounts/logout/", signing_in.SignOut.as_view(), name="logout"),
     path("api/v1/", include("studio.api.urls")),
     # For Prometheus: a bearer token, or loopback only (docs/operations.md §Metrics).
     path("metrics", metrics.scrape, name="metrics"),

@@ -37,8 +37,9 @@ def test_it_adds_orders_and_removes_chosen_images(signed_in: Client):
     avatar_set = engine.create_set(name="Family", asset_ids=[])
     url = f"/sets/{avatar_set.pk}/"
 
-    signed_in.post(url, {"action": "add", "assets": [a.pk, b.pk, c.pk]})
+    added = signed_in.post(url, {"action": "add", "assets": [a.pk, b.pk, c.pk]}, follow=True)
     assert chosen_order(avatar_set) == [a.pk, b.pk, c.pk]
+    assert messages_of(added) == ["Added 3 images to Family."]  # once said nothing (a review)
 
     signed_in.post(url, {"action": "up", "asset": c.pk})
     assert chosen_order(avatar_set) == [a.pk, c.pk, b.pk]

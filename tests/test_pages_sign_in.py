@@ -14,7 +14,7 @@ from django.views.defaults import server_error
 from studio import engine
 from studio.models import Asset, AvatarSet, Batch, Subject, Task, TaskState
 from tests.factories import a_batch, png_bytes, stored_asset
-from tests.studio_pages import batch_form, text
+from tests.studio_pages import batch_form, messages_of, text
 
 pytestmark = pytest.mark.django_db
 
@@ -137,8 +137,9 @@ def test_it_signs_a_person_in_and_out(client: Client, person: User):
     assert right.status_code == 302 and right["Location"] == "/gallery/"
     assert client.get("/").status_code == 200
 
-    out = client.post("/accounts/logout/", {"next": "/accounts/login/"})
-    assert out.status_code == 302
+    out = client.post("/accounts/logout/", {"next": "/accounts/login/"}, follow=True)
+    assert out.redirect_chain == [("/accounts/login/", 302)]
+    assert messages_of(out) == ["You are signed out."]  # a shared device: said (a review)
     assert client.get("/").status_code == 302
 
 

@@ -228,6 +228,18 @@ def test_it_keeps_the_file_a_result_shares_when_removing_a_photo(
 # --- subjects ----------------------------------------------------------------------------
 
 
+def test_it_says_a_subject_without_photos_was_removed_without_counting_none(
+    signed_in: Client, make_subject
+):
+    """A review read "Removed Dora and 0 photos." """
+    dora = make_subject("Dora")
+
+    response = signed_in.post(f"/subjects/{dora.pk}/remove/", CONFIRM, follow=True)
+
+    assert messages_of(response) == ["Removed Dora."]
+    assert not Subject.objects.filter(pk=dora.pk).exists()
+
+
 def test_it_removes_a_subject_with_its_unused_photos(
     signed_in: Client, subject, django_capture_on_commit_callbacks
 ):

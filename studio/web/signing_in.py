@@ -4,12 +4,18 @@ After `AVATARS_SIGN_IN_FAILURES` wrong passwords for one username from one addre
 pair's sign-ins are refused for `AVATARS_SIGN_IN_COOLOFF_MINUTES` from the last try, even
 with the right password: a guesser gets a few tries a quarter of an hour, not thousands a
 second. The refusal is the sign-in page again, with a 429, the reason and the wait.
+
+Signing out says so on the page that follows: on a family's shared device, the sign-in
+form alone did not tell the next person whether the last one had left (a review).
 """
 
 import math
+from typing import Any
 
 from django.conf import settings
+from django.contrib import messages
 from django.contrib.auth.forms import AuthenticationForm
+from django.contrib.auth.views import LogoutView
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils.cache import add_never_cache_headers
@@ -38,3 +44,15 @@ def locked_out(request: HttpRequest, credentials: dict[str, object] | None = Non
     response["Retry-After"] = str(minutes * 60)
     add_never_cache_headers(response)
     return response
+
+
+SIGNED_OUT = "You are signed out."
+
+
+class SignOut(LogoutView):
+    """Sign out, and say so on the page that follows."""
+
+    def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        response = super().post(request, *args, **kwargs)
+        messages.info(request, SIGNED_OUT)  # kept in a cookie: the session is gone
+        return response

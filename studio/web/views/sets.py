@@ -7,6 +7,7 @@ from django.contrib import messages
 from django.db.models import Count
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.template.defaultfilters import pluralize
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
@@ -168,12 +169,16 @@ def _change_choice(request: HttpRequest, found: AvatarSet, chosen: list[int]) ->
         errors = form.non_field_errors() or ["That change to the set was not understood."]
         messages.error(request, str(errors[0]))
         return ""
+    wanted = form.reorder(chosen)
     try:
-        engine.choose_assets(avatar_set=found, asset_ids=form.reorder(chosen))
+        engine.choose_assets(avatar_set=found, asset_ids=wanted)
     except engine.InvalidRequest as exc:
         messages.error(request, str(exc))
         return ""
     action = form.cleaned_data["action"]
+    if action == "add":  # said, as the viewer's "Added to Family." is (a review)
+        n = len(wanted) - len(chosen)
+        messages.success(request, f"Added {n} image{pluralize(n)} to {found.name}.")
     if action not in MOVES:
         return ""
     return "?" + urlencode({"moved": form.cleaned_data["asset"], "by": action})

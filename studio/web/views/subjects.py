@@ -227,7 +227,7 @@ def subject_remove(request: HttpRequest, subject_id: int) -> HttpResponse:
         messages.error(request, str(exc))
         return redirect("studio:subject", subject_id=subject_id)
     n, kept = len(removal.deleted), len(removal.kept)
-    said = f"Removed {name} and {n} photo{pluralize(n)}."
+    said = f"Removed {name} and {n} photo{pluralize(n)}." if n else f"Removed {name}."
     if kept:
         said += (
             f" {kept} shared photo{pluralize(kept)} {'stays' if kept == 1 else 'stay'} "
