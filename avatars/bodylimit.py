@@ -26,6 +26,10 @@ before its 401. Here, before the body is read:
   that trickles its body holds a connection, not the server, for ever;
 - a read-only path (`/metrics`) answers anything but GET or HEAD with a 405, unread;
 - an API request that fails before anything answers it is answered the API's JSON 500.
+
+The token's and the session's lookups here run before Django's request starts, so each is
+given what a request gives a view: its thread's connection to the database is closed if
+it broke (a server restart) or is past its age, before and after the lookup.
 """
 
 import asyncio
@@ -40,6 +44,7 @@ from urllib.parse import urlencode
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.contrib.auth import SESSION_KEY
+from django.db import connections
 from django.http import HttpResponse, parse_cookie
 from django.template.loader import render_to_string
 from django.urls import reverse
@@ -57,6 +62,31 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 logger = logging.getLogger(__name__)
+
+
+def _as_a_request(function: Callable[[str], Any]) -> Callable[[str], Awaitable[Any]]:
+    """Run a lookup on Django's thread with the connection handling a request gets."""
+
+    def run(header: str) -> Any:
+        _close_old_connections()
+        try:
+            return function(header)
+        finally:
+            _close_old_connections()
+
+    return sync_to_async(run)
+
+
+def _close_old_connections() -> None:
+    """Close this thread's broken or aged connections, as Django does at a request's edges.
+
+    Never one inside a transaction: none is open here when serving, but a test's wraps the
+    whole request, on this same thread.
+    """
+    for connection in connections.all(initialized_only=True):
+        if not connection.in_atomic_block:
+            connection.close_if_unusable_or_obsolete()
+
 
 API_PREFIX = "/api/"
 GET_ONLY = frozenset({"/metrics"})  # paths that never take a body: nothing to read
@@ -131,12 +161,12 @@ class BodyLimit:
         too_large = uploads.body_too_large(content_type)
         if declared_past:
             page = (
-                form_data and not api and await sync_to_async(signed_in)(headers.get("cookie", ""))
+                form_data and not api and await _as_a_request(signed_in)(headers.get("cookie", ""))
             )
             await _refuse_too_large(send, scope, too_large, page=page)
             return
         deadline = None
-        if has_body and not api and not await sync_to_async(signed_in)(headers.get("cookie", "")):
+        if has_body and not api and not await _as_a_request(signed_in)(headers.get("cookie", "")):
             limit = min(limit, settings.AVATARS_ANONYMOUS_BODY_BYTES)
             too_large = SIGN_IN_FIRST.format(kb=limit / 1024)
             deadline = settings.AVATARS_ANONYMOUS_BODY_SECONDS
@@ -267,7 +297,7 @@ async def _refused_by_token(scope: Scope, headers: dict[str, str], send: Send) -
 
     A missing or wrong token gets its 401 first, whatever the body (docs/api.md).
     """
-    token = await sync_to_async(token_for_header)(headers.get("authorization", ""))
+    token = await _as_a_request(token_for_header)(headers.get("authorization", ""))
     if token is None:
         await _unauthorized(send)
         return True

@@ -6,6 +6,7 @@ port), so the cluster the suite may run against is never touched.
 
 import glob
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -15,9 +16,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import pytest
 
-from tests.processes import ROOT, Simulator, Stack, free_port, seed, simulator
+from tests.processes import ROOT, Simulator, Stack, Web, free_port, seed, simulator
 
 # The newest version's binaries, as scripts/pg.sh picks them.
 SERVERS = sorted(
@@ -32,6 +34,8 @@ pytestmark = [
         "CI installs them",
     ),
 ]
+
+PASSWORD = "a long enough password"
 
 STATES = (
     "from studio.models import Task\nresult = sorted(Task.objects.values_list('state', flat=True))"
@@ -117,3 +121,57 @@ def test_the_worker_outlives_a_postgresql_restart_and_finishes_the_batch(
             except subprocess.TimeoutExpired:
                 worker.kill()
     assert worker.returncode == 0, log.read_text()
+
+
+def sign_in(browser: httpx.Client) -> None:
+    page = browser.get("/accounts/login/")
+    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text)
+    assert token, page.text[:500]
+    data = {"username": "ada", "password": PASSWORD, "csrfmiddlewaretoken": token[1]}
+    answer = browser.post("/accounts/login/", data=data)
+    assert answer.status_code == 302, answer.text[:500]
+
+
+def add_subject(browser: httpx.Client, name: str) -> int:
+    page = browser.get("/subjects/")
+    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text)
+    assert token, page.text[:500]
+    answer = browser.post("/subjects/", data={"name": name, "csrfmiddlewaretoken": token[1]})
+    return answer.status_code
+
+
+def test_the_web_answers_requests_with_a_body_after_a_postgresql_restart(
+    cluster: Cluster, sim: Simulator, tmp_path: Path
+):
+    """Found by a review: the body's guard looks up the token and the session before Django's
+    request starts, on a thread whose connection nothing closed, so after a restart every
+    request with a body answered 500 until the web process was restarted."""
+    stack = Stack(tmp_path / "install", sim, DATABASE_URL=cluster.url)
+    stack.manage("migrate", "--verbosity", "0")
+    stack.django(
+        f"from django.contrib.auth.models import User\nresult = User.objects."
+        f"create_user('ada', password={PASSWORD!r}).pk"
+    )
+    token = stack.manage("api_token", "script", "--create-user").strip().splitlines()[-1]
+    web = Web(stack)
+    api = httpx.Client(base_url=web.url, headers={"Authorization": f"Bearer {token}"})
+    browser = httpx.Client(base_url=web.url, headers={"Referer": f"{web.url}/subjects/"})
+    try:
+        sign_in(browser)
+        before = [api.post("/api/v1/subjects", json={"name": "Ada"}).status_code]
+        before.append(add_subject(browser, "Bo"))
+        assert before == [201, 302], before
+
+        cluster.restart()
+
+        after = []
+        for n in range(3):  # not only the first: every later request too
+            after.append(api.post("/api/v1/subjects", json={"name": f"Cy {n}"}).status_code)
+            after.append(add_subject(browser, f"Dee {n}"))
+        assert after == [201, 302] * 3, (
+            f"{after}: {(stack.data_dir / 'web.log').read_text()[-3000:]}"
+        )
+    finally:
+        api.close()
+        browser.close()
+        web.stop()
