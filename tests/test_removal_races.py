@@ -9,11 +9,14 @@ interleaved by hand where the race would put them.
 
 import asyncio
 import threading
+from types import SimpleNamespace
 
 import pytest
+from django.db import transaction
 
 from studio import curation, engine, originals, removals
-from studio.engine import library
+from studio.engine import library, sets
+from studio.engine.errors import InvalidRequest
 from studio.models import Asset, Origin
 from studio.worker.steps import _held
 from tests.factories import png_bytes
@@ -75,3 +78,24 @@ def test_the_look_before_a_release_never_sees_a_file_a_removal_is_about_to_take(
         "the PATCH would release bytes the archive no longer has"
     )
     assert held is False, "the look should have waited for the removal, and seen it gone"
+
+
+def test_a_set_naming_a_photo_being_removed_holds_it_or_is_refused(subject, monkeypatch):
+    """Found by a review: the set's check that its photos exist came before its transaction,
+    so a removal committed in between made the set's write fail (a 500, IntegrityError)."""
+    photo = subject.assets.get()
+    draft = engine.create_set(name="Family", asset_ids=[])
+    real_atomic = transaction.atomic
+
+    def removed_first(*args, **kwargs):  # the removal commits as the set's transaction starts
+        if Asset.objects.filter(pk=photo.pk).exists():
+            curation.remove_photo(photo=photo, subject=subject)
+        return real_atomic(*args, **kwargs)
+
+    monkeypatch.setattr(sets, "transaction", SimpleNamespace(atomic=removed_first))
+    with pytest.raises(InvalidRequest, match=rf"^Unknown asset: {photo.pk}\.$"):
+        engine.choose_assets(avatar_set=draft, asset_ids=[photo.pk])
+
+    draft.refresh_from_db()
+    assert not Asset.objects.filter(pk=photo.pk).exists(), "the removal was to go through"
+    assert list(draft.items.all()) == [], "the set holds a photo that is gone"

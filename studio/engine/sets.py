@@ -47,10 +47,7 @@ def choose_assets(*, avatar_set: AvatarSet, asset_ids: list[Any]) -> AvatarSet:
     that lands in between moves the version, and the choice is then judged again.
     """
     ids = id_list(asset_ids, "Assets", most=MAX_ITEMS)
-    found = set(Asset.objects.filter(pk__in=existing_ids(ids)).values_list("pk", flat=True))
-    missing = [i for i in ids if i not in found]
-    if missing:
-        raise InvalidRequest(f"Unknown asset: {echo(missing[0])}.")
+    _check_assets(ids)  # a clear refusal before any write, as a person reads it
     while True:
         if avatar_set.published_at is not None:
             raise InvalidRequest(SET_PUBLISHED)
@@ -59,6 +56,9 @@ def choose_assets(*, avatar_set: AvatarSet, asset_ids: list[Any]) -> AvatarSet:
                 # Claim the version first: a publish's own versioned write cannot land
                 # until this transaction ends, and then finds the version moved.
                 update(avatar_set, expected=avatar_set.version)
+                # Again, with the rows locked: a photo's removal (which locks its row
+                # first) may have committed since; once locked, none can.
+                _check_assets(ids, lock=True)
                 avatar_set.items.all().delete()
                 SetItem.objects.bulk_create(
                     SetItem(avatar_set=avatar_set, asset_id=asset_id, position=position)
@@ -68,6 +68,17 @@ def choose_assets(*, avatar_set: AvatarSet, asset_ids: list[Any]) -> AvatarSet:
         except Conflict:
             # Another choice (whose order this one replaces whole) or a publish.
             avatar_set.refresh_from_db(fields=["version", "published_at"])
+
+
+def _check_assets(ids: list[Any], *, lock: bool = False) -> None:
+    """Refuse the first of `ids` that names no asset; with `lock`, lock those that do."""
+    found_ids = Asset.objects.filter(pk__in=existing_ids(ids)).order_by("pk")
+    if lock:
+        found_ids = found_ids.select_for_update()
+    found = set(found_ids.values_list("pk", flat=True))
+    missing = [i for i in ids if i not in found]
+    if missing:
+        raise InvalidRequest(f"Unknown asset: {echo(missing[0])}.")
 
 
 def blocking(avatar_set: AvatarSet) -> QuerySet[SetItem]:
