@@ -248,3 +248,40 @@ def drain(conn: socket.socket) -> int:
     except ConnectionResetError:
         pass
     return total
+
+
+def test_an_endless_stream_of_interim_answers_is_given_up_on_after_a_few(monkeypatch):
+    """Found by a review: "102 Processing" heads were read without end, one core busy until
+    the exchange's deadline (hundreds of MB read), on every poll."""
+    monkeypatch.setattr(ember_client, "DEADLINE", 5.0)
+    written = []
+
+    def flood(handler: socketserver.StreamRequestHandler, request: Request) -> bool:
+        started = time.monotonic()
+        try:
+            while time.monotonic() - started < 10:  # far past the deadline
+                handler.wfile.write(b"HTTP/1.1 102 Processing\r\n\r\n")
+                written.append(1)
+        except OSError:
+            pass  # the client let go
+        return False
+
+    with scripted(flood) as server:
+        started = time.monotonic()
+        error = call(server.url, lambda client: client.poll("job_1"))
+        took = time.monotonic() - started
+
+    assert isinstance(error, EmberUnknownOutcome), error
+    assert str(error.__cause__) == transport.TOO_MANY_INTERIM, error.__cause__
+    assert took < 5.0, f"gave up after {took:.1f} s ({len(written)} interim heads sent)"
+
+
+def test_a_few_interim_answers_before_the_answer_are_read_past():
+    def processing(handler: socketserver.StreamRequestHandler, request: Request) -> bool:
+        handler.wfile.write(b"HTTP/1.1 102 Processing\r\n\r\n" * transport.MAX_INTERIM)
+        return reply(handler, "200 OK", b'{"id": "job_1", "status": "running"}')
+
+    with scripted(processing) as server:
+        job = call(server.url, lambda client: client.poll("job_1"))
+
+    assert (job.id, job.status) == ("job_1", "running"), job

@@ -31,8 +31,11 @@ READ_SIZE = 64 * 1024  # bytes asked of the socket at a time
 COALESCE = 64 * 1024  # bytes: a body up to this size is sent in one write with its head
 KEEP_IDLE = 5.0  # seconds an idle connection may wait to be reused (httpx's default)
 PORTS = {"http": 80, "https": 443}
+MAX_INTERIM = 8  # interim answers (1xx, "102 Processing") read before an answer's own head
 
 Origin = tuple[str, str, int]
+
+TOO_MANY_INTERIM = f"Ember sent more than {MAX_INTERIM} interim answers (1xx) before its answer."
 
 
 def readable(sock: socket.socket | None) -> bool:
@@ -223,8 +226,12 @@ class Transport(httpx.AsyncBaseTransport):
             await connection.send(request, _timeouts(request).get("write"))
             read = _timeouts(request).get("read")
             event = await connection.next_event(read, request)
-            while isinstance(event, h11.InformationalResponse):
+            for _ in range(MAX_INTERIM):  # an endless stream of them would hold a core
+                if not isinstance(event, h11.InformationalResponse):
+                    break
                 event = await connection.next_event(read, request)
+            if isinstance(event, h11.InformationalResponse):
+                raise httpx.RemoteProtocolError(TOO_MANY_INTERIM, request=request)
             if not isinstance(event, h11.Response):
                 raise httpx.RemoteProtocolError("Ember closed without answering.", request=request)
         except BaseException:
