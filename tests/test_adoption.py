@@ -16,6 +16,7 @@ from django.utils import timezone
 from studio import engine, holdback
 from studio.ember.client import EmberClient
 from studio.ember.simulator import Simulator
+from studio.engine.adoption import AMBIGUOUS_PHASE, NO_ROW_PHASE
 from studio.models import Attempt, Task, TaskState
 from studio.store import move
 from studio.worker import RECONCILE_PHASE, Worker
@@ -152,7 +153,9 @@ def test_it_leaves_a_row_naming_two_images_for_a_person(subject, ember):
     assert seen(ember) == [f"GET {HISTORY}"]
 
 
-def test_it_leaves_a_row_whose_metadata_names_another_task_for_a_person(subject, ember):
+def test_a_row_of_another_task_is_not_this_tasks_and_it_is_searched_again(subject, ember):
+    """Found by a review: a row of another task, which Ember's answer also held, was called
+    "another paid original of this task" on the task."""
     task = a_lost_submit(subject)
     history_says(
         ember, row(task, attempt=1, job_id="job_7", image_id="img_7", task_id="someone-else")
@@ -162,7 +165,60 @@ def test_it_leaves_a_row_whose_metadata_names_another_task_for_a_person(subject,
 
     kept = row_of(task)
     assert kept.state == TaskState.UNCERTAIN and kept.ember_job_id == ""
-    assert "img_7" in kept.error
+    assert kept.phase == NO_ROW_PHASE, kept.phase
+    assert "a row that did not carry this task's id" in kept.error, kept.error
+    assert "paid original" not in kept.error and "img_7" not in kept.error, kept.error
+    assert seen(ember) == [f"GET {HISTORY}"]
+
+
+def test_beside_a_row_of_another_task_it_adopts_its_own_and_says_what_else_came(subject, ember):
+    task = a_lost_submit(subject)
+    history_says(
+        ember,
+        row(task, attempt=1, job_id="job_7", image_id="img_7", task_id="someone-else"),
+        row(task, attempt=1, job_id="job_8", image_id="img_8"),
+    )
+
+    search(task.submitted_at + timedelta(seconds=EVERY))
+
+    adopted = row_of(task)
+    assert (adopted.state, adopted.ember_job_id) == (TaskState.COPYING, "job_8")
+    assert "a row that did not carry this task's id" in adopted.error, adopted.error
+    assert "paid original" not in adopted.error, adopted.error
+    assert seen(ember) == [f"GET {HISTORY}"]
+
+
+def test_its_own_row_listed_twice_is_one_original_and_adopted(subject, ember):
+    task = a_lost_submit(subject)
+    own = row(task, attempt=1, job_id="job_7", image_id="img_7")
+    history_says(ember, own, dict(own))
+
+    search(task.submitted_at + timedelta(seconds=EVERY))
+
+    adopted = row_of(task)
+    assert (adopted.state, adopted.ember_job_id) == (TaskState.COPYING, "job_7"), adopted.error
+    assert "paid original" not in adopted.error, adopted.error
+
+
+def test_what_it_leaves_counts_this_tasks_originals_once_each(subject, ember):
+    task = a_lost_submit(subject, attempt=2)
+    first = row(task, attempt=1, job_id="job_7", image_id="img_7")
+    history_says(
+        ember,
+        first,
+        dict(first),
+        row(task, attempt=2, job_id="job_8", image_id="img_8"),
+        row(task, attempt=2, job_id="job_9", image_id="img_9", task_id="someone-else"),
+    )
+
+    search(task.submitted_at + timedelta(seconds=EVERY))
+
+    kept = row_of(task)
+    assert kept.state == TaskState.UNCERTAIN and kept.phase == AMBIGUOUS_PHASE
+    assert "2 original(s) of this task, 1 naming that attempt" in kept.error, kept.error
+    assert "job job_7 (image img_7, attempt 1), job job_8 (image img_8, attempt 2)" in kept.error
+    assert "job_9" not in kept.error and "img_9" not in kept.error, kept.error
+    assert "a row that did not carry this task's id" in kept.error, kept.error
 
 
 def test_it_searches_a_task_with_no_row_again_only_after_the_interval(subject, ember):

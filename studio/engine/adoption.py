@@ -22,9 +22,12 @@ from django.utils import timezone
 
 from studio.ember.client import EmberClient, EmberError
 from studio.engine.recovery import (
-    _others_note,
+    _carries,
+    _one_each,
     _record_history,
     _refused_note,
+    _row_image,
+    _strays_note,
     _usable,
     latest_send,
 )
@@ -37,6 +40,7 @@ log = logging.getLogger("studio.worker")
 # in it (exact, since the settings allow each task at most one search a minute).
 WINDOW = timedelta(seconds=60)
 NO_ROW_PHASE = "Ember's history has no row for this submit yet; the worker looks again"
+LISTED = 5  # originals a search names on the task; the rest are counted
 AMBIGUOUS_PHASE = "Ember's history holds rows Avatars will not take on its own; a person decides"
 
 
@@ -108,17 +112,24 @@ async def _search(task: Task, number: int, client: EmberClient) -> Task:
 
 
 def _record_search(task_id: str, number: int, rows: list[dict[str, Any]]) -> Task:
-    """Adopt the one row naming the task and attempt `number`, or leave it for a person."""
+    """Adopt the one original of the task, if it names attempt `number`; else leave it for a person.
+
+    Rows are read as reconcile reads them: only those carrying the task's id are its
+    originals (another task's is said so, never counted), and a row listed twice is one.
+    """
     task = Task.objects.get(pk=task_id)
     if not _still_lost(task, number):
         return task  # a person reconciled or resubmitted it meanwhile: theirs stands
-    mine = [row for row in rows if _names(row, task, number)]
+    carried = [row for row in rows if _carries(row, task)]
+    originals = _one_each([row for row in carried if _usable(row)])
+    unusable = [row for row in carried if not _usable(row)]
+    mine = [row for row in originals if _names(row, task, number)]
     try:
-        if len(rows) == 1 and len(mine) == 1 and _usable(mine[0]):
+        if len(originals) == 1 and len(mine) == 1 and not unusable:
             adopted = _record_history(task, rows)
             log.info("task=%s adopted job=%s from Ember's history", task.pk, adopted.ember_job_id)
             return adopted
-        return _leave_for_a_person(task, number, rows, mine)
+        return _leave_for_a_person(task, number, rows, carried, mine)
     except Conflict:
         return Task.objects.get(pk=task_id)  # another writer moved it first
 
@@ -146,20 +157,47 @@ def _names(row: dict[str, Any], task: Task, number: int) -> bool:
 
 
 def _leave_for_a_person(
-    task: Task, number: int, rows: list[dict[str, Any]], mine: list[dict[str, Any]]
+    task: Task,
+    number: int,
+    rows: list[dict[str, Any]],
+    carried: list[dict[str, Any]],
+    mine: list[dict[str, Any]],
 ) -> Task:
-    """Show on the task what the search found; write only when that changed."""
-    if not rows:
-        phase, error = NO_ROW_PHASE, task.error
+    """Show on the task what the search found; write only when that changed.
+
+    No row carrying the task's id is no row yet: the worker looks again.
+    """
+    strays = _strays_note(len(rows) - len(carried))
+    if not carried:
+        phase, error = NO_ROW_PHASE, strays or task.error
     else:
+        originals = _one_each([row for row in carried if _usable(row)])
         phase = AMBIGUOUS_PHASE
         found = (
             f"The worker searched Ember's history for attempt {number}, whose answer was "
-            f"lost: {len(rows)} row(s), {len(mine)} naming that attempt. It takes a row on "
-            "its own only when it is the one row and names this task and that attempt."
+            f"lost: {len(originals)} original(s) of this task, {len(mine)} naming that "
+            "attempt. It takes one on its own only when it is the task's one original and "
+            "names that attempt."
         )
-        usable = [row for row in rows if _usable(row)]
-        error = " ".join(filter(None, [found, _others_note(usable), _refused_note(rows)]))
+        error = " ".join(filter(None, [found, _listed(originals), _refused_note(carried), strays]))
     if (phase, error) == (task.phase, task.error):
         return task
     return update(task, expected=task.version, phase=phase, error=error)
+
+
+def _listed(originals: list[dict[str, Any]]) -> str:
+    """Name the task's originals found, for the person who decides: none is copied or released."""
+    if not originals:
+        return ""
+    named = [
+        f"job {row.get('job_id') or '?'} (image {_row_image(row)}, attempt {_attempt_of(row)})"
+        for row in originals[:LISTED]
+    ]
+    if len(originals) > LISTED:
+        named.append(f"{len(originals) - LISTED} more")
+    return f"Found: {', '.join(named)}; each still protected in Ember, none copied or released."
+
+
+def _attempt_of(row: dict[str, Any]) -> str:
+    attempt = row["source_metadata"].get("attempt")
+    return str(attempt) if type(attempt) is int else "?"
