@@ -240,6 +240,27 @@ def test_it_searches_a_task_with_no_row_again_only_after_the_interval(subject, e
     assert seen(ember) == [f"GET {HISTORY}"] * 2
 
 
+def test_after_a_resubmit_it_waits_the_interval_after_that_submit_not_the_last_search(
+    subject, ember
+):
+    """Found by a review: a person resubmitted a task searched before; its new submit's answer
+    was lost too, and the worker searched at once, while that job was still running."""
+    task = a_lost_submit(subject)
+    route = history_says(ember)
+    first = task.submitted_at + timedelta(seconds=EVERY)
+    search(first)  # no row for attempt 1
+    resent = first + timedelta(seconds=EVERY + 20)  # a person resubmits; the answer is lost
+    Attempt.objects.create(
+        task=task, number=2, submitted_at=resent, outcome=Attempt.Outcome.UNKNOWN
+    )
+    Task.objects.filter(pk=task.pk).update(submitted_at=resent)
+
+    search(resent + timedelta(seconds=EVERY - 1))
+    assert route.call_count == 1, f"searched {EVERY - 1} s after the resubmit"
+    search(resent + timedelta(seconds=EVERY))
+    assert route.call_count == 2
+
+
 def test_it_waits_the_interval_set_in_avatars_adopt_every(subject, ember, settings):
     settings.AVATARS_ADOPT_EVERY = 60
     task = a_lost_submit(subject)

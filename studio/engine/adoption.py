@@ -17,7 +17,7 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db.models import OuterRef, QuerySet, Subquery
-from django.db.models.functions import Coalesce
+from django.db.models.functions import Coalesce, Greatest
 from django.utils import timezone
 
 from studio.ember.client import EmberClient, EmberError
@@ -79,7 +79,7 @@ def _due_query(now: datetime) -> "QuerySet[Task, tuple[Any, int]]":
 
     Due: an image resting `uncertain` on the lost answer of its latest submit, first
     `AVATARS_ADOPT_EVERY` after that submit (Ember writes a history row only once the job
-    finished), then that long after each search.
+    finished), then that long after each search since.
     """
     # A failed resubmit is not the send in question: the one before it is (recovery.py).
     latest = (
@@ -88,13 +88,21 @@ def _due_query(now: datetime) -> "QuerySet[Task, tuple[Any, int]]":
         .order_by("-number")
     )
     cutoff = now - timedelta(seconds=settings.AVATARS_ADOPT_EVERY)
-    lost = Task.objects.filter(
-        state=TaskState.UNCERTAIN, kind=Kind.IMAGE, ember_job_id="", asset__isnull=True
-    ).annotate(
-        lost_attempt=Subquery(latest.values("number")[:1]),
-        lost_outcome=Subquery(latest.values("outcome")[:1]),
-        lost_job=Subquery(latest.values("ember_job_id")[:1]),
-        looked_at=Coalesce("history_search__searched_at", "submitted_at", "created_at"),
+    lost = (
+        Task.objects.filter(
+            state=TaskState.UNCERTAIN, kind=Kind.IMAGE, ember_job_id="", asset__isnull=True
+        )
+        .annotate(
+            lost_attempt=Subquery(latest.values("number")[:1]),
+            lost_outcome=Subquery(latest.values("outcome")[:1]),
+            lost_job=Subquery(latest.values("ember_job_id")[:1]),
+            lost_sent=Subquery(latest.values("submitted_at")[:1]),
+        )
+        .annotate(
+            # A search before the lost submit (of an earlier one, a person resubmitted since)
+            # says nothing about it: its job may still be running.
+            looked_at=Greatest(Coalesce("history_search__searched_at", "lost_sent"), "lost_sent"),
+        )
     )
     due = lost.filter(lost_outcome=Attempt.Outcome.UNKNOWN, lost_job="", looked_at__lte=cutoff)
     return due.order_by("looked_at", "pk").values_list("pk", "lost_attempt")
