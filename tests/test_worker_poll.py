@@ -130,7 +130,7 @@ def test_a_resubmit_whose_reference_changed_rests_uncertain_not_failed(subject, 
     ("trouble", "phase"),
     [
         (httpx.ConnectError("down"), "Ember could not be reached; still polling"),
-        (httpx.ReadError("dropped"), "Ember could not be reached; still polling"),
+        (httpx.ReadError("dropped"), "Ember's answer did not arrive; still polling"),
         (httpx.Response(200, text="{oops"), "Ember's answer was unusable; still polling"),
     ],
     ids=["unreachable", "dropped", "unusable"],

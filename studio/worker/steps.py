@@ -421,7 +421,10 @@ def _put_back(data: bytes, asset: Asset) -> originals.Original:
 
 
 def _poll_trouble(exc: EmberError) -> str:
-    """Say on the task why a poll taught nothing: no answer, or one that could not be used."""
-    if isinstance(exc, EmberUnavailable | EmberUnknownOutcome):
+    """Say on the task why a poll taught nothing: Ember not reached, its answer lost on the
+    way (cut off, too slow, endless), or an answer that could not be used."""
+    if isinstance(exc, EmberUnavailable):
         return "Ember could not be reached; still polling"
+    if isinstance(exc, EmberUnknownOutcome):
+        return "Ember's answer did not arrive; still polling"
     return "Ember's answer was unusable; still polling"
