@@ -67,7 +67,19 @@ def thumbnail(*, sha256: str, mime: str, size: int) -> Path:
     # under its final name; the directory is not fsynced, since losing the name only
     # costs a rebuild. Two requests building one thumbnail both win with equal bytes.
     originals.write_atomically(target, data)
+    _drop_older_renderings(sha256, size, target)
     return target
+
+
+def _drop_older_renderings(sha256: str, size: int, current: Path) -> None:
+    """Delete this original's thumbnails at `size` drawn by an earlier rendering.
+
+    Nothing asks for them again (their URLs lead to the current one), so each would stay
+    on disk until its original was removed.
+    """
+    for path in thumbs_dir().glob(f"{sha256}-{size}*{EXTENSION}"):
+        if path != current:
+            path.unlink(missing_ok=True)
 
 
 def whole(path: Path) -> bool:

@@ -95,6 +95,22 @@ def test_it_keeps_one_file_per_size():
     assert sizes == {128: (128, 128), 256: (256, 256), 512: (512, 512)}
 
 
+def test_drawing_a_thumbnail_again_drops_the_earlier_renderings_of_that_size():
+    """Noted by a review: a thumbnail of an earlier rendering stayed on disk for good."""
+    original = stored(png_bytes(6, size=(600, 600)))
+    folder = thumbs.thumbs_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    older = [f"{original.sha256}-256.webp", f"{original.sha256}-256-v1.webp"]
+    for name in older:
+        (folder / name).write_bytes(b"an earlier rendering")
+    other_size = thumb_of(original, 128)
+
+    current = thumb_of(original, 256)
+
+    left = sorted(path.name for path in folder.iterdir())
+    assert left == sorted([current.name, other_size.name]), left
+
+
 def test_it_leaves_no_temporary_files(data_dir: Path):
     for seed in range(5):
         thumb_of(stored(png_bytes(seed)), 128)
