@@ -116,8 +116,9 @@ A_SEARCH_LATER = """
 from datetime import timedelta
 from django.conf import settings
 from django.utils import timezone
-from studio.models import Task
+from studio.models import Attempt, Task
 later = timezone.now() - timedelta(seconds=settings.AVATARS_ADOPT_EVERY + 1)
+Attempt.objects.filter(task__state="uncertain").update(submitted_at=later)
 result = Task.objects.filter(state="uncertain").update(submitted_at=later)
 """
 
