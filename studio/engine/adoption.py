@@ -12,7 +12,7 @@ worker's copy step takes it from there.
 
 import logging
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
@@ -128,16 +128,13 @@ def _record_search(task_id: str, number: int, rows: list[dict[str, Any]]) -> Tas
     task = Task.objects.get(pk=task_id)
     if not _still_lost(task, number):
         return task  # a person reconciled or resubmitted it meanwhile: theirs stands
-    carried = [row for row in rows if _carries(row, task)]
-    originals = _one_each([row for row in carried if _usable(row)])
-    unusable = [row for row in carried if not _usable(row)]
-    mine = [row for row in originals if _names(row, task, number)]
+    found = _sort_out(rows, task, number)
     try:
-        if len(originals) == 1 and len(mine) == 1 and not unusable:
+        if len(found.originals) == 1 and len(found.mine) == 1 and found.all_usable:
             adopted = _record_history(task, rows)
             log.info("task=%s adopted job=%s from Ember's history", task.pk, adopted.ember_job_id)
             return adopted
-        return _leave_for_a_person(task, number, rows, carried, mine)
+        return _leave_for_a_person(task, number, found)
     except Conflict:
         return Task.objects.get(pk=task_id)  # another writer moved it first
 
@@ -164,30 +161,43 @@ def _names(row: dict[str, Any], task: Task, number: int) -> bool:
     )
 
 
-def _leave_for_a_person(
-    task: Task,
-    number: int,
-    rows: list[dict[str, Any]],
-    carried: list[dict[str, Any]],
-    mine: list[dict[str, Any]],
-) -> Task:
+class Found(NamedTuple):
+    """A search's rows, sorted out as reconcile sorts them."""
+
+    strays: int  # rows not carrying the task's id (another task's, another app's)
+    carried: list[dict[str, Any]]  # rows carrying it
+    all_usable: bool  # whether every carried row is one reconcile would take
+    originals: list[dict[str, Any]]  # the usable carried rows, one per image
+    mine: list[dict[str, Any]]  # those of them naming the lost attempt
+
+
+def _sort_out(rows: list[dict[str, Any]], task: Task, number: int) -> Found:
+    """Sort out Ember's answer about `task`, whose attempt `number`'s answer was lost."""
+    carried = [row for row in rows if _carries(row, task)]
+    usable = [row for row in carried if _usable(row)]
+    originals = _one_each(usable)
+    mine = [row for row in originals if _names(row, task, number)]
+    return Found(len(rows) - len(carried), carried, len(usable) == len(carried), originals, mine)
+
+
+def _leave_for_a_person(task: Task, number: int, found: Found) -> Task:
     """Show on the task what the search found; write only when that changed.
 
     No row carrying the task's id is no row yet: the worker looks again.
     """
-    strays = _strays_note(len(rows) - len(carried))
-    if not carried:
+    strays = _strays_note(found.strays)
+    if not found.carried:
         phase, error = NO_ROW_PHASE, strays or task.error
     else:
-        originals = _one_each([row for row in carried if _usable(row)])
         phase = AMBIGUOUS_PHASE
-        found = (
+        said = (
             f"The worker searched Ember's history for attempt {number}, whose answer was "
-            f"lost: {len(originals)} original(s) of this task, {len(mine)} naming that "
-            "attempt. It takes one on its own only when it is the task's one original and "
-            "names that attempt."
+            f"lost: {len(found.originals)} original(s) of this task, {len(found.mine)} naming "
+            "that attempt. It takes one on its own only when it is the task's one original "
+            "and names that attempt."
         )
-        error = " ".join(filter(None, [found, _listed(originals), _refused_note(carried), strays]))
+        notes = [said, _listed(found.originals), _refused_note(found.carried), strays]
+        error = " ".join(filter(None, notes))
     if (phase, error) == (task.phase, task.error):
         return task
     return update(task, expected=task.version, phase=phase, error=error)
