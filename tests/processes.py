@@ -51,9 +51,17 @@ class Simulator:
     then blocks the simulator, and a file is still there to read after a failure.
     """
 
-    def __init__(self, tmp: Path, *, job_seconds: float = 0.0, verbose: bool = False) -> None:
+    def __init__(
+        self,
+        tmp: Path,
+        *,
+        job_seconds: float = 0.0,
+        verbose: bool = False,
+        state_file: Path | None = None,
+    ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        self.token = "dev-token"  # what a Stack's worker sends (its EMBER_TOKEN)
         tmp.mkdir(parents=True, exist_ok=True)
         self.log = tmp / "simulator.log"
         env = {**os.environ, "AVATARS_DATA_DIR": str(tmp / "sim-data"), "PYTHONUNBUFFERED": "1"}
@@ -65,6 +73,9 @@ class Simulator:
             str(self.port),
             "--job-seconds",
             str(job_seconds),
+            "--token",
+            self.token,
+            *([] if state_file is None else ["--state-file", str(state_file)]),
         ]
         with self.log.open("w") as out:
             self.proc = subprocess.Popen(
@@ -114,7 +125,7 @@ class Stack:
             **os.environ,
             "AVATARS_DATA_DIR": str(data_dir),
             "EMBER_URL": simulator.url,
-            "EMBER_TOKEN": "dev-token",
+            "EMBER_TOKEN": simulator.token,
             "PYTHONUNBUFFERED": "1",
             **env,
         }

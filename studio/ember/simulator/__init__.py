@@ -10,15 +10,17 @@ The package is cut by concern:
 - ``knobs``: the behaviour knobs (job time, latency, refused and failed jobs, broken answers);
 - ``jobs``: the validated submit body, the job and its stored image;
 - ``state``: :class:`SimulatorState`, every job, image, history row, charge and logged request,
-  guarded by a single ``threading.Lock``, and the optional state file;
+  guarded by a single ``threading.Lock``;
+- ``ledger``: the optional state file, saved before each answer about a change;
 - ``routes``: which handler answers which method and path, behind the bearer token;
 - ``server``: the standard library's ``ThreadingHTTPServer`` speaking HTTP/1.1, and
   :class:`Simulator`, which runs it.
 
 The portraits themselves are drawn by ``studio.drawing``. With ``state_file`` the jobs, images,
-history and charges are written there on a clean stop and read back at start (the demo uses
-this, so a restarted demo finds its jobs as the real Ember would); otherwise a restart forgets
-everything. The package imports nothing from Django so it can run anywhere.
+history, charges and releases are written there (``ledger``) before each answer that changed
+them, and read back at start: the demo uses this, so a demo restarted, even after its processes
+were killed, finds its jobs as the real Ember would; otherwise a restart forgets everything.
+The package imports nothing from Django so it can run anywhere.
 
 Usage::
 

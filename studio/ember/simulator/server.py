@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import socket
 import socketserver
 import threading
@@ -12,9 +13,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from studio.ember.simulator.ledger import StateFile
 from studio.ember.simulator.routes import dispatch
 from studio.ember.simulator.state import SimulatorState
 from studio.ember.simulator.wire import ApiError, Request, Response, error_response
+
+log = logging.getLogger("studio.ember.simulator")
 
 MAX_BODY_BYTES = 64 * 1024 * 1024
 STATUS_CODES = {
@@ -66,7 +70,26 @@ class _Handler(BaseHTTPRequestHandler):
         parts = urlsplit(self.path)
         headers = {name.lower(): value for name, value in self.headers.items()}
         request = Request(self.command, parts.path, parts.query, headers, body)
-        return dispatch(self.server.state, request)
+        response = dispatch(self.server.state, request)
+        return self._kept(response)
+
+    def _kept(self, response: Response) -> Response:
+        """Return `response` once what it answers about is in the state file, if there is one.
+
+        Ember answers a submit, a poll that finished a job or a release only once it has
+        recorded it. A state that could not be saved is answered with no answer at all,
+        which a client must treat as an outcome it does not know (never as a refusal).
+        """
+        kept = self.server.state_file
+        if kept is None:
+            return response
+        state = self.server.state
+        try:
+            kept.save(state.changes, state.snapshot)
+        except OSError as exc:
+            log.error("the state file %s could not be saved: %s", kept.path, exc)
+            return Response(status=503, drop=True)
+        return response
 
     def _read_body(self) -> bytes:
         """Read the whole request body (Content-Length or chunked)."""
@@ -154,9 +177,16 @@ class _EmberServer(ThreadingHTTPServer):
     # with a deep backlog (uvicorn and gunicorn: 2048); so does this stand-in.
     request_queue_size = 2048
 
-    def __init__(self, address: tuple[str, int], state: SimulatorState, verbose: bool) -> None:
+    def __init__(
+        self,
+        address: tuple[str, int],
+        state: SimulatorState,
+        verbose: bool,
+        state_file: StateFile | None = None,
+    ) -> None:
         self.state = state
         self.verbose = verbose
+        self.state_file = state_file
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
         super().__init__(address, _Handler)
@@ -182,10 +212,10 @@ class Simulator:
         state_file: Path | None = None,
     ) -> None:
         self.state = SimulatorState(token=token, job_seconds=job_seconds)
-        self.state_file = state_file
-        if state_file is not None:
-            self.state.load(state_file)
-        self._server = _EmberServer((host, port), self.state, verbose)
+        self.state_file = None if state_file is None else StateFile(state_file)
+        if self.state_file is not None and (saved := self.state_file.load()) is not None:
+            self.state.restore(*saved)
+        self._server = _EmberServer((host, port), self.state, verbose, self.state_file)
         self._thread: threading.Thread | None = None
         self._serving = False
 
@@ -223,4 +253,4 @@ class Simulator:
             self._thread = None
         self.state.close()
         if self.state_file is not None:
-            self.state.save(self.state_file)
+            self.state_file.save(self.state.changes, self.state.snapshot)

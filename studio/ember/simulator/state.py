@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import dataclasses
 import hmac
-import json
-import os
 import threading
 import time
 from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
-from pathlib import Path
 
 from studio.ember.simulator.jobs import CONTENT_POLICY, Job, JobSpec, StoredImage, new_id, now_iso
 from studio.ember.simulator.knobs import Busy, SimConfig, merged_config
@@ -40,6 +36,8 @@ class SimulatorState:
         self.idempotency: dict[tuple[str, str], str] = {}
         self.charges: dict[str, int] = {}
         self.requests: list[JSON] = []
+        # Counts every change a state file must keep (ledger.py saves when it moved).
+        self.changes = 0
         # A job's image is drawn while the job runs, as Ember renders during the job: the
         # poll that finds it done only keeps it (jobs submitted together end together,
         # and drawing them all then made the last answer wait for every other drawing).
@@ -52,8 +50,8 @@ class SimulatorState:
 
     # ---- persistence (optional: a demo restarted must not forget its jobs, as Ember would not)
 
-    def save(self, path: Path) -> None:
-        """Write jobs, images, history and charges to `path` as JSON (atomically)."""
+    def snapshot(self) -> tuple[int, JSON, dict[str, bytes]]:
+        """Return the change count, the state as JSON and the images' bytes by id, at once."""
         with self._lock:
             now = time.monotonic()
             snapshot = {
@@ -64,27 +62,21 @@ class SimulatorState:
                 ],
                 "images": [
                     {
-                        **dataclasses.asdict(image),
-                        "data": None
-                        if image.data is None
-                        else base64.b64encode(image.data).decode(),
+                        field.name: getattr(image, field.name)
+                        for field in dataclasses.fields(image)
+                        if field.name != "data"
                     }
                     for image in self.images.values()
                 ],
-                "history_order": self.history_order,
+                "history_order": list(self.history_order),
                 "idempotency": [[app, key, job] for (app, key), job in self.idempotency.items()],
-                "charges": self.charges,
+                "charges": dict(self.charges),
             }
-            data = json.dumps(snapshot).encode()
-        temp = path.with_suffix(".tmp")
-        temp.write_bytes(data)
-        os.replace(temp, path)
+            data = {image.id: image.data for image in self.images.values() if image.data}
+            return self.changes, snapshot, data
 
-    def load(self, path: Path) -> None:
-        """Read what `save` wrote, if the file exists (JSON only: nothing in it is run)."""
-        if not path.exists():
-            return
-        snapshot = json.loads(path.read_bytes())
+    def restore(self, snapshot: JSON, data: dict[str, bytes]) -> None:
+        """Take back what `snapshot` returned (the images' bytes apart, by id)."""
         with self._lock:
             now = time.monotonic()
             self.jobs = {}
@@ -93,10 +85,10 @@ class SimulatorState:
                 job = Job(**{**raw, "spec": JobSpec(**raw["spec"])})
                 job.created_mono = now - age
                 self.jobs[job.id] = job
-            self.images = {}
-            for raw in snapshot["images"]:
-                data = None if raw["data"] is None else base64.b64decode(raw["data"])
-                self.images[raw["id"]] = StoredImage(**{**raw, "data": data})
+            self.images = {
+                raw["id"]: StoredImage(**{**raw, "data": data.get(raw["id"])})
+                for raw in snapshot["images"]
+            }
             self.history_order = list(snapshot["history_order"])
             self.idempotency = {(app, key): job for app, key, job in snapshot["idempotency"]}
             self.charges = dict(snapshot["charges"])
@@ -113,6 +105,7 @@ class SimulatorState:
             self.idempotency.clear()
             self.charges.clear()
             self.requests.clear()
+            self.changes += 1
 
     def authorized(self, header: str | None) -> bool:
         """Check an Authorization header against the bearer token, in constant time."""
@@ -180,6 +173,7 @@ class SimulatorState:
             original = self._replayed(spec, key)
             if original is not None:
                 original.replays += 1
+                self.changes += 1
                 body = original.submit_body()
             else:
                 body = self._new_job(spec, key, "jobs", self._consume("fail_jobs")).submit_body()
@@ -231,6 +225,7 @@ class SimulatorState:
             will_fail=will_fail,
         )
         self.jobs[job.id] = job
+        self.changes += 1
         if not will_fail:
             # Once closing, the painter refuses: the job draws its image when it is finished.
             with contextlib.suppress(RuntimeError):
@@ -264,6 +259,7 @@ class SimulatorState:
         """Settle a due job: refuse it, or keep its image (`drawn`, or drawn now) and history."""
         if job.will_fail:
             job.status, job.error, job.finished = "failed", dict(CONTENT_POLICY), True
+            self.changes += 1
             return
         # Draw first: if drawing fails the job stays unfinished.
         image = self._store_image(job, drawn)
@@ -282,6 +278,7 @@ class SimulatorState:
             drawing.cancel()  # no use any more if it has not started
         image = drawn or StoredImage.draw(job)
         self.images[image.id] = image
+        self.changes += 1
         return image
 
     def _write_history(self, job: Job) -> None:
@@ -290,6 +287,7 @@ class SimulatorState:
         job.history_created_at = now_iso()
         job.history_error = None
         self.history_order.append(job.id)
+        self.changes += 1
 
     def _result(self, job: Job) -> JSON:
         """Build a succeeded job's result exactly as docs/ember.md shows it."""
@@ -344,6 +342,7 @@ class SimulatorState:
             if image is None:
                 raise ApiError(404, "not_found", f"Ember has no image {image_id}.")
             image.protected = False
+            self.changes += 1
             return {"id": image.id, "protected": False}
 
     def history(self, source_app: str, task_id: str | None) -> JSON:
@@ -392,6 +391,7 @@ class SimulatorState:
             for image in self.images.values():
                 if image.source_app == source_app and not image.protected and image.data:
                     image.data = None
+                    self.changes += 1
                     removed.append(image.id)
             return removed
 
