@@ -44,8 +44,9 @@ def is_jpeg(data: bytes) -> bool:
     return data.startswith(SOI)
 
 
-def check_header(data: bytes) -> None:
-    """Refuse a JPEG whose header Pillow would spend long on (padding, segments).
+def check_header(data: bytes) -> int:
+    """Refuse a JPEG whose header Pillow would spend long on (padding, segments); return
+    where its first scan starts (where the walk stopped, if none was found).
 
     A header that ends early or breaks is left to Pillow, which says it is broken.
     """
@@ -59,7 +60,7 @@ def check_header(data: bytes) -> None:
                     f"The JPEG is damaged: more than {MAX_PADDING // 1024} KB of padding "
                     "between the parts of its header."
                 )
-            return  # too short to hold another segment: Pillow says what is wrong
+            return pos  # too short to hold another segment: Pillow says what is wrong
         code = data[found.end() - 1]
         coded = data[found.end() + 2 : found.end() + 3]  # a scan's channel count
         # A first scan that codes fewer channels than the frame has: more scans follow,
@@ -67,12 +68,12 @@ def check_header(data: bytes) -> None:
         if code == 0xDA and frame[5:6] and coded and coded[0] < frame[5]:
             check_coefficients(frame)
         if code == 0xDA or code in NOT_AN_IMAGE_MARKERS:
-            return  # the first scan starts (or the header is broken: Pillow says so)
+            return found.start()  # the first scan starts (or the header is broken)
         pos = found.end()
         if code in STANDALONE:
             continue
         if pos + 2 > len(data):
-            return
+            return pos
         (length,) = struct.unpack_from(">H", data, pos)
         if code in FRAMES:
             frame = data[pos + 2 : pos + length]
@@ -136,11 +137,13 @@ def check_metadata(data: bytes) -> None:
 def scans(data: bytes) -> int:
     """Count the scans (decoding passes) of a JPEG, those of pictures inside it included.
 
-    0xFF 0xDA cannot occur inside compressed data (a 0xFF there is followed by 0x00 or
-    a restart marker), so every one after the first scan starts a scan; before it, only
-    a thumbnail in the metadata has them, and it counts, generously, as passes too.
+    From its first scan on, found by walking the header's segments as a decoder does:
+    0xFF 0xDA cannot occur inside compressed data (a 0xFF there is followed by 0x00 or a
+    restart marker), so every one from there on starts a scan (or sits in a segment
+    between scans, and counts, generously, as one too). Before it they are only bytes of
+    the header's segments: a colour profile of random bytes once read as 244 passes.
     """
-    return data.count(SOS)
+    return data.count(SOS, check_header(data))
 
 
 def check_scans(count: int, width: int, height: int) -> None:

@@ -26,7 +26,11 @@ QUARTER_TURNS = frozenset({5, 6, 7, 8})  # its values that show the height as th
 # How thumbnails are drawn: raised whenever `render` draws the same original differently,
 # so that neither this cache nor a browser's (a year, immutable) keeps the old picture.
 # 2: turned as their EXIF Orientation says (1 left phone portraits sideways).
-RENDERING = 2
+# 3: a colour profile is kept only when it is an RGB one of at most PROFILE_BYTES (2 kept
+# any: a 64-pixel WebP with a 24 MB profile had three 25 MB thumbnails).
+RENDERING = 3
+PROFILE_BYTES = 64 * 1024  # common RGB profiles take 0.5 to 4 KB; a camera's up to some 60
+RGB_PROFILE = b"RGB "  # an ICC profile's colour space, bytes 16 to 20 of its header
 
 
 def thumbs_dir() -> Path:
@@ -127,11 +131,21 @@ def render(data: bytes, size: int) -> bytes:
             still = ImageOps.exif_transpose(still)
         still.thumbnail((size, size), Image.Resampling.LANCZOS)
         # A thumbnail carries no metadata of its original (EXIF, XMP), only its colour profile.
-        icc = still.info.get("icc_profile")
+        icc = _profile(img.info.get("icc_profile"))
         still.info.clear()
         out = io.BytesIO()
         still.save(out, "WEBP", quality=QUALITY, method=4, **({"icc_profile": icc} if icc else {}))
     return out.getvalue()
+
+
+def _profile(icc: object) -> bytes | None:
+    """Return the colour profile a thumbnail keeps: an RGB one (its pixels are RGB) of at
+    most PROFILE_BYTES. Any other is left out (the colours are then read as sRGB): a profile
+    of another colour space would misdraw them, and a thumbnail is small whatever its
+    original carries."""
+    if not isinstance(icc, bytes) or len(icc) > PROFILE_BYTES or icc[16:20] != RGB_PROFILE:
+        return None
+    return icc
 
 
 def turned(sha256: str, mime: str) -> bool:

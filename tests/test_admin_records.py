@@ -72,7 +72,7 @@ def test_it_previews_an_original_on_its_change_page_only(admin_client, subject, 
     page = text(admin_client.get(change_page(asset)))
 
     # The studio's own thumbnail: the content policy refuses an image written as a data: URI.
-    thumb = f"/assets/{asset.pk}/thumb/256/v2/"
+    thumb = f"/assets/{asset.pk}/thumb/256/v3/"
     assert f'<img src="{thumb}"' in page
     assert "data:image" not in page
     answer = admin_client.get(thumb)
@@ -111,7 +111,7 @@ def test_it_shows_a_subjects_reference_photos(admin_client, subject):
     assert reference.sha256 in page
     assert change_page(reference) in page
     assert page.count('<img src="/assets/') == 1
-    assert f'<img src="/assets/{reference.pk}/thumb/128/v2/"' in page
+    assert f'<img src="/assets/{reference.pk}/thumb/128/v3/"' in page
     assert generated.sha256 not in page  # a generated image is not a reference photo
 
 

@@ -388,3 +388,16 @@ def test_a_jpeg_of_millions_of_tiny_segments_is_refused_before_anything_walks_it
 
     assert seconds < 0.5, f"refused after {seconds:.2f} s (bound: 0.5 s)"
     assert stored() == before
+
+
+def test_a_jpeg_whose_colour_profile_holds_scan_markers_is_stored(make_subject):
+    """Found by a review: every 0xFF 0xDA of a profile's bytes was counted as a pass, and a
+    64 x 64 photo with a large profile was refused for its "244 passes"."""
+    profile = b"\0" * 16 + b"RGB " + b"\xff\xda" * 200_000
+    out = io.BytesIO()
+    Image.new("RGB", (64, 64), (90, 120, 200)).save(out, "JPEG", icc_profile=profile)
+    subject = make_subject("Ada")
+
+    asset = engine.add_reference(subject=subject, data=out.getvalue(), file_name="profile.jpg")
+
+    assert (asset.width, asset.height, asset.mime) == (64, 64, "image/jpeg")

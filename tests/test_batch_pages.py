@@ -73,7 +73,7 @@ def test_it_shows_each_batchs_outcome_and_four_of_its_images(signed_in: Client, 
     response = signed_in.get("/")
 
     assert "5 ready · 1 failed" in text(response)
-    shown = re.findall(r'src="/assets/(\d+)/thumb/128/v2/"', response.content.decode())
+    shown = re.findall(r'src="/assets/(\d+)/thumb/128/v3/"', response.content.decode())
     tasks = [Task.objects.get(pk=t.pk) for t in tasks]
     assert shown == [str(t.asset_id) for t in tasks[:4]]
 

@@ -37,7 +37,7 @@ def addresses(subject) -> dict[str, str]:
         "set": f"/sets/{chosen.pk}/",
         "asset": f"/assets/{photo.pk}/",
         "missing page": "/batches/00000000-0000-4000-8000-000000000000/",
-        "thumbnail": f"/assets/{photo.pk}/thumb/256/v2/",
+        "thumbnail": f"/assets/{photo.pk}/thumb/256/v3/",
         "original": f"/assets/{photo.pk}/original/",
     }
 

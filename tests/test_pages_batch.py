@@ -89,7 +89,7 @@ def test_it_shows_progress_states_and_paid_requests_in_the_partial(signed_in: Cl
         "queued",
     ]
     assert "Waiting for Ember" in page and "Ember said no." in page
-    assert f'src="/assets/{asset.pk}/thumb/128/v2/"' in body
+    assert f'src="/assets/{asset.pk}/thumb/128/v3/"' in body
     assert body.count("/thumb/") == 1
     assert 'hx-trigger="every 2s"' in body  # still polling: two tasks are not finished
     assert "<html" not in body  # a partial, not a page

@@ -36,7 +36,7 @@ def test_it_shows_the_gallery_from_thumbnails_without_reading_originals(
 
     body = first.content.decode()
     assert body.count('loading="lazy"') == 60
-    assert f'src="/assets/{assets[-1].pk}/thumb/256/v2/"' in body
+    assert f'src="/assets/{assets[-1].pk}/thumb/256/v3/"' in body
     assert not re.search(r"<img[^>]+/original/", body)
     assert second.content.decode().count('loading="lazy"') == 20
     assert "Page 2" in text(second) and "Older" not in text(second)
@@ -107,13 +107,13 @@ def test_it_answers_503_when_a_stored_original_fails_its_checksum(signed_in: Cli
 def test_it_serves_a_thumbnail_as_webp_with_immutable_caching(signed_in: Client):
     asset = stored_asset(14)
 
-    response = signed_in.get(f"/assets/{asset.pk}/thumb/256/v2/")
+    response = signed_in.get(f"/assets/{asset.pk}/thumb/256/v3/")
 
     assert response.status_code == 200
     assert response["Content-Type"] == "image/webp"
     assert response["X-Content-Type-Options"] == "nosniff"
     assert response["Cache-Control"] == "private, max-age=31536000, immutable"
-    assert response["ETag"] == f'"{asset.sha256}-256-v2"'
+    assert response["ETag"] == f'"{asset.sha256}-256-v3"'
     with Image.open(io.BytesIO(response.content)) as img:
         assert img.format == "WEBP"
         assert max(img.size) <= 256
@@ -121,13 +121,13 @@ def test_it_serves_a_thumbnail_as_webp_with_immutable_caching(signed_in: Client)
 
 def test_it_serves_a_cached_thumbnail_without_opening_the_original(signed_in: Client, monkeypatch):
     asset = stored_asset(15)
-    assert signed_in.get(f"/assets/{asset.pk}/thumb/256/v2/").status_code == 200
+    assert signed_in.get(f"/assets/{asset.pk}/thumb/256/v3/").status_code == 200
 
     def refuse(*args: Any, **kwargs: Any) -> bytes:
         raise AssertionError("the original was read for a cached thumbnail")
 
     monkeypatch.setattr(originals, "read", refuse)
-    response = signed_in.get(f"/assets/{asset.pk}/thumb/256/v2/")
+    response = signed_in.get(f"/assets/{asset.pk}/thumb/256/v3/")
 
     assert response.status_code == 200
     assert response.content == thumbs.path_for(asset.sha256, 256).read_bytes()
@@ -135,10 +135,10 @@ def test_it_serves_a_cached_thumbnail_without_opening_the_original(signed_in: Cl
 
 def test_it_rebuilds_a_thumbnail_whose_cache_file_was_deleted(signed_in: Client):
     asset = stored_asset(16)
-    first = signed_in.get(f"/assets/{asset.pk}/thumb/128/v2/").content
+    first = signed_in.get(f"/assets/{asset.pk}/thumb/128/v3/").content
     thumbs.path_for(asset.sha256, 128).unlink()
 
-    second = signed_in.get(f"/assets/{asset.pk}/thumb/128/v2/")
+    second = signed_in.get(f"/assets/{asset.pk}/thumb/128/v3/")
 
     assert second.status_code == 200
     assert second.content == first
@@ -150,14 +150,14 @@ def test_it_rebuilds_a_thumbnail_damaged_in_place_instead_of_serving_it(signed_i
     """Found by a review: "garbage" written over a cached thumbnail was served as image/webp,
     immutable for a year, and no tool ever noticed."""
     asset = stored_asset(17)
-    first = signed_in.get(f"/assets/{asset.pk}/thumb/128/v2/").content
+    first = signed_in.get(f"/assets/{asset.pk}/thumb/128/v3/").content
     cached = thumbs.path_for(asset.sha256, 128)
     if damage == "garbage":
         cached.write_bytes(b"garbage")
     else:
         cached.write_bytes(first[: len(first) // 2])
 
-    again = signed_in.get(f"/assets/{asset.pk}/thumb/128/v2/")
+    again = signed_in.get(f"/assets/{asset.pk}/thumb/128/v3/")
 
     assert again.status_code == 200
     assert again.content == first
@@ -181,7 +181,7 @@ def test_a_thumbnail_url_of_an_earlier_rendering_leads_to_the_current_one(
     response = signed_in.get(f"/assets/{asset.pk}/{earlier}")
 
     assert response.status_code == 302
-    assert response["Location"] == f"/assets/{asset.pk}/thumb/128/v2/"
+    assert response["Location"] == f"/assets/{asset.pk}/thumb/128/v3/"
     assert "immutable" not in response.get("Cache-Control", "")
     assert signed_in.get(f"/assets/{asset.pk}/thumb/4096/v1/").status_code == 404
 
@@ -191,7 +191,7 @@ def test_it_says_when_an_original_is_missing_from_the_store(signed_in: Client):
     originals.path_for(asset.sha256, ".png").unlink()
 
     assert signed_in.get(f"/assets/{asset.pk}/original/").status_code == 503
-    assert signed_in.get(f"/assets/{asset.pk}/thumb/256/v2/").status_code == 503
+    assert signed_in.get(f"/assets/{asset.pk}/thumb/256/v3/").status_code == 503
 
 
 def test_the_batch_filter_tells_batches_of_one_title_apart(signed_in: Client, subject):

@@ -171,7 +171,7 @@ def test_it_answers_404_for_what_does_not_exist(signed_in: Client):
     assert signed_in.get(f"/batches/{uuid.uuid4()}/").status_code == 404
     assert signed_in.get("/subjects/999999999999999999/").status_code == 404
     assert signed_in.get("/subjects/99999999999999999999999/").status_code == 404
-    assert signed_in.get("/assets/1/thumb/256/v2/").status_code == 404
+    assert signed_in.get("/assets/1/thumb/256/v3/").status_code == 404
 
 
 # --- the pages a person sees when something is wrong -----------------------------------

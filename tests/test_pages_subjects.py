@@ -44,8 +44,8 @@ def test_it_shows_an_uploaded_photo_on_the_subject_page(signed_in: Client, make_
     assert list(asset.subjects.all()) == [ada]
     assert asset.origin == Origin.UPLOADED
     assert "Added ada.png to Ada's photos." in messages_of(response)
-    assert f'src="/assets/{asset.pk}/thumb/256/v2/"' in response.content.decode()
-    assert signed_in.get(f"/assets/{asset.pk}/thumb/256/v2/").status_code == 200
+    assert f'src="/assets/{asset.pk}/thumb/256/v3/"' in response.content.decode()
+    assert signed_in.get(f"/assets/{asset.pk}/thumb/256/v3/").status_code == 200
 
 
 @pytest.mark.parametrize(

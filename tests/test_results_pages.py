@@ -81,7 +81,7 @@ def test_it_shows_results_large_in_the_order_of_the_request_not_by_provider_key(
     expected = [("google", "headshot"), ("google", "image"), ("flux", "headshot")]
     expected.append(("flux", "image"))
     assert result_links(body) == [assets[key].pk for key in expected]
-    assert body.count("/thumb/512/v2/") == 4
+    assert body.count("/thumb/512/v3/") == 4
     page = text(signed_in.get(f"/batches/{batch.pk}/"))
     assert "Ada · Imagen · headshot #1" in page and "Ada · FLUX · image #1" in page
 

@@ -34,7 +34,7 @@ def test_it_lists_each_subject_with_the_face_of_its_first_photo(
 
     body = signed_in.get("/subjects/").content.decode()
 
-    faces = re.findall(r'<img class="face" src="/assets/(\d+)/thumb/128/v2/"', body)
+    faces = re.findall(r'<img class="face" src="/assets/(\d+)/thumb/128/v3/"', body)
     assert faces == [str(first.pk)]
     assert body.count('class="face face-none"') == 1  # Bo has no photo yet
     assert "Bo 0 photos" in text(signed_in.get("/subjects/"))

@@ -119,7 +119,7 @@ def test_it_removes_an_unused_photo_with_its_original_and_thumbnails(
     signed_in: Client, subject, django_capture_on_commit_callbacks
 ):
     photo = subject.assets.get()
-    signed_in.get(f"/assets/{photo.pk}/thumb/128/v2/")
+    signed_in.get(f"/assets/{photo.pk}/thumb/128/v3/")
     assert original_of(photo).is_file() and thumbs.path_for(photo.sha256, 128).is_file()
 
     with django_capture_on_commit_callbacks(execute=True):

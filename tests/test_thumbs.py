@@ -36,7 +36,7 @@ def test_it_makes_a_real_image_no_larger_than_the_size(data_dir: Path):
 
     path = thumb_of(original, 256)
 
-    assert path == data_dir / "thumbs" / f"{original.sha256}-256-v2.webp"
+    assert path == data_dir / "thumbs" / f"{original.sha256}-256-v3.webp"
     with Image.open(path) as img:
         img.load()
         assert img.format == "WEBP"
@@ -117,7 +117,7 @@ def test_it_leaves_no_temporary_files(data_dir: Path):
 
     names = [p.name for p in (data_dir / "thumbs").iterdir()]
     assert len(names) == 5
-    assert all(name.endswith("-128-v2.webp") and not name.startswith(".") for name in names)
+    assert all(name.endswith("-128-v3.webp") and not name.startswith(".") for name in names)
 
 
 def test_it_removes_its_temporary_file_when_the_write_fails(data_dir: Path, monkeypatch):
@@ -295,3 +295,37 @@ def test_forgetting_an_original_removes_its_thumbnails_of_every_size_and_renderi
 
     left = sorted(path.name for path in thumbs.thumbs_dir().iterdir())
     assert left == [made[-1].name], f"left behind: {left}"
+
+
+def with_profile(icc: bytes, *, fmt: str = "WEBP", mode: str = "RGB") -> bytes:
+    out = io.BytesIO()
+    Image.new(mode, (64, 64), 128).save(out, fmt, icc_profile=icc)
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("fmt", ["WEBP", "JPEG"])
+def test_a_large_colour_profile_stays_with_the_original_not_its_thumbnails(fmt: str):
+    """Found by a review over uvicorn: a 64-pixel WebP carrying a 24 MB profile had three
+    25 MB thumbnails, each read whole into memory whenever a page showed it."""
+    icc = b"\0" * 16 + b"RGB " + os.urandom(4 * 1024 * 1024)
+    original = stored(with_profile(icc, fmt=fmt))
+
+    for size in thumbs.SIZES:
+        path = thumb_of(original, size)
+        assert path.stat().st_size < 20_000, f"{size}: {path.stat().st_size:,} bytes"
+        with Image.open(path) as img:
+            assert "icc_profile" not in img.info
+
+
+def test_a_small_rgb_profile_is_kept_and_one_of_another_colour_space_is_not():
+    from PIL import ImageCms
+
+    srgb = ImageCms.ImageCmsProfile(ImageCms.createProfile("sRGB")).tobytes()
+    gray = b"\0" * 16 + b"GRAY" + b"\0" * 200
+    kept = stored(with_profile(srgb))
+    left_out = stored(with_profile(gray, fmt="JPEG", mode="L"))
+
+    with Image.open(thumb_of(kept, 128)) as img:
+        assert img.info.get("icc_profile") == srgb
+    with Image.open(thumb_of(left_out, 128)) as img:  # its pixels are RGB now
+        assert img.mode == "RGB" and "icc_profile" not in img.info
