@@ -14,5 +14,7 @@ except ImproperlyConfigured as exc:
     sys.exit(f"Avatars cannot start: {exc}")
 
 from avatars.bodylimit import BodyLimit  # needs the apps loaded above
+from studio import heap
 
+heap.give_back_large_blocks()  # decoded images' memory goes back when freed (studio/heap.py)
 application = BodyLimit(django_application)

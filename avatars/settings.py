@@ -111,6 +111,9 @@ AVATARS_MAX_TOTAL_PIXELS = env_int("AVATARS_MAX_TOTAL_PIXELS", 200_000_000, mini
 AVATARS_MAX_ANIMATION_PIXELS = env_int("AVATARS_MAX_ANIMATION_PIXELS", 10_000_000, minimum=1)
 # Full decodes (uploads, Ember's results, thumbnails) a process runs at once; more wait.
 AVATARS_DECODES_AT_ONCE = env_int("AVATARS_DECODES_AT_ONCE", 2, minimum=1)
+# Uploads a web process parses and stores at once (each holds a few copies of its file);
+# more wait their turn with their bodies in temporary files (studio.uploads.UploadTurns).
+AVATARS_UPLOADS_AT_ONCE = env_int("AVATARS_UPLOADS_AT_ONCE", 2, minimum=1)
 
 # Request bodies other than files stay small (JSON, forms); files are capped at
 # AVATARS_MAX_IMAGE_BYTES while they stream in, held in memory (studio.uploads). The ASGI
@@ -163,6 +166,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Before anything parses an upload (the CSRF check reads a form's fields): a few at once.
+    "studio.uploads.UploadTurns",
     # Serves static files from the app itself (admin CSS, htmx) under any server.
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",

@@ -13,6 +13,7 @@ from django.conf import settings
 from django.contrib.auth.models import User
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
+from django.test.client import encode_multipart
 from django.urls import reverse
 from PIL import Image
 
@@ -401,3 +402,22 @@ def test_a_jpeg_whose_colour_profile_holds_scan_markers_is_stored(make_subject):
     asset = engine.add_reference(subject=subject, data=out.getvalue(), file_name="profile.jpg")
 
     assert (asset.width, asset.height, asset.mime) == (64, 64, "image/jpeg")
+
+
+@pytest.mark.parametrize("media", ["MULTIPART/FORM-DATA", "Multipart/Form-Data"])
+def test_an_upload_whose_media_type_is_in_capitals_is_an_upload_all_the_same(
+    person, make_subject, media
+):
+    """Media types ignore case (found by a review: "not a valid multipart form")."""
+    subject = make_subject("Ada")
+    body = encode_multipart("BoUnDaRy", {"file": SimpleUploadedFile("p.png", png_bytes(7))})
+
+    answer = Client().post(
+        f"/api/v1/subjects/{subject.pk}/references",
+        body,
+        content_type=f"{media}; boundary=BoUnDaRy",
+        HTTP_AUTHORIZATION=f"Bearer {issue_token(user=person)}",
+    )
+
+    assert answer.status_code == 201, answer.content[:300]
+    assert answer.json()["mime"] == "image/png"

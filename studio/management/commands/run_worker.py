@@ -7,7 +7,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from studio import metrics, restoring
+from studio import heap, metrics, restoring
 from studio.management.ready import require_migrated
 from studio.ownership import AlreadyRunning, NotDurable, OwnershipLost, stand_by
 from studio.restoring import RestoreUnfinished
@@ -33,6 +33,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         require_migrated()
+        heap.give_back_large_blocks()  # its copies decode Ember's images (studio/heap.py)
         workers = options["workers"]
         if workers is not None and workers < 1:
             raise CommandError("--workers must be at least 1")
