@@ -2,13 +2,16 @@
 
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
-from django.core.exceptions import DisallowedHost
+from django.core.exceptions import DisallowedHost, RequestDataTooBig
 from django.http import HttpRequest, HttpResponse
+from django.template.loader import render_to_string
 from django.urls import include, path
 from django.views import defaults
 
+from studio import uploads
 from studio.api.http import BAD_REQUEST, INTERNAL_ERROR, INVALID_HOST, error_response
 from studio.web import metrics, signing_in
+from studio.web.refusals import form_page
 
 urlpatterns = [
     path("admin/", admin.site.urls),
@@ -44,6 +47,11 @@ def bad_request(request: HttpRequest, exception: Exception) -> HttpResponse:
         if isinstance(exception, DisallowedHost):
             return error_response(400, "invalid_host", INVALID_HOST)
         return error_response(400, "invalid_request", BAD_REQUEST)
+    if isinstance(exception, RequestDataTooBig):
+        # A form's fields past their limit inside an upload's body (found by a review: the
+        # page named no limit): 413, as the door answers a body too long from its length.
+        context = {"message": uploads.fields_too_large(), "back": form_page(request) or "/"}
+        return HttpResponse(render_to_string("studio/form_too_large.html", context), status=413)
     return defaults.bad_request(request, exception)
 
 

@@ -421,3 +421,24 @@ def test_an_upload_whose_media_type_is_in_capitals_is_an_upload_all_the_same(
 
     assert answer.status_code == 201, answer.content[:300]
     assert answer.json()["mime"] == "image/png"
+
+
+def test_a_studio_form_whose_fields_pass_their_limit_is_answered_naming_it(person, make_subject):
+    """Found by a review over uvicorn: a 3 MB field beside a photo got a page naming no limit."""
+    subject = make_subject("Ada")
+    browser = Client(raise_request_exception=False)
+    browser.force_login(person)
+    page = reverse("studio:subject", args=[subject.pk])
+    before = stored()
+
+    answer = browser.post(
+        page,
+        {"photo": SimpleUploadedFile("p.png", png_bytes(8)), "note": "x" * (3 * 1024 * 1024)},
+        HTTP_REFERER=f"http://testserver{page}",
+    )
+
+    body = answer.content.decode()
+    assert answer.status_code == 413, body[:300]
+    assert "the limit is 2.5 MB for JSON and form fields" in body
+    assert f'href="{page}"' in body  # back to the form it came from
+    assert stored() == before
