@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from django.db import transaction
 from django.db.models import F, Q
 
-from studio import originals, removals, thumbs
+from studio import names, originals, removals, thumbs
 from studio.engine import InvalidRequest
 from studio.models import Asset, AvatarSet, Batch, Origin, SetItem, Subject, Task
 from studio.store import update
@@ -83,7 +83,7 @@ class SubjectRemoval:
 
 def rename_subject(*, subject: Subject, name: str) -> Subject:
     """Give `subject` a new name (its slug, used in URLs elsewhere, stays)."""
-    name = name.strip() if isinstance(name, str) else ""
+    name = names.cleaned(name)
     if not name:
         raise InvalidRequest("A subject needs a name.")
     if len(name) > 120:

@@ -10,7 +10,7 @@ from django.db.models import BigIntegerField, Count, Max, Q
 from django.db.models.functions import Cast, Substr
 from django.utils.text import slugify
 
-from studio import metadata, originals
+from studio import metadata, names, originals
 from studio.engine.errors import InvalidRequest
 from studio.models import Asset, Origin, Subject, stored_facts
 
@@ -21,7 +21,7 @@ SLUG_TRIES = 3  # numbered slugs tried before a random suffix; a concurrent crea
 
 def create_subject(*, name: str) -> Subject:
     """Create a subject with a unique slug derived from `name`."""
-    name = name.strip() if isinstance(name, str) else ""
+    name = names.cleaned(name)
     if not name:
         raise InvalidRequest("A subject needs a name.")
     if len(name) > 120:

@@ -10,6 +10,7 @@ from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
+from studio import names
 from studio.engine.errors import (
     SET_CHANGED,
     SET_EMPTY,
@@ -29,7 +30,7 @@ PUBLISH_TRIES = 3  # checks of a set whose choice keeps changing under the publi
 
 def create_set(*, name: str, asset_ids: list[Any]) -> AvatarSet:
     """Create a set holding the given assets in the given order."""
-    name = name.strip() if isinstance(name, str) else ""
+    name = names.cleaned(name)
     if not name:
         raise InvalidRequest("A set needs a name.")
     if len(name) > MAX_NAME:

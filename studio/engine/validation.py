@@ -9,6 +9,7 @@ from typing import Any
 from django.conf import settings
 
 from studio import ids as ids_module
+from studio import names
 from studio.engine.errors import InvalidRequest
 from studio.models import Asset, Origin, Subject
 
@@ -34,7 +35,7 @@ def validate(request: object) -> dict[str, Any]:
     title = request.get("title")
     if title is not None and not isinstance(title, str):
         raise InvalidRequest("The title must be text.")
-    title = (title or "").strip() or prompt[:80]  # no title, or only spaces: the prompt's start
+    title = names.cleaned(title) or prompt[:80]  # none, or none that shows: the prompt's start
     if len(title) > MAX_TITLE:
         raise InvalidRequest(f"The title is too long (at most {MAX_TITLE} characters).")
     subjects = _subjects(request.get("subjects"))

@@ -231,6 +231,9 @@ def test_it_pages_on_past_subjects_with_the_longest_names_in_any_script(api):
     [
         ({"name": "   "}, "A subject needs a name."),
         ({}, "A subject needs a name."),
+        # Found by a review: an override, a zero-width space and a joiner were a name.
+        ({"name": "\u202e\u200b\u200d"}, "A subject needs a name."),
+        ({"name": "\u2067\u00a0\u0301\ufeff"}, "A subject needs a name."),
         ({"name": "x" * 121}, "A subject's name must be at most 120 characters."),
     ],
 )

@@ -1,0 +1,42 @@
+"""Names people give things are text someone can read (studio/names.py)."""
+
+import unicodedata
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from studio import curation, engine, names
+from studio.engine import InvalidRequest
+from studio.models import Subject
+
+pytestmark = pytest.mark.django_db
+
+
+@given(st.text(max_size=40))
+def test_a_name_keeps_what_shows_and_never_a_control_that_reorders_text(text):
+    name = names.cleaned(text)
+
+    assert not set(name) & {chr(c) for c in names.BIDI_CONTROLS}
+    shows = [c for c in name if unicodedata.category(c) not in names.UNSEEN]
+    assert bool(name) == bool(shows), repr(name)
+    if name:  # nothing but the controls and the ends' spaces went
+        kept = text.translate(names.BIDI_CONTROLS).strip()
+        assert name == kept
+
+
+def test_a_family_emoji_keeps_its_joiners_and_an_override_goes():
+    family = "\U0001f468\u200d\U0001f469\u200d\U0001f467"
+
+    subject = engine.create_subject(name=f"\u202eOur {family}")
+
+    assert subject.name == f"Our {family}"
+    assert Subject.objects.get().name == f"Our {family}"
+
+
+@pytest.mark.parametrize("unseen", ["\u200b", "\u202e\u200d", "\u2066 \u2069", "\u0301"])
+def test_a_set_and_a_rename_need_a_name_that_shows(unseen, make_subject):
+    with pytest.raises(InvalidRequest, match="A set needs a name."):
+        engine.create_set(name=unseen, asset_ids=[])
+    with pytest.raises(InvalidRequest, match="A subject needs a name."):
+        curation.rename_subject(subject=make_subject("Ada"), name=unseen)
