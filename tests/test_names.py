@@ -36,7 +36,7 @@ def test_a_family_emoji_keeps_its_joiners_and_an_override_goes():
 
 @pytest.mark.parametrize("unseen", ["\u200b", "\u202e\u200d", "\u2066 \u2069", "\u0301"])
 def test_a_set_and_a_rename_need_a_name_that_shows(unseen, make_subject):
-    with pytest.raises(InvalidRequest, match="A set needs a name."):
+    with pytest.raises(InvalidRequest, match=r"A set needs a name\."):
         engine.create_set(name=unseen, asset_ids=[])
-    with pytest.raises(InvalidRequest, match="A subject needs a name."):
+    with pytest.raises(InvalidRequest, match=r"A subject needs a name\."):
         curation.rename_subject(subject=make_subject("Ada"), name=unseen)
