@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from studio import engine
 from studio.engine import InvalidRequest, planning
-from studio.models import Asset, Batch, BatchKey, Task
+from studio.models import Asset, Attempt, Batch, BatchKey, Task, TaskState
 from tests.factories import batch_request
 from tests.planned import nothing_created
 
@@ -169,21 +169,33 @@ def test_it_plans_up_to_the_daily_cap_exactly(subject, family, settings):
     assert planned_for(family) == 10, "8 + 2 reach the cap of 10 without passing it"
 
 
-def test_it_counts_cancelled_tasks_toward_the_daily_cap(subject, family, settings):
+def test_a_task_cancelled_before_anything_was_sent_is_not_a_paid_task(subject, family, settings):
+    """The cap is on paid tasks (found by a review: a batch cancelled in time was counted,
+    and its person told of "paid tasks" Ember never saw). One sent, then cancelled, counts."""
     settings.AVATARS_DAILY_TASK_CAP = 10
     first = engine.generate(
         request=batch_request(subject, providers=[{"provider": "openai", "candidates": 8}]),
         user=family,
     )
-    engine.cancel_batch(batch=first)
+    sent = first.tasks.order_by("ordinal").first()
+    Attempt.objects.create(
+        task=sent, number=1, submitted_at=timezone.now(), outcome=Attempt.Outcome.UNKNOWN
+    )
+    engine.cancel_batch(batch=first)  # the seven never sent
+    Task.objects.filter(pk=sent.pk).update(state=TaskState.CANCELLED, next_attempt_at=None)
+    assert first.tasks.filter(state=TaskState.CANCELLED).count() == 8
 
+    engine.generate(
+        request=batch_request(subject, providers=[{"provider": "flux", "candidates": 8}]),
+        user=family,
+    )
     with pytest.raises(engine.SpendCapReached) as refused:
         engine.generate(
-            request=batch_request(subject, providers=[{"provider": "flux", "candidates": 3}]),
+            request=batch_request(subject, providers=[{"provider": "google", "candidates": 2}]),
             user=family,
         )
 
-    assert refused.value.planned == 8, "8 planned (then cancelled) tasks still count"
+    assert (refused.value.planned, refused.value.more) == (9, 2), "8 new and the one sent"
 
 
 def test_it_forgets_tasks_planned_more_than_24_hours_ago(subject, family, settings):

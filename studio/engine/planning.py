@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
-from django.db.models import Count
+from django.db.models import Count, Exists, OuterRef, Q
 from django.utils import timezone
 
 from studio.engine.errors import (
@@ -241,8 +241,10 @@ def _check_references_stand(references: list[dict[str, Any]]) -> None:
 def _check_daily_cap(user: User, more: int) -> None:
     """Raise SpendCapReached if `more` tasks would take `user` past the daily cap.
 
-    Every task planned counts, whatever became of it since: a cancelled one was not
-    paid for, but counting what was planned keeps the cap simple to state and check.
+    The cap is on paid tasks: every task planned counts, whatever became of it since,
+    except one cancelled before anything was sent for it (no attempt). It once counted
+    those too, and a person who cancelled a batch in time was told of tasks "paid" that
+    never were (a review in the browser).
     """
     limit = settings.AVATARS_DAILY_TASK_CAP
     if not limit:
@@ -253,8 +255,11 @@ def _check_daily_cap(user: User, more: int) -> None:
 
 
 def _tasks_planned_since(user: User, since: datetime) -> int:
-    """Count the tasks of `user`'s batches planned after `since`, whatever their state."""
-    return Task.objects.filter(batch__created_by=user, created_at__gt=since).count()
+    """Count the tasks of `user`'s batches planned after `since` that are or may be paid:
+    all but those cancelled with no request sent."""
+    sent = Attempt.objects.filter(task=OuterRef("pk"))
+    planned = Task.objects.filter(batch__created_by=user, created_at__gt=since)
+    return planned.exclude(Q(state=TaskState.CANCELLED) & ~Exists(sent)).count()
 
 
 def progress(*, batch: Batch) -> dict[str, int]:
