@@ -294,6 +294,28 @@ def test_it_cancels_what_it_can_in_a_batch_and_counts_what_it_kept(signed_in: Cl
     assert response.redirect_chain[-1][0] == f"/batches/{batch.pk}/#progress-words"
 
 
+def test_a_cancel_from_a_stale_tab_says_what_had_happened_already(signed_in: Client, subject):
+    """Found by a review with two tabs: the second tab's cancels read as if they had done
+    it ("Cancelled ... #1"), and a finished batch's as "kept 3 already with Ember"."""
+    batch = a_batch(subject, candidates=3)
+    first, second, third = batch.tasks.order_by("ordinal")
+    signed_in.post(f"/tasks/{first.pk}/cancel/", follow=True)  # the first tab
+
+    again = signed_in.post(f"/tasks/{first.pk}/cancel/", follow=True)  # the second, stale
+    move(send_to_ember(second), TaskState.DONE)
+    running = send_to_ember(third)
+    whole = signed_in.post(f"/batches/{batch.pk}/cancel/", follow=True)
+
+    assert messages_of(again) == [
+        "GPT Image image #1 was already cancelled: nothing was sent to Ember."
+    ]
+    assert messages_of(whole) == [
+        "Cancelled 0 tasks; kept 1 already with Ember; 2 had already ended."
+    ]
+    running.refresh_from_db()
+    assert running.state == TaskState.RUNNING
+
+
 def test_it_refuses_to_cancel_by_get(signed_in: Client, subject):
     batch = a_batch(subject, candidates=2)
 

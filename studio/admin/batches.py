@@ -73,6 +73,7 @@ class BatchAdmin(VersionedAdmin):
             self.message_user(
                 request,
                 f"Batch {batch}: cancelled {len(outcome.cancelled)} task(s); "
-                f"kept {len(outcome.kept)} already with Ember or finished.",
+                f"kept {len(outcome.kept)} already with Ember; "
+                f"{len(outcome.ended)} had already ended.",
                 messages.SUCCESS if outcome.cancelled else messages.INFO,
             )

@@ -3,16 +3,28 @@
 from dataclasses import dataclass, field
 
 from studio.engine.errors import ALREADY_ENDED, RESUBMIT_WITHDRAWN, TOO_LATE, TooLate
-from studio.models import Batch, Task, TaskState
+from studio.models import FINAL, Batch, Task, TaskState
 from studio.store import Conflict, move
 
 
 @dataclass
 class BatchCancel:
-    """What a batch's cancel did: the tasks it cancelled and those it kept going."""
+    """What a batch's cancel did: the tasks it cancelled, those it kept going with Ember,
+    and those that had ended before it (done, failed, cancelled already, resting)."""
 
     cancelled: list[Task] = field(default_factory=list)
     kept: list[Task] = field(default_factory=list)
+    ended: list[Task] = field(default_factory=list)
+
+    def sentence(self) -> str:
+        """Say what the cancel did, as the studio shows it ("Cancelled 2 tasks; kept 1 ...")."""
+        count = len(self.cancelled)
+        parts = [f"Cancelled {count} task{'' if count == 1 else 's'}"]
+        if self.kept:
+            parts.append(f"kept {len(self.kept)} already with Ember")
+        if self.ended:
+            parts.append(f"{len(self.ended)} had already ended")
+        return "; ".join(parts) + "."
 
 
 def cancel_task(*, task: Task) -> Task:
@@ -62,11 +74,13 @@ def cancel_batch(*, batch: Batch) -> BatchCancel:
     report = BatchCancel()
     for task in batch.tasks.order_by("created_at", "ordinal"):
         if task.state in (TaskState.CANCELLED, TaskState.FAILED):
-            continue  # nothing to cancel, and no work with Ember to keep
+            report.ended.append(task)  # nothing to cancel, and no work with Ember to keep
+            continue
         try:
             done = cancel_task(task=task)
         except TooLate:
-            report.kept.append(task)
+            task.refresh_from_db(fields=["state"])  # TooLate may follow a lost race
+            (report.ended if task.state in FINAL else report.kept).append(task)
         else:
             # A withdrawn resubmit keeps its earlier attempt, which may be with Ember.
             (report.cancelled if done.state == TaskState.CANCELLED else report.kept).append(done)

@@ -8,7 +8,6 @@ from django.conf import settings
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
-from django.template.defaultfilters import pluralize
 from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
@@ -229,12 +228,7 @@ def batch_progress(request: HttpRequest, batch_id: UUID) -> HttpResponse:
 def batch_cancel(request: HttpRequest, batch_id: UUID) -> HttpResponse:
     """Cancel what can still be cancelled in a batch and say what was kept."""
     found = get_object_or_404(Batch, pk=batch_id)
-    report = engine.cancel_batch(batch=found)
-    cancelled, kept = len(report.cancelled), len(report.kept)
-    messages.info(
-        request,
-        f"Cancelled {cancelled} task{pluralize(cancelled)}; kept {kept} already with Ember.",
-    )
+    messages.info(request, engine.cancel_batch(batch=found).sentence())
     return redirect(reverse("studio:batch", args=[found.pk]) + "#progress-words")
 
 
@@ -243,13 +237,16 @@ def batch_cancel(request: HttpRequest, batch_id: UUID) -> HttpResponse:
 def task_cancel(request: HttpRequest, task_id: UUID) -> HttpResponse:
     """Cancel one task, or say that it is already with Ember and kept."""
     found = get_object_or_404(Task, pk=task_id)
+    already = found.state == TaskState.CANCELLED  # from another tab, say (a review)
     try:
         done = engine.cancel_task(task=found)
     except engine.TooLate as exc:
         messages.warning(request, str(exc))
     else:
         name = f"{found.provider_label} {found.frame} #{found.ordinal}"
-        if done.state == TaskState.CANCELLED:
+        if already:
+            messages.info(request, f"{name} was already cancelled: nothing was sent to Ember.")
+        elif done.state == TaskState.CANCELLED:
             messages.success(request, f"Cancelled {name}: nothing was sent to Ember.")
         else:
             messages.warning(request, f"{name}: {done.error}")
