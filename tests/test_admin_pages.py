@@ -308,7 +308,7 @@ def test_it_shows_a_tasks_job_id_and_how_to_look_it_up_in_embers_history(admin_c
     assert HISTORY_LOOKUP.format(task.pk) in lookup
     assert JOB_LOOKUP.format("job_40") in lookup
     assert JOB_LOOKUP.format("job_41") in lookup
-    assert cells(page, "number") == ["1", "2"]
+    assert cells(page, "attempt") == ["Attempt 1", "Attempt 2"]
     assert cells(page, "ember_job_id")[-2:] == ["job_40", "job_41"]
 
 

@@ -11,7 +11,8 @@ import re
 
 from playwright.sync_api import Browser, Page, expect
 
-from tests.e2e.studio import Studio, audit, sign_in
+from studio.admin.repairs import NOT_RECEIVED
+from tests.e2e.studio import Studio, audit, fits_the_screen, sign_in
 
 LISTS = (
     "/admin/",
@@ -97,5 +98,48 @@ def test_an_attempts_row_and_a_sets_pictures_are_links_with_names(
         sign_in(page)
         page.goto(f"/admin/studio/avatarset/{set_id}/change/")
         audit(page)
+    finally:
+        context.close()
+
+
+# A task sent once whose answer was lost: `uncertain`, one attempt, its repairs offered.
+UNCERTAIN = """
+from django.utils import timezone
+from studio.models import Attempt, Subject, TaskState
+from studio.store import move
+from tests.factories import a_task
+task = a_task(Subject.objects.get(name="Bo"))
+a_task(Subject.objects.get(name="Bo"))  # queued: the filtered list shows one of its total
+Attempt.objects.create(task=task, number=1, submitted_at=timezone.now(), outcome="unknown")
+move(task, TaskState.UNCERTAIN, phase="Ember's answer was lost", submitted_at=timezone.now())
+result = str(task.pk)
+"""
+
+
+def test_an_uncertain_tasks_page_and_its_resubmit_fit_a_phone_and_pass_the_audit(
+    person: Page, browser: Browser, studio: Studio, no_worker: None
+):
+    """Found by a review at 390 px: the resubmit page scrolled sideways with the box that
+    allows it at the edge and its label past it; the task's attempts were a scrolling
+    region no keyboard could reach; a filtered list's "total" link was told by colour."""
+    task_id = studio.stack.django(UNCERTAIN)
+    person.goto("/admin/studio/task/?state=reconcilable")
+    expect(person.get_by_role("link", name=re.compile(r"total"))).to_be_visible()
+    audit(person)
+    # axe-core sets inline styles on a change form, which the policy refuses: as above.
+    context = browser.new_context(base_url=studio.url, viewport=person.viewport_size)
+    try:
+        page = context.new_page()
+        sign_in(page)
+        page.goto(f"/admin/studio/task/{task_id}/change/")
+        audit(page)
+        fits_the_screen(page)
+        page.get_by_role("button", name=re.compile("may pay twice")).click()
+        tick = page.get_by_label(NOT_RECEIVED)
+        expect(tick).to_be_visible()
+        fits_the_screen(page)
+        audit(page)
+        box = tick.bounding_box()
+        assert box is not None and box["x"] + box["width"] <= page.viewport_size["width"]
     finally:
         context.close()
