@@ -387,3 +387,35 @@ def test_reconcile_adopts_no_history_row_naming_an_unsafe_id_and_sends_nothing_m
     refused = next(v for k, v in odd.items() if v and k != "image_id")
     assert ascii(refused) in task.error  # says which row it would not take, and why
     assert seen(ember) == [f"POST {JOBS}", "GET /api/v1/history"]
+
+
+def test_an_image_shorter_than_its_answer_said_is_a_failed_copy_and_nothing_is_released(
+    subject, ember, worker
+):
+    """Found by a review with its own Ember: with no sha256 in the answer, a PNG cut short
+    before its end (which decodes) was archived and Ember's whole copy released."""
+    fake = FakeEmber(ember)
+    [task] = plan(subject, candidates=1)
+    whole = png_bytes(seed=42)
+    cut = whole[:-12]  # without its IEND: Pillow decodes it all the same
+
+    def poll(request, job_id):
+        image = fake.jobs[job_id]["result"]["image"]
+        image.pop("sha256", None)
+        image["bytes"] = len(whole)
+        return fake._poll(request, job_id)
+
+    fake.poll_route.mock(side_effect=poll)
+    fake.file_route.mock(
+        return_value=httpx.Response(200, content=cut, headers={"Content-Type": "image/png"})
+    )
+
+    drain(worker)
+
+    task.refresh_from_db()
+    assert (task.state, task.error) == (
+        TaskState.COPY_FAILED,
+        f"The image Ember sent is {len(cut):,} bytes; its answer said {len(whole):,}.",
+    )
+    assert not Asset.objects.filter(sha256=hashlib.sha256(cut).hexdigest()).exists()
+    assert not fake.release_route.called

@@ -19,7 +19,7 @@ from asgiref.sync import async_to_sync
 from studio.ember import client as ember_client
 from studio.ember import transport
 from studio.ember.client import EmberClient
-from studio.ember.errors import EmberUnavailable, EmberUnknownOutcome
+from studio.ember.errors import EmberBadAnswer, EmberUnavailable, EmberUnknownOutcome
 from tests.ember_client.calls import PAYLOAD
 from tests.scripted_ember import (
     TLS,
@@ -285,3 +285,45 @@ def test_a_few_interim_answers_before_the_answer_are_read_past():
         job = call(server.url, lambda client: client.poll("job_1"))
 
     assert (job.id, job.status) == ("job_1", "running"), job
+
+
+def closing(body: bytes) -> Any:
+    """A server that answers a fetch with `body` and ends it by closing the connection
+    (no Content-Length, no chunks): what HTTP/1.1 allows, and a cut looks just like it."""
+
+    def answer(handler: socketserver.StreamRequestHandler, request: Request) -> bool:
+        head = b"HTTP/1.1 200 OK\r\nContent-Type: image/png\r\nConnection: close\r\n\r\n"
+        handler.wfile.write(head + body)
+        handler.wfile.flush()
+        return False  # and close
+
+    return answer
+
+
+WHOLE = b"\x89PNG\r\n\x1a\n" + b"pixels" * 50
+
+
+@pytest.mark.parametrize(
+    ("claims", "error"),
+    [
+        ({}, "Ember sent the image without its length, its sha256 or its size in bytes"),
+        ({"size": len(WHOLE)}, f"The image Ember sent is 200 bytes; its answer said {len(WHOLE)}."),
+        ({"sha256": hashlib.sha256(WHOLE).hexdigest()}, "does not match its sha256"),
+    ],
+)
+def test_an_image_cut_short_where_its_connection_ended_is_never_taken_whole(claims, error):
+    """Found by a review with its own Ember: a clip's answer, ended by its connection after
+    the first frame and with no sha256, was archived as the whole and Ember's released."""
+    with scripted(closing(WHOLE[:200])) as server:
+        answer = call(server.url, lambda client: client.fetch("img_1", **claims))
+
+    assert isinstance(answer, EmberBadAnswer), answer
+    assert error in answer.message
+
+
+def test_an_image_whose_connection_ends_it_is_taken_when_its_size_or_sha256_says_whole():
+    for claims in ({"size": len(WHOLE)}, {"sha256": hashlib.sha256(WHOLE).hexdigest()}):
+        with scripted(closing(WHOLE)) as server:
+            answer = call(server.url, lambda client, claims=claims: client.fetch("img_1", **claims))
+
+        assert answer == (WHOLE, "image/png"), (claims, answer)

@@ -192,3 +192,21 @@ def _kept(value: object) -> object:
         return value
     text = value if isinstance(value, str) else json.dumps(value)[: KEPT_CHARS + 1]
     return text[:KEPT_CHARS]
+
+
+UNFRAMED = (
+    "Ember sent the image without its length, its sha256 or its size in bytes: an answer "
+    "that ends with its connection cannot be told whole."
+)
+
+
+def counted(value: object) -> bool:
+    """Say whether `value` is a count of bytes (an answer's `bytes`): an int, 0 or more."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def framed(headers: httpx.Headers) -> bool:
+    """Say whether an answer said where its body ends (Content-Length, or chunks), so that
+    one cut short is an error of the exchange, not a shorter body."""
+    chunked = "chunked" in headers.get("Transfer-Encoding", "").lower()
+    return chunked or "Content-Length" in headers

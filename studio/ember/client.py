@@ -22,7 +22,16 @@ from django.conf import settings
 from django.utils import timezone
 
 from studio import metrics, originals
-from studio.ember.answers import MAX_ANSWER_BYTES, Reply, json_object, kept_result, read_answer
+from studio.ember.answers import (
+    MAX_ANSWER_BYTES,
+    UNFRAMED,
+    Reply,
+    counted,
+    framed,
+    json_object,
+    kept_result,
+    read_answer,
+)
 from studio.ember.errors import (
     EmberAuthError,
     EmberBadAnswer,
@@ -189,9 +198,15 @@ class EmberClient:
             error=error,
         )
 
-    async def fetch(self, image_id: str, *, sha256: str | None = None) -> tuple[bytes, str]:
+    async def fetch(
+        self, image_id: str, *, sha256: str | None = None, size: object = None
+    ) -> tuple[bytes, str]:
         """Return an image's original bytes and content type, checked against `sha256`.
 
+        Without a sha256 they are checked against `size` (the answer's `bytes`), and with
+        neither the answer must say its own length (`Content-Length`, or chunks): a body
+        that ends with its connection cannot be told from one cut short, and a review's
+        Ember had a clip archived with its first frame only and its whole original released.
         Reading stops as soon as more than `AVATARS_MAX_IMAGE_BYTES` arrived (at once
         when `Content-Length` says so): the originals store would refuse the file anyway.
         """
@@ -210,8 +225,16 @@ class EmberClient:
         # Hex names the same digest in either case. A claim that is present must match,
         # even an empty one: taken as "not given", it let bytes damaged on the way be
         # archived and Ember's whole copy released (a review with its own Ember).
-        if sha256 is not None and hashlib.sha256(data).hexdigest() != sha256.lower():
-            raise EmberBadAnswer("The image Ember sent does not match its sha256.")
+        if sha256 is not None:
+            if hashlib.sha256(data).hexdigest() != sha256.lower():
+                raise EmberBadAnswer("The image Ember sent does not match its sha256.")
+        elif counted(size):
+            if len(data) != size:
+                raise EmberBadAnswer(
+                    f"The image Ember sent is {len(data):,} bytes; its answer said {size:,}."
+                )
+        elif not framed(response.headers):
+            raise EmberBadAnswer(UNFRAMED)
         return data, response.headers.get("Content-Type", "")
 
     async def release(self, image_id: str) -> bool:

@@ -367,7 +367,7 @@ class Steps:
         for attempt in range(1, FETCH_TRIES + 1):
             try:
                 data, _content_type = await self.client.fetch(
-                    image["id"], sha256=image.get("sha256")
+                    image["id"], sha256=image.get("sha256"), size=image.get("bytes")
                 )
                 if over is not None:
                     return await asyncio.to_thread(_put_back, data, over)
