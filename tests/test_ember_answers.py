@@ -171,22 +171,32 @@ def test_only_the_fields_the_contract_names_are_kept_of_a_padded_history_row(sub
     assert saved.result == row["result"]
 
 
-def test_an_empty_sha256_claim_with_other_bytes_is_a_failed_copy_and_nothing_is_released(
-    subject, ember, worker
-):
-    """Found by a review with its own Ember: `"sha256": ""` switched the check off."""
+def answering(ember, claims: dict, content: bytes) -> FakeEmber:
+    """An Ember whose results say `claims` of their image (None: left out) and whose file
+    answers are `content`."""
     fake = FakeEmber(ember)
-    [task] = plan(subject, candidates=1)
-    other = png_bytes(seed=41)  # an image that decodes, but not the one Ember made
 
     def poll(request, job_id):
-        fake.jobs[job_id]["result"]["image"]["sha256"] = ""  # present, and names nothing
+        image = fake.jobs[job_id]["result"]["image"]
+        image.update({key: value for key, value in claims.items() if value is not None})
+        for key in (key for key, value in claims.items() if value is None):
+            image.pop(key, None)
         return fake._poll(request, job_id)
 
     fake.poll_route.mock(side_effect=poll)
     fake.file_route.mock(
-        return_value=httpx.Response(200, content=other, headers={"Content-Type": "image/png"})
+        return_value=httpx.Response(200, content=content, headers={"Content-Type": "image/png"})
     )
+    return fake
+
+
+def test_an_empty_sha256_claim_with_other_bytes_is_a_failed_copy_and_nothing_is_released(
+    subject, ember, worker
+):
+    """Found by a review with its own Ember: `"sha256": ""` switched the check off."""
+    [task] = plan(subject, candidates=1)
+    other = png_bytes(seed=41)  # an image that decodes, but not the one Ember made
+    fake = answering(ember, {"sha256": ""}, other)  # present, and names nothing
 
     drain(worker)
 
@@ -394,21 +404,10 @@ def test_an_image_shorter_than_its_answer_said_is_a_failed_copy_and_nothing_is_r
 ):
     """Found by a review with its own Ember: with no sha256 in the answer, a PNG cut short
     before its end (which decodes) was archived and Ember's whole copy released."""
-    fake = FakeEmber(ember)
     [task] = plan(subject, candidates=1)
     whole = png_bytes(seed=42)
     cut = whole[:-12]  # without its IEND: Pillow decodes it all the same
-
-    def poll(request, job_id):
-        image = fake.jobs[job_id]["result"]["image"]
-        image.pop("sha256", None)
-        image["bytes"] = len(whole)
-        return fake._poll(request, job_id)
-
-    fake.poll_route.mock(side_effect=poll)
-    fake.file_route.mock(
-        return_value=httpx.Response(200, content=cut, headers={"Content-Type": "image/png"})
-    )
+    fake = answering(ember, {"sha256": None, "bytes": len(whole)}, cut)
 
     drain(worker)
 

@@ -7,7 +7,9 @@ date and time fields, inline styles the content policy refuses) that this projec
 not patch.
 """
 
+import contextlib
 import re
+from collections.abc import Iterator
 
 from playwright.sync_api import Browser, Page, expect
 
@@ -34,6 +36,19 @@ def test_the_admins_lists_have_no_serious_accessibility_violation(person: Page):
         audit(person)
 
 
+@contextlib.contextmanager
+def unwatched(browser: Browser, studio: Studio, like: Page) -> Iterator[Page]:
+    """A signed-in page of `like`'s size in a context of its own, where no refusal of the
+    content policy is counted: axe-core itself sets inline styles on a change form."""
+    context = browser.new_context(base_url=studio.url, viewport=like.viewport_size)
+    try:
+        page = context.new_page()
+        sign_in(page)
+        yield page
+    finally:
+        context.close()
+
+
 def first_record(page: Page, listing: str) -> str:
     page.goto(listing)
     page.locator("#result_list tbody th a").first.click()
@@ -51,17 +66,10 @@ def test_a_records_preview_loads_and_its_page_has_no_serious_violation(
         preview = person.locator("img[src*='/thumb/']").first
         expect(preview).to_be_visible()
         assert preview.evaluate("img => img.complete && img.naturalWidth"), person.url
-    # axe-core itself sets inline styles on these forms, which the policy refuses: the audit
-    # runs in a context of its own, where no refusal is counted.
-    context = browser.new_context(base_url=studio.url, viewport=person.viewport_size)
-    try:
-        page = context.new_page()
-        sign_in(page)
+    with unwatched(browser, studio, person) as page:
         for url in records:
             page.goto(url)
             audit(page)
-    finally:
-        context.close()
 
 
 # An attempt (sent once, its answer lost) and a set holding the seeded photo: rows whose
@@ -91,15 +99,9 @@ def test_an_attempts_row_and_a_sets_pictures_are_links_with_names(
     person.goto(f"/admin/studio/avatarset/{set_id}/change/")
     picture = person.locator("a:has(img[src*='/thumb/'])").first
     expect(picture).to_have_accessible_name(re.compile(r"\S"))
-    # axe-core sets inline styles on a change form, which the policy refuses: as above.
-    context = browser.new_context(base_url=studio.url, viewport=person.viewport_size)
-    try:
-        page = context.new_page()
-        sign_in(page)
+    with unwatched(browser, studio, person) as page:
         page.goto(f"/admin/studio/avatarset/{set_id}/change/")
         audit(page)
-    finally:
-        context.close()
 
 
 # A task sent once whose answer was lost: `uncertain`, one attempt, its repairs offered.
@@ -126,11 +128,7 @@ def test_an_uncertain_tasks_page_and_its_resubmit_fit_a_phone_and_pass_the_audit
     person.goto("/admin/studio/task/?state=reconcilable")
     expect(person.get_by_role("link", name=re.compile(r"total"))).to_be_visible()
     audit(person)
-    # axe-core sets inline styles on a change form, which the policy refuses: as above.
-    context = browser.new_context(base_url=studio.url, viewport=person.viewport_size)
-    try:
-        page = context.new_page()
-        sign_in(page)
+    with unwatched(browser, studio, person) as page:
         page.goto(f"/admin/studio/task/{task_id}/change/")
         audit(page)
         fits_the_screen(page)
@@ -141,5 +139,3 @@ def test_an_uncertain_tasks_page_and_its_resubmit_fit_a_phone_and_pass_the_audit
         audit(page)
         box = tick.bounding_box()
         assert box is not None and box["x"] + box["width"] <= page.viewport_size["width"]
-    finally:
-        context.close()
