@@ -56,7 +56,7 @@ _TURNS = threading.BoundedSemaphore(settings.AVATARS_UPLOADS_AT_ONCE)
 class UploadTurns:
     """Let `AVATARS_UPLOADS_AT_ONCE` uploads be parsed and stored at once; others wait.
 
-    Each holds its file two or three times over while it is parsed, read and stored
+    Each holds its file up to four times over while it is parsed, read and stored
     (beside its decode, which `originals.decoding()` bounds): a review sent sixteen 25 MB
     uploads at once and the web process grew by 1.36 GB. A body waiting its turn is in
     the temporary file Django's ASGI handler spooled it to, and each request has a thread

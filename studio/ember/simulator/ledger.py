@@ -47,7 +47,9 @@ class StateFile:
             if inline is not None:
                 data[image["id"]] = base64.b64decode(inline)
             elif image.pop("stored", False):
-                data[image["id"]] = (self.images / _file_name(image["id"])).read_bytes()
+                kept = self.images / _file_name(image["id"])
+                if kept.is_file():  # one removed by hand is an image whose bytes are gone
+                    data[image["id"]] = kept.read_bytes()
         if self.images.is_dir():
             self._written = {entry.name for entry in self.images.iterdir()}
         return snapshot, data
