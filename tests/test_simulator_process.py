@@ -96,3 +96,35 @@ def test_it_runs_without_django():
     )
 
     assert "django" not in done.stdout and "PIL" in done.stdout, done.stdout
+
+
+def test_an_image_file_removed_from_beside_the_state_file_is_an_image_whose_bytes_are_gone(
+    tmp_path,
+):
+    state_file = tmp_path / "sim.state"
+    first = Simulator(port=0, job_seconds=0, state_file=state_file).start()
+    headers = {"Authorization": "Bearer dev-token"}
+    body = {
+        "kind": "image",
+        "provider": "openai",
+        "model": None,
+        "prompt": "p",
+        "frame": "image",
+        "references": [],
+        "source_metadata": {"source_app": "cwkAvatars", "task_id": "t-1", "candidate": 1},
+    }
+    jobs = f"{first.url}/api/v1/api-generators/jobs"
+    job_id = httpx.post(jobs, json=body, headers=headers).json()["id"]
+    image_id = httpx.get(f"{jobs}/{job_id}", headers=headers).json()["result"]["image"]["id"]
+    first.stop()
+    (tmp_path / "sim.state.images" / f"{image_id}.bin").unlink()  # by hand
+
+    second = Simulator(port=0, job_seconds=0, state_file=state_file).start()
+    try:
+        fetched = httpx.get(f"{second.url}/api/v1/images/{image_id}/file", headers=headers)
+        polled = httpx.get(f"{jobs.replace(first.url, second.url)}/{job_id}", headers=headers)
+    finally:
+        second.stop()
+
+    assert fetched.status_code == 404, fetched.text
+    assert polled.json()["status"] == "succeeded"
