@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from studio.ember.simulator import Simulator
+from tests.simulator.calls import JOBS, job_body
 
 
 def test_it_remembers_jobs_images_and_charges_across_a_restart_with_a_state_file(tmp_path):
@@ -104,17 +105,8 @@ def test_an_image_file_removed_from_beside_the_state_file_is_an_image_whose_byte
     state_file = tmp_path / "sim.state"
     first = Simulator(port=0, job_seconds=0, state_file=state_file).start()
     headers = {"Authorization": "Bearer dev-token"}
-    body = {
-        "kind": "image",
-        "provider": "openai",
-        "model": None,
-        "prompt": "p",
-        "frame": "image",
-        "references": [],
-        "source_metadata": {"source_app": "cwkAvatars", "task_id": "t-1", "candidate": 1},
-    }
-    jobs = f"{first.url}/api/v1/api-generators/jobs"
-    job_id = httpx.post(jobs, json=body, headers=headers).json()["id"]
+    jobs = f"{first.url}{JOBS}"
+    job_id = httpx.post(jobs, json=job_body(task_id="t-1"), headers=headers).json()["id"]
     image_id = httpx.get(f"{jobs}/{job_id}", headers=headers).json()["result"]["image"]["id"]
     first.stop()
     (tmp_path / "sim.state.images" / f"{image_id}.bin").unlink()  # by hand

@@ -13,25 +13,11 @@ import httpx
 import pytest
 
 from tests.processes import Simulator
-
-JOBS = "/api/v1/api-generators/jobs"
+from tests.simulator.calls import JOBS, job_body
 
 
 def body(task: str, *, kind: str = "image", purpose: str = "generation") -> dict:
-    return {
-        "kind": kind,
-        "provider": "openai",
-        "model": None,
-        "prompt": "a portrait",
-        "frame": "clip" if kind == "clip" else "image",
-        "references": [],
-        "source_metadata": {
-            "source_app": "cwkAvatars",
-            "purpose": purpose,
-            "task_id": task,
-            "candidate": 1,
-        },
-    }
+    return job_body(kind, task_id=task, purpose=purpose)
 
 
 def ember(sim: Simulator) -> httpx.Client:
