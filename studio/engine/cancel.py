@@ -10,7 +10,7 @@ from studio.store import Conflict, move
 @dataclass
 class BatchCancel:
     """What a batch's cancel did: the tasks it cancelled, those it kept going with Ember,
-    and those that had ended before it (done, failed, cancelled already, resting)."""
+    and those that had ended before it (done, failed or cancelled already)."""
 
     cancelled: list[Task] = field(default_factory=list)
     kept: list[Task] = field(default_factory=list)
@@ -79,7 +79,7 @@ def cancel_batch(*, batch: Batch) -> BatchCancel:
         try:
             done = cancel_task(task=task)
         except TooLate:
-            task.refresh_from_db(fields=["state"])  # TooLate may follow a lost race
+            # As cancel_task last read it (a lost race re-reads the task in place).
             (report.ended if task.state in FINAL else report.kept).append(task)
         else:
             # A withdrawn resubmit keeps its earlier attempt, which may be with Ember.
