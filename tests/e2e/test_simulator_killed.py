@@ -7,6 +7,7 @@ processes were killed does not lose results Avatars was told about but had not c
 
 import hashlib
 import signal
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -38,8 +39,23 @@ def state_file(tmp_path: Path) -> Path:
     return tmp_path / "ember-simulator.state"
 
 
-def test_jobs_images_charges_and_releases_answered_survive_a_sigkill(tmp_path, state_file):
-    first = Simulator(tmp_path / "first", state_file=state_file)
+@pytest.fixture
+def start(tmp_path: Path, state_file: Path) -> Iterator[Callable[[str], Simulator]]:
+    """Start simulators on the one state file; stop any still running at the end."""
+    running: list[Simulator] = []
+
+    def started(name: str) -> Simulator:
+        running.append(Simulator(tmp_path / name, state_file=state_file))
+        return running[-1]
+
+    yield started
+    for sim in running:
+        if sim.proc.poll() is None:
+            sim.stop()
+
+
+def test_jobs_images_charges_and_releases_answered_survive_a_sigkill(start, state_file):
+    first = start("first")
     with ember(first) as api:
         kept = api.post(JOBS, json=body("t-kept", purpose="exploration")).json()["id"]
         released = api.post(JOBS, json=body("t-released", purpose="exploration")).json()["id"]
@@ -57,7 +73,7 @@ def test_jobs_images_charges_and_releases_answered_survive_a_sigkill(tmp_path, s
         assert release.status_code == 200, release.text
     killed(first)
 
-    second = Simulator(tmp_path / "second", state_file=state_file)
+    second = start("second")
     try:
         with ember(second) as api:
             for job, answer in answers.items():
@@ -80,8 +96,8 @@ def test_jobs_images_charges_and_releases_answered_survive_a_sigkill(tmp_path, s
         second.stop()
 
 
-def test_bytes_let_go_are_gone_from_the_state_files_folder_too(tmp_path, state_file):
-    sim = Simulator(tmp_path / "sim", state_file=state_file)
+def test_bytes_let_go_are_gone_from_the_state_files_folder_too(start, state_file):
+    sim = start("sim")
     images = state_file.with_name(f"{state_file.name}.images")
     with ember(sim) as api:
         kept = api.post(JOBS, json=body("t-kept", purpose="exploration")).json()["id"]
@@ -96,7 +112,7 @@ def test_bytes_let_go_are_gone_from_the_state_files_folder_too(tmp_path, state_f
 
     assert removed == [ids[dropped]], removed
     assert [p.name for p in images.iterdir()] == [f"{ids[kept]}.bin"]
-    again = Simulator(tmp_path / "again", state_file=state_file)
+    again = start("again")
     try:
         with ember(again) as api:
             assert api.get(f"/api/v1/images/{ids[dropped]}/file").status_code == 404
@@ -105,10 +121,10 @@ def test_bytes_let_go_are_gone_from_the_state_files_folder_too(tmp_path, state_f
         again.stop()
 
 
-def test_a_change_the_state_file_cannot_keep_is_answered_with_no_answer(tmp_path, state_file):
+def test_a_change_the_state_file_cannot_keep_is_answered_with_no_answer(start, state_file):
     """A change Ember could not record must not be answered as if it were (a submit read as
     refused would be paid again): the connection closes with no answer at all."""
-    sim = Simulator(tmp_path / "sim", state_file=state_file)
+    sim = start("sim")
     try:
         with ember(sim) as api:
             first = api.post(JOBS, json=body("t-1")).json()["id"]
