@@ -171,12 +171,14 @@ class _Splice:
         self.data = data
         self.out = bytearray()
         self.copied = start  # data[start:copied] is dealt with: copied into `out`, or replaced
+        self.replaced = False
 
     def replace(self, start: int, end: int, replacement: bytes = b"") -> None:
         """Put `replacement` (by default nothing: a drop) where `data[start:end]` was."""
         self.out += memoryview(self.data)[self.copied : start]  # one copy, not two
         self.out += replacement
         self.copied = end
+        self.replaced = True
 
     def upto(self, end: int) -> bytearray:
         """Copy what is left of `data` up to `end`, and return what was kept."""
@@ -218,6 +220,8 @@ def _jpeg(data: bytes) -> bytes:
             pos += 2
         else:
             break  # the start of scan, or no marker (the decoder refuses the file)
+    if not kept.replaced and LATER_APP1.search(data, pos) is None:
+        return data  # the usual photo: nothing to strip, and no copy of its bytes made
     out = kept.upto(pos)
     out += _after_first_scan(data[pos:])
     return bytes(out)
@@ -319,7 +323,7 @@ def _png(data: bytes) -> bytes:
         elif kind == b"IEND":
             break
         pos = end
-    return bytes(kept.upto(len(data)))
+    return bytes(kept.upto(len(data))) if kept.replaced else data
 
 
 def _png_chunk(data: bytes, pos: int, end: int, kind: bytes) -> bytes | None:

@@ -81,6 +81,21 @@ def test_a_jpeg_keeps_its_compressed_scan_byte_for_byte():
     assert clean.endswith(photo[scan:]), "the entropy-coded data was re-encoded"
 
 
+@pytest.mark.parametrize("fmt", ["JPEG", "PNG"])
+def test_a_photo_with_nothing_to_strip_is_passed_on_without_a_copy(fmt):
+    # An upload is up to 25 MB: each copy of it cost a 24-megapixel upload ~25 ms.
+    img = Image.new("RGB", (96, 64), (10, 120, 200))
+    exif = Image.Exif()
+    exif[0x0110] = "Pixel 9"  # camera tags, but no location
+    out = io.BytesIO()
+    img.save(out, fmt, exif=exif)
+    photo = out.getvalue()
+
+    assert metadata.strip_location(photo) is photo, "a photo without location was copied"
+    with_location = phone_photo(fmt)
+    assert metadata.strip_location(with_location) != with_location
+
+
 @pytest.mark.parametrize(
     "data", [b"not an image", b"\xff\xd8\xff\xe1\x00", b"\x89PNG\r\n\x1a\n\x00\x00"]
 )
