@@ -59,7 +59,14 @@ from studio.engine.planning import (
 from studio.engine.recovery import areconcile, reconcile, resubmit
 from studio.engine.releasing import RELEASABLE, release_again
 from studio.engine.requeue import REQUEUED_PHASE, requeue, was_sent
-from studio.engine.sets import PUBLISH_TRIES, blocking, choose_assets, create_set, publish
+from studio.engine.sets import (
+    PUBLISH_TRIES,
+    blocking,
+    change_choice,
+    choose_assets,
+    create_set,
+    publish,
+)
 from studio.engine.validation import FRAMES, MAX_CANDIDATES, MAX_PROMPT, echo
 
 __all__ = [
@@ -104,6 +111,7 @@ __all__ = [
     "cancel_batch",
     "cancel_task",
     "canonical_sha256",
+    "change_choice",
     "choose_assets",
     "create_set",
     "create_subject",

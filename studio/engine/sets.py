@@ -4,6 +4,7 @@ The choice and the publish are both compare-and-swaps on the set's version, each
 transaction with its check (docs/design.md §6.3).
 """
 
+from collections.abc import Callable
 from typing import Any
 
 from django.db import transaction
@@ -42,32 +43,44 @@ def create_set(*, name: str, asset_ids: list[Any]) -> AvatarSet:
 
 
 def choose_assets(*, avatar_set: AvatarSet, asset_ids: list[Any]) -> AvatarSet:
-    """Replace the set's choice with `asset_ids`, in that order, while the set is a draft.
-
-    The write is versioned against the row that was seen to be a draft: a publish
-    that lands in between moves the version, and the choice is then judged again.
-    """
+    """Replace the set's choice with `asset_ids`, in that order, while the set is a draft."""
     ids = id_list(asset_ids, "Assets", most=MAX_ITEMS)
     _check_assets(ids)  # a clear refusal before any write, as a person reads it
+    change_choice(avatar_set=avatar_set, change=lambda _chosen: ids)
+    return avatar_set
+
+
+def change_choice(
+    *, avatar_set: AvatarSet, change: Callable[[list[int]], list[Any]]
+) -> tuple[list[int], list[int]]:
+    """Apply `change` to the set's choice as it stands when written; return (before, after).
+
+    `change` maps the chosen asset ids, in order, to the new choice. It is applied to the
+    choice read after this write has claimed the set's version, never to one read earlier:
+    two people changing one set at once each change what the other left (a review's two
+    tabs adding photos lost nine of thirty, and a removed one came back). A publish or
+    another change that lands first moves the version, and the change is applied again.
+    """
     while True:
         if avatar_set.published_at is not None:
             raise InvalidRequest(SET_PUBLISHED)
         try:
             with transaction.atomic():
-                # Claim the version first: a publish's own versioned write cannot land
-                # until this transaction ends, and then finds the version moved.
+                # Claim the version first: another change's or a publish's own versioned
+                # write cannot land until this transaction ends, and then finds it moved.
                 update(avatar_set, expected=avatar_set.version)
-                # Again, with the rows locked: a photo's removal (which locks its row
-                # first) may have committed since; once locked, none can.
+                before = list(avatar_set.items.values_list("asset_id", flat=True))
+                ids = id_list(change(before), "Assets", most=MAX_ITEMS)
+                # With the rows locked: a photo's removal (which locks its row first) may
+                # have committed since the change was asked for; once locked, none can.
                 _check_assets(ids, lock=True)
                 avatar_set.items.all().delete()
                 SetItem.objects.bulk_create(
                     SetItem(avatar_set=avatar_set, asset_id=asset_id, position=position)
                     for position, asset_id in enumerate(ids)
                 )
-            return avatar_set
+            return before, ids
         except Conflict:
-            # Another choice (whose order this one replaces whole) or a publish.
             avatar_set.refresh_from_db(fields=["version", "published_at"])
 
 

@@ -104,9 +104,10 @@ def add_to_set(request: HttpRequest, asset_id: int) -> HttpResponse:
     """Add one image to the end of a draft set, and stay with the image."""
     found = get_object_or_404(Asset.objects.only("pk"), pk=asset_id)
     target = get_object_or_404(AvatarSet, pk=row_id(request.POST.get("set", "")) or 0)
-    chosen = list(target.items.values_list("asset_id", flat=True))
     try:
-        engine.choose_assets(avatar_set=target, asset_ids=[*chosen, found.pk])
+        chosen, _after = engine.change_choice(
+            avatar_set=target, change=lambda now: now if found.pk in now else [*now, found.pk]
+        )
     except engine.InvalidRequest as exc:
         messages.error(request, str(exc))
     else:
@@ -121,12 +122,12 @@ def add_to_set(request: HttpRequest, asset_id: int) -> HttpResponse:
 def set_detail(request: HttpRequest, set_id: int) -> HttpResponse:
     """Show a set's choice in order; add, move or remove assets while it is a draft."""
     found = get_object_or_404(AvatarSet, pk=set_id)
-    items = list(found.items.select_related("asset").prefetch_related("asset__subjects"))
-    chosen = [item.asset_id for item in items]
     if request.method == "POST":
         # Back to the image that moved, its button focused (the page says which, below).
-        back = _change_choice(request, found, chosen)
+        back = _change_choice(request, found)
         return redirect(reverse("studio:set", args=[found.pk]) + back)
+    items = list(found.items.select_related("asset").prefetch_related("asset__subjects"))
+    chosen = [item.asset_id for item in items]
     candidates = (
         Asset.objects.exclude(pk__in=chosen)
         .select_related("batch")
@@ -159,7 +160,7 @@ def _blocked(found: AvatarSet) -> list[Asset]:
     return [item.asset for item in items]
 
 
-def _change_choice(request: HttpRequest, found: AvatarSet, chosen: list[int]) -> str:
+def _change_choice(request: HttpRequest, found: AvatarSet) -> str:
     """Apply one posted change to the set's choice, or say why it was not made.
 
     Return the query that brings the page back to a moved image ("" for other changes).
@@ -169,15 +170,15 @@ def _change_choice(request: HttpRequest, found: AvatarSet, chosen: list[int]) ->
         errors = form.non_field_errors() or ["That change to the set was not understood."]
         messages.error(request, str(errors[0]))
         return ""
-    wanted = form.reorder(chosen)
     try:
-        engine.choose_assets(avatar_set=found, asset_ids=wanted)
+        # Applied to the choice as it stands when written, not as this page read it.
+        before, after = engine.change_choice(avatar_set=found, change=form.reorder)
     except engine.InvalidRequest as exc:
         messages.error(request, str(exc))
         return ""
     action = form.cleaned_data["action"]
     if action == "add":  # said, as the viewer's "Added to Family." is (a review)
-        n = len(wanted) - len(chosen)
+        n = len(after) - len(before)
         messages.success(request, f"Added {n} image{pluralize(n)} to {found.name}.")
     if action not in MOVES:
         return ""
