@@ -173,6 +173,28 @@ def remove_subject(*, subject: Subject) -> SubjectRemoval:
     return removal
 
 
+def let_go(ids: Iterable[int]) -> list[Asset]:
+    """Delete those of the photos `ids` taken off every subject that nothing needs now.
+
+    Such a photo was kept when it was removed only because a set or a batch used it; once
+    a set lets go of the last use (a set's change calls this with what it dropped), the
+    removal a person asked for is finished. Checked under the rows' locks, as
+    `remove_photo` does. Return the photos deleted.
+    """
+    ids = set(ids)
+    if not ids:
+        return []
+    with transaction.atomic():
+        kept = Asset.objects.select_for_update().filter(
+            pk__in=ids, origin=Origin.UPLOADED, subjects__isnull=True
+        )
+        orphans = list(kept.order_by("pk"))
+        needed = _frozen(ids) | _held(ids)
+        gone = [photo for photo in orphans if photo.pk not in needed]
+        _delete(gone)
+    return gone
+
+
 def _users(ids: set[int]) -> Users:
     """Name the batches whose tasks froze any of the assets `ids`, then the sets holding them."""
     batch_ids = {batch for batch, _asset in _freezing(ids)}

@@ -229,7 +229,16 @@ def _check_references_stand(references: list[dict[str, Any]]) -> None:
     standing = set(
         Asset.objects.select_for_update().filter(pk__in=ids).values_list("sha256", flat=True)
     )
-    gone = [ref["name"] for ref in references if ref["sha256"] not in standing]
+    # Read once the rows are locked: a photo taken off every subject meanwhile is only
+    # kept for what used it before (studio/curation.py), and is not sent again.
+    held = set(
+        Asset.subjects.through.objects.filter(asset_id__in=ids).values_list("asset_id", flat=True)
+    )
+    gone = [
+        ref["name"]
+        for ref in references
+        if ref["sha256"] not in standing or ref["asset"] not in held
+    ]
     if gone:
         raise InvalidRequest(
             f"The reference photo {gone[0]} was removed while this batch was planned; "

@@ -131,6 +131,15 @@ def _references(value: object, subjects: list[Subject]) -> list[dict[str, Any]]:
         missing = [i for i in ids if i not in found]
         if missing:
             raise InvalidRequest(f"Unknown reference photo: {echo(missing[0])}.")
+        # A photo taken off every subject is kept only for the sets and batches using it.
+        removed = uploaded.filter(pk__in=found, subjects__isnull=True)
+        gone = set(removed.values_list("pk", flat=True))
+        if gone:
+            first = next(i for i in ids if i in gone)
+            raise InvalidRequest(
+                f"Reference photo {first} was removed from its subjects; it is not sent again.",
+                field="references",
+            )
         assets = [found[i] for i in ids]
     _check_reference_caps(assets, every_photo=value is None)
     # Frozen now: the worker re-hashes each file and refuses one that changed.

@@ -6,7 +6,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.utils import timezone
 
-from studio import engine
+from studio import curation, engine
 from studio.models import (
     Attempt,
     Batch,
@@ -19,6 +19,7 @@ from tests.api.calls import API, error, post_json
 from tests.factories import (
     a_batch,
     batch_request,
+    png_bytes,
 )
 
 pytestmark = pytest.mark.django_db
@@ -346,3 +347,21 @@ def test_it_refuses_a_body_too_large_to_read_with_413_naming_the_limit(api, sett
         "26 MB for an upload).",
     }
     assert not Subject.objects.exists()
+
+
+def test_a_photo_removed_from_every_subject_is_not_sent_again(api, make_subject):
+    """Found by a review: a photo removed from its subject (kept only because a set used it)
+    was accepted as a reference of a new batch, and Ember was paid for a job carrying it."""
+    ada, cy = make_subject("Ada"), make_subject("Cy")
+    photo = engine.add_reference(subject=cy, data=png_bytes(21), file_name="private-cy.png")
+    engine.add_reference(subject=ada, data=png_bytes(22), file_name="ada.png")
+    engine.create_set(name="Cy's", asset_ids=[photo.pk])
+    curation.remove_photo(photo=photo, subject=cy)
+
+    response = post_json(api, f"{API}/batches", batch_request(ada, references=[str(photo.pk)]))
+
+    assert response.status_code == 400
+    assert error(response)["message"] == (
+        f"Reference photo {photo.pk} was removed from its subjects; it is not sent again."
+    )
+    assert not Task.objects.exists()

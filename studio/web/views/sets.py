@@ -12,7 +12,7 @@ from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from studio import engine
+from studio import curation, engine
 from studio.ids import row_id
 from studio.models import Asset, AvatarSet
 from studio.web.forms import ChooseForm, SetForm
@@ -176,6 +176,12 @@ def _change_choice(request: HttpRequest, found: AvatarSet) -> str:
     except engine.InvalidRequest as exc:
         messages.error(request, str(exc))
         return ""
+    for photo in curation.let_go(set(before) - set(after)):
+        messages.info(
+            request,
+            f"Deleted the photo {photo.file_name}: it was removed from its subjects earlier, "
+            "and nothing uses it any more.",
+        )
     action = form.cleaned_data["action"]
     if action == "add":  # said, as the viewer's "Added to Family." is (a review)
         n = len(after) - len(before)
