@@ -191,6 +191,14 @@ def stored_asset(
     return asset
 
 
+_seeds = itertools.count(10_000)
+
+
+def kept_image(*, history_id: str = "", **fields: Any) -> Asset:
+    """A generated image whose original is in the store, as a published set's must be."""
+    return stored_asset(next(_seeds), history_id=history_id, **fields)
+
+
 def a_set(*assets: Asset, name: str = "Family 2026") -> AvatarSet:
     """A set holding `assets` in order."""
     chosen = AvatarSet.objects.create(name=name)

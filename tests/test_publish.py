@@ -4,12 +4,12 @@ from typing import Any
 
 import pytest
 
-from studio import engine
+from studio import engine, originals
 from studio.engine import PublishRefused
 from studio.engine import sets as set_services
 from studio.models import AvatarSet, Origin
 from studio.store import update
-from tests.factories import a_set, generated_asset
+from tests.factories import a_set, kept_image
 
 pytestmark = pytest.mark.django_db
 
@@ -21,8 +21,8 @@ PUBLISH_REFUSED = "Ember history must be recovered before publishing generated i
 
 def test_it_refuses_to_publish_a_generated_image_without_its_ember_history(subject):
     chosen = a_set(
-        generated_asset(history_id="hist_1"),
-        generated_asset(history_id=""),
+        kept_image(history_id="hist_1"),
+        kept_image(history_id=""),
     )
 
     with pytest.raises(PublishRefused) as refused:
@@ -33,7 +33,7 @@ def test_it_refuses_to_publish_a_generated_image_without_its_ember_history(subje
 
 
 def test_it_publishes_a_set_whose_generated_images_all_have_history(subject):
-    chosen = a_set(generated_asset(history_id="hist_1"), generated_asset(history_id="hist_2"))
+    chosen = a_set(kept_image(history_id="hist_1"), kept_image(history_id="hist_2"))
 
     published = engine.publish(avatar_set=chosen)
 
@@ -41,8 +41,26 @@ def test_it_publishes_a_set_whose_generated_images_all_have_history(subject):
     assert AvatarSet.objects.get(pk=chosen.pk).published_at == published.published_at
 
 
+def test_it_refuses_to_publish_a_set_whose_original_is_not_in_the_store(subject):
+    """Found by a review: a set whose original was removed by hand was published, and
+    sibling apps were handed a URL that answers 503."""
+    present, gone = kept_image(history_id="hist_1"), kept_image(history_id="hist_2")
+    originals.path_of(gone.sha256, gone.mime).unlink()
+    chosen = a_set(present, gone)
+
+    with pytest.raises(PublishRefused) as refused:
+        engine.publish(avatar_set=chosen)
+
+    assert str(refused.value) == (
+        "Publishing waits until every chosen image's original is in the store: "
+        f"image {gone.pk} is missing (an operator puts originals back with "
+        "`manage.py check_originals --repair`)."
+    )
+    assert AvatarSet.objects.get(pk=chosen.pk).published_at is None
+
+
 def test_it_keeps_the_first_publication_time_when_published_again(subject):
-    chosen = engine.publish(avatar_set=a_set(generated_asset(history_id="hist_1")))
+    chosen = engine.publish(avatar_set=a_set(kept_image(history_id="hist_1")))
     first = chosen.published_at
 
     again = engine.publish(avatar_set=AvatarSet.objects.get(pk=chosen.pk))
@@ -51,8 +69,8 @@ def test_it_keeps_the_first_publication_time_when_published_again(subject):
 
 
 def test_it_refuses_to_change_a_published_sets_choice(subject):
-    chosen = engine.publish(avatar_set=a_set(generated_asset(history_id="hist_1")))
-    sneaky = generated_asset(history_id="")  # would have been refused by the guard
+    chosen = engine.publish(avatar_set=a_set(kept_image(history_id="hist_1")))
+    sneaky = kept_image(history_id="")  # would have been refused by the guard
 
     with pytest.raises(engine.InvalidRequest, match="This set is published"):
         engine.choose_assets(avatar_set=chosen, asset_ids=[sneaky.pk])
@@ -63,7 +81,7 @@ def test_it_refuses_to_change_a_published_sets_choice(subject):
 def test_it_never_lets_uploaded_photos_block_publishing(subject):
     uploaded = subject.assets.get(origin=Origin.UPLOADED)
     assert uploaded.ember_history_id == ""
-    chosen = a_set(uploaded, generated_asset(history_id="hist_1"))
+    chosen = a_set(uploaded, kept_image(history_id="hist_1"))
 
     engine.publish(avatar_set=chosen)
 
@@ -71,7 +89,7 @@ def test_it_never_lets_uploaded_photos_block_publishing(subject):
 
 
 def test_it_publishes_once_the_missing_history_is_recovered(subject):
-    missing = generated_asset(history_id="")
+    missing = kept_image(history_id="")
     chosen = a_set(missing)
     with pytest.raises(PublishRefused):
         engine.publish(avatar_set=chosen)
@@ -98,8 +116,8 @@ def interleave(monkeypatch, name: str, other_writer, *, times: int = 1) -> None:
 
 
 def test_it_refuses_to_publish_an_unrecovered_image_chosen_after_its_check(subject, monkeypatch):
-    kept = generated_asset(history_id="hist_1")
-    unrecovered = generated_asset(history_id="")
+    kept = kept_image(history_id="hist_1")
+    unrecovered = kept_image(history_id="")
     chosen = a_set(kept)
     # Another request changes the choice between publish's check and its write.
     interleave(
@@ -120,7 +138,7 @@ def test_it_refuses_to_publish_an_unrecovered_image_chosen_after_its_check(subje
 
 
 def test_it_publishes_the_newer_choice_only_after_checking_it(subject, monkeypatch):
-    first, second = generated_asset(history_id="hist_1"), generated_asset(history_id="hist_2")
+    first, second = kept_image(history_id="hist_1"), kept_image(history_id="hist_2")
     chosen = a_set(first)
     interleave(
         monkeypatch,
@@ -139,7 +157,7 @@ def test_it_publishes_the_newer_choice_only_after_checking_it(subject, monkeypat
 
 
 def test_it_gives_up_publishing_a_set_whose_choice_keeps_changing(subject, monkeypatch):
-    first, second = generated_asset(history_id="hist_1"), generated_asset(history_id="hist_2")
+    first, second = kept_image(history_id="hist_1"), kept_image(history_id="hist_2")
     chosen = a_set(first)
     orders = iter([[second.pk, first.pk], [first.pk, second.pk]] * 2)
     interleave(
@@ -161,8 +179,8 @@ def test_it_gives_up_publishing_a_set_whose_choice_keeps_changing(subject, monke
 
 
 def test_it_refuses_to_change_a_set_published_while_the_choice_was_checked(subject, monkeypatch):
-    kept = generated_asset(history_id="hist_1")
-    sneaky = generated_asset(history_id="")
+    kept = kept_image(history_id="hist_1")
+    sneaky = kept_image(history_id="")
     chosen = a_set(kept)
     draft = AvatarSet.objects.get(pk=chosen.pk)  # read while still a draft
     # Another request publishes the set while this choice is being checked.

@@ -11,7 +11,7 @@ from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from studio import names
+from studio import names, originals
 from studio.engine.errors import (
     SET_CHANGED,
     SET_EMPTY,
@@ -27,6 +27,7 @@ from studio.store import Conflict, update
 MAX_NAME = 120  # characters of a set's name (the studio's form says so too)
 MAX_ITEMS = 1000  # assets one set may hold
 PUBLISH_TRIES = 3  # checks of a set whose choice keeps changing under the publish
+NAMED = 3  # images a refusal names; the rest are counted
 
 
 def create_set(*, name: str, asset_ids: list[Any]) -> AvatarSet:
@@ -125,9 +126,38 @@ def publish(*, avatar_set: AvatarSet, seen_version: int | None = None) -> Avatar
                 raise PublishRefused(SET_EMPTY)
             if blocking(avatar_set).exists():
                 raise PublishRefused()
+            _check_originals(avatar_set)
             try:
                 return update(avatar_set, expected=avatar_set.version, published_at=timezone.now())
             except Conflict:
                 pass  # nothing was written; the choice moved since it was read
         avatar_set.refresh_from_db(fields=["version", "published_at"])
     raise PublishRefused(SET_KEPT_CHANGING)
+
+
+def _check_originals(avatar_set: AvatarSet) -> None:
+    """Refuse to publish while a chosen image's original is not in the store.
+
+    Sibling apps fetch each image by the URL the published set gives: one whose file was
+    removed by hand, or never put back after a restore, would answer them 503 (a review).
+    A look at each file, not a re-hash: a damaged one is `check_originals`' to find.
+    """
+    chosen = avatar_set.items.values_list("asset_id", "asset__sha256", "asset__mime")
+    missing = [pk for pk, sha256, mime in chosen if not _stored(sha256, mime)]
+    if missing:
+        named = ", ".join(f"image {pk}" for pk in missing[:NAMED])
+        more = f" and {len(missing) - NAMED} more" if len(missing) > NAMED else ""
+        verb = "is" if len(missing) == 1 else "are"
+        raise PublishRefused(
+            f"Publishing waits until every chosen image's original is in the store: {named}"
+            f"{more} {verb} missing (an operator puts originals back with "
+            "`manage.py check_originals --repair`)."
+        )
+
+
+def _stored(sha256: str, mime: str) -> bool:
+    try:
+        path = originals.path_of(sha256, mime)
+    except ValueError:
+        return False
+    return path.is_file() and not path.is_symlink()

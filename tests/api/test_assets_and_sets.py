@@ -12,6 +12,7 @@ from studio.models import (
 from tests.api.calls import API, error, generated_asset, jpeg_bytes, post_json
 from tests.factories import (
     a_set,
+    kept_image,
     png_bytes,
 )
 from tests.studio_pages import served_bytes
@@ -217,7 +218,7 @@ def test_it_shows_a_set_with_its_assets_in_order(api, subject):
 
 
 def test_it_publishes_a_set_whose_generated_images_have_their_history(api, subject):
-    chosen = a_set(subject.assets.get(), generated_asset(history_id="hist_1"))
+    chosen = a_set(subject.assets.get(), kept_image(history_id="hist_1"))
 
     response = api.post(f"{API}/sets/{chosen.pk}/publish")
 
