@@ -25,6 +25,32 @@ KINDS = ("counter", "histogram")  # the figure files of one process: `<kind>_<pi
 ROOM = 1 << 18  # bytes each is given on disk at start-up: over a thousand labelled figures
 
 
+def forget_dead_processes() -> list[Path]:
+    """Delete the figure files of processes no longer alive on this machine; return them.
+
+    A file is named `<kind>_<pid>.db`. A dead process's counts would otherwise be
+    summed forever, and a new process given its pid would carry them on; dropping
+    them is a counter reset, which Prometheus' rate() expects after a restart.
+    """
+    removed = []
+    for path in Path(settings.AVATARS_METRICS_DIR).glob("*.db"):
+        pid = path.stem.rpartition("_")[2]
+        if pid.isdigit() and not _alive(int(pid)):
+            path.unlink(missing_ok=True)
+            removed.append(path)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)  # signal 0: only asks whether the process exists
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # it exists, under another user
+    return True
+
+
 def give_room() -> None:
     """Allocate this process's figure files on disk before prometheus_client writes them.
 
@@ -32,7 +58,10 @@ def give_room() -> None:
     the first write to a page not yet on disk killed the process with SIGBUS, with no
     word (found by a review that filled the worker's disk). Allocated here, a full disk
     is an error at start-up that says so, and a later one cannot touch these files.
+    The files of processes that have ended go first: every command an operator or cron
+    runs leaves its two (a review counted them growing by two a run).
     """
+    forget_dead_processes()
     folder = Path(settings.AVATARS_METRICS_DIR)
     for kind in KINDS:
         fd = os.open(folder / f"{kind}_{os.getpid()}.db", os.O_RDWR | os.O_CREAT, 0o600)
@@ -74,29 +103,3 @@ def count_paid(provider: str, outcome: str) -> None:
 def time_request(route: str, status: str, seconds: float) -> None:
     """Record how long one request to Ember took, by route (never an id) and status."""
     REQUEST_SECONDS.labels(route=route, status=status).observe(seconds)
-
-
-def forget_dead_processes() -> list[Path]:
-    """Delete the figure files of processes no longer alive on this machine; return them.
-
-    A file is named `<kind>_<pid>.db`. A dead process's counts would otherwise be
-    summed forever, and a new process given its pid would carry them on; dropping
-    them is a counter reset, which Prometheus' rate() expects after a restart.
-    """
-    removed = []
-    for path in Path(settings.AVATARS_METRICS_DIR).glob("*.db"):
-        pid = path.stem.rpartition("_")[2]
-        if pid.isdigit() and not _alive(int(pid)):
-            path.unlink(missing_ok=True)
-            removed.append(path)
-    return removed
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)  # signal 0: only asks whether the process exists
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # it exists, under another user
-    return True

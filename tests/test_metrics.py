@@ -296,6 +296,26 @@ def test_it_forgets_the_files_of_dead_processes_only():
             path.unlink(missing_ok=True)
 
 
+def test_commands_run_one_after_another_leave_only_the_last_ones_figure_files(tmp_path: Path):
+    """Found by a review: every manage.py run left its two files for good (only a worker's
+    start forgot them), so a cron's commands grew the folder, and each scrape, without end."""
+    folder = tmp_path / "metrics"
+    env = {
+        **os.environ,
+        "AVATARS_DATA_DIR": str(tmp_path / "data"),
+        "AVATARS_METRICS_DIR": str(folder),
+    }
+    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+    manage = str(Path(settings.BASE_DIR) / "manage.py")
+    seen = []
+    for _run in range(4):
+        subprocess.run([sys.executable, manage, "check"], env=env, check=True, capture_output=True)
+        seen.append(sorted(path.name for path in folder.glob("*.db")))
+
+    assert all(len(names) == 2 for names in seen), f"figure files after each run: {seen}"
+    assert len({names[0] for names in seen}) == 4, "each run wrote files of its own"
+
+
 @pytest.mark.django_db
 def test_a_figure_file_left_empty_or_cut_short_does_not_fail_the_scrape(
     client: Client, ember: respx.Router, caplog: pytest.LogCaptureFixture
