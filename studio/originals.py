@@ -138,9 +138,11 @@ def precheck(data: bytes) -> bytes:
     return data
 
 
-def inspect(data: bytes) -> ImageInfo:
-    """Decode every frame of `data` and describe it, or raise NotAnImage saying why."""
-    precheck(data)
+def inspect(data: bytes, *, checked: bool = False) -> ImageInfo:
+    """Decode every frame of `data` and describe it, or raise NotAnImage saying why;
+    `checked`: `precheck` already passed these very bytes (an upload's first look)."""
+    if not checked:
+        precheck(data)
     try:
         with warnings.catch_warnings(), decoding():
             # A decompression bomb is an error here, not a warning to log and go on.
@@ -162,9 +164,8 @@ def inspect(data: bytes) -> ImageInfo:
                 pictures = [img] if fmt == "JPEG" else ImageSequence.Iterator(img)
                 for frame in pictures:
                     frames += 1
-                    # A GIF's frame larger than its screen grows Pillow's canvas to it as
-                    # the frame is reached (before it is decoded): the size read at open
-                    # says nothing of the frames after it.
+                    # A GIF's frame larger than its screen grows Pillow's canvas to it as it
+                    # is reached (before its decode): the size read at open says nothing of it.
                     width, height = max(width, frame.width), max(height, frame.height)
                     _check_size(width, height)
                     # A declared count may lie.
@@ -259,8 +260,8 @@ def sha256_of(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def save(data: bytes) -> Original:
-    """Store `data` as an original (once) and return where it lives.
+def save(data: bytes, *, checked: bool = False) -> Original:
+    """Store `data` as an original (once) and return where it lives (`checked` as `inspect`).
 
     Raises NotAnImage for bytes that are not an accepted image, ChecksumFailed
     when a file already stored under this hash does not match it, NotDurable when
@@ -272,7 +273,7 @@ def save(data: bytes) -> Original:
     result) would otherwise race: one acknowledging the file the other has just
     named and is about to take away because the disk did not confirm its name.
     """
-    info = inspect(data)
+    info = inspect(data, checked=checked)
     digest = sha256_of(data)
     target = path_for(digest, info.extension)
     # Most saves are of new bytes: written before the lock is taken, so it is held briefly.

@@ -47,6 +47,15 @@ def phone_photo(fmt: str) -> bytes:
     return out.getvalue()
 
 
+def camera_photo(fmt: str) -> bytes:
+    """A photo with camera tags but no location."""
+    exif = Image.Exif()
+    exif[0x0110] = "Pixel 9"
+    out = io.BytesIO()
+    Image.new("RGB", (96, 64), (10, 120, 200)).save(out, fmt, exif=exif)
+    return out.getvalue()
+
+
 def gps_of(data: bytes) -> dict:
     with Image.open(io.BytesIO(data)) as img:
         return dict(img.getexif().get_ifd(0x8825))
@@ -84,12 +93,7 @@ def test_a_jpeg_keeps_its_compressed_scan_byte_for_byte():
 @pytest.mark.parametrize("fmt", ["JPEG", "PNG"])
 def test_a_photo_with_nothing_to_strip_is_passed_on_without_a_copy(fmt):
     # An upload is up to 25 MB: each copy of it cost a 24-megapixel upload ~25 ms.
-    img = Image.new("RGB", (96, 64), (10, 120, 200))
-    exif = Image.Exif()
-    exif[0x0110] = "Pixel 9"  # camera tags, but no location
-    out = io.BytesIO()
-    img.save(out, fmt, exif=exif)
-    photo = out.getvalue()
+    photo = camera_photo(fmt)
 
     assert metadata.strip_location(photo) is photo, "a photo without location was copied"
     with_location = phone_photo(fmt)
@@ -164,3 +168,20 @@ def test_a_thumbnail_carries_no_metadata(make_subject):
         assert b"Exif" not in thumb and b"XMP " not in thumb
 
     assert Path(settings.AVATARS_DATA_DIR, "originals").is_dir()
+
+
+@pytest.mark.parametrize(("located", "looks"), [(False, 1), (True, 2)])
+def test_an_upload_is_checked_again_only_when_its_location_was_taken_out(
+    make_subject, monkeypatch, located, looks
+):
+    # The bytes the store keeps are always checked; the same bytes need it once (12 ms a
+    # 24-megapixel JPEG), stripped ones again.
+    real, seen = originals.precheck, []
+    monkeypatch.setattr(originals, "precheck", lambda data: seen.append(data) or real(data))
+    photo = phone_photo("JPEG") if located else camera_photo("JPEG")
+
+    engine.add_reference(subject=make_subject("Ada"), data=photo, file_name="ada.jpg")
+
+    assert len(seen) == looks, f"the upload's bytes were checked {len(seen)} times"
+    stored = Asset.objects.get()
+    assert seen[-1] == originals.read(stored.sha256, stored.mime), "the stored bytes went unchecked"

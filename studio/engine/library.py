@@ -91,7 +91,8 @@ def upload_reference(*, subject: Subject, data: bytes, file_name: str) -> Upload
     # Checked cheaply first: stripping walks the file's structure, and a file built of
     # millions of tiny JPEG segments would cost seconds before the store refused it.
     stored = metadata.strip_location(originals.precheck(data))
-    original = originals.save(stored)
+    # Bytes the strip passed on as they were need not be checked again (~12 ms of 12 MB).
+    original = originals.save(stored, checked=stored is data)
     with transaction.atomic():
         # The bytes may be a photo being removed right now (its row gone, its file next):
         # once this row is committed, the file is looked at again (`originals.keep`).
