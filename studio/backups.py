@@ -100,13 +100,20 @@ class Backup:
     placer: Placer = field(default_factory=Placer)
 
 
-# What stops a backup or a restore part way (a full disk, a folder that cannot be made),
-# said as a sentence by the commands (`cause`) rather than as a traceback.
-STOPPED_BY: tuple[type[BaseException], ...] = (OSError, DatabaseError, sqlite3.Error)
+# What stops a backup or a restore part way (a full disk, a folder that cannot be made, a
+# Ctrl-C), said as a sentence by the commands (`cause`) rather than as a traceback.
+STOPPED_BY: tuple[type[BaseException], ...] = (
+    OSError,
+    DatabaseError,
+    sqlite3.Error,
+    KeyboardInterrupt,
+)
 
 
 def cause(exc: BaseException) -> str:
     """Say, for an operator, what stopped a backup or a restore ("the disk is full: /x/y")."""
+    if isinstance(exc, KeyboardInterrupt):
+        return "it was interrupted (Ctrl-C)"
     if isinstance(exc, OSError):
         where = f": {exc.filename}" if exc.filename else ""
         return f"{(exc.strerror or str(exc)).rstrip('.')}{where}"

@@ -2,9 +2,11 @@
 
 Everything that can be checked is checked before anything is placed: the manifest, the
 database snapshot (there, the bytes the manifest recorded, readable by its database),
-and the target (no originals, no tables). Then the originals, each copied and checked
-against its hash; then the database. If filling the database fails, what was placed is
-taken away again, so the same restore can simply be run again.
+and the target (no originals, no tables, no side files another SQLite database left).
+Then the originals, each copied and checked against its hash; then the database, checked
+whole before it is put in place. If filling the database fails, what was placed is taken
+away again, so the same restore can simply be run again. One restore runs into a data dir
+at a time: it holds `restore.lock` there (an flock) from its first check to its end.
 
 The tasks the snapshot holds as waiting to be sent are held back before the database
 is in place: the install that was lost may have sent them after the snapshot, and an
@@ -29,7 +31,7 @@ from typing import Any
 from django.conf import settings
 from django.db import connection, transaction
 
-from studio import originals
+from studio import flocks, originals
 from studio.backups import (
     MANIFEST,
     PG_DUMP_FILE,
@@ -46,10 +48,15 @@ from studio.models import Asset, Task, WorkerHeartbeat
 
 NOT_EMPTY = "restore into a new data dir with an empty database."
 MARKER = "RESTORE-UNFINISHED"  # in the data dir while a restore is under way
+LOCK = "restore.lock"  # in the data dir: held (flock) by the one restore that runs
+# Beside a SQLite file, what SQLite plays into it when it opens it: a write-ahead log, its
+# index, a rollback journal. Left by another database, they would be played into the
+# restored one: a mix of its rows and theirs, or a damaged file (found by a review).
+SIDE_FILES = ("-wal", "-shm", "-journal")
 
 
 class RestoreUnfinished(Exception):
-    """A restore into this data dir has not finished: the worker must not start."""
+    """A restore into this data dir has not finished: no command that uses its database may run."""
 
 
 @dataclass
@@ -66,11 +73,27 @@ def restore(src: Path, *, data_dir: Path | None = None, database: Path | None = 
 
     `database` is the SQLite file to fill (default: the configured one). Refuses a
     target that already has a database or originals (unless an unfinished restore
-    left them), and a backup whose snapshot is missing or damaged, before placing
-    anything. A failure takes away what this run placed.
+    left them), a SQLite file with another database's side files beside it, and a
+    backup whose snapshot is missing or damaged, before placing anything. A failure
+    takes away what this run placed. One restore at a time: a second, into the same
+    data dir while one runs, is refused at once and touches nothing.
     """
-    manifest = read_manifest(src)
     data_dir = data_dir or Path(settings.AVATARS_DATA_DIR)
+    data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    # Held for the whole run, and let go by the kernel when a killed run's process ends,
+    # so that running the same restore again after a kill still finishes the job.
+    with flocks.held(data_dir / LOCK, wait=False) as alone:
+        if not alone:
+            raise BackupError(
+                f"A restore into this data dir is running now ({data_dir / LOCK} is held): "
+                "let it finish, or stop it and run the same restore again. Nothing was changed."
+            )
+        return restore_alone(src, data_dir, database)
+
+
+def restore_alone(src: Path, data_dir: Path, database: Path | None) -> Restored:
+    """Restore as `restore` says, holding the data dir's restore lock."""
+    manifest = read_manifest(src)
     kind = "sqlite" if database is not None else connection.vendor
     if manifest["database"] != kind:
         raise BackupError(
@@ -92,6 +115,8 @@ def restore(src: Path, *, data_dir: Path | None = None, database: Path | None = 
             f"Another restore into this data dir has not finished ({marker}: "
             f"{marker.read_text().strip()}): run that one again, or use a new data dir."
         )
+    if database is not None:
+        refuse_side_files(database)  # after: a database in use has tables, said first
     result = Restored(database=str(database or connection.settings_dict["NAME"]))
     placed: list[Path] = []
     mark(marker, str(src))
@@ -112,7 +137,7 @@ def unfinished(data_dir: Path | None = None) -> None:
     if marker.exists():
         raise RestoreUnfinished(
             f"A restore into this data dir has not finished ({marker} is there): run the "
-            "same `manage.py restore` again before starting the worker."
+            "same `manage.py restore` again before anything else uses this install."
         )
 
 
@@ -154,19 +179,63 @@ def fill(
 
 
 def fill_sqlite(result: Restored, snapshot: Path, database: Path) -> list[tuple[str, str]]:
-    """Fill `database` in one rename: a copy of the snapshot, its unsent tasks held back."""
+    """Fill `database` in one rename: a copy of the snapshot, its unsent tasks held back.
+
+    The copy is checked whole before it is renamed into place: a damaged one is never
+    reported as restored.
+    """
     connection.close()  # Django's connection must not hold the file while it is filled
     ready = database.with_name(f"{database.name}.restoring")
-    ready.unlink(missing_ok=True)
+    for leftover in (ready, *side_files(ready)):  # what a killed run of this restore left
+        leftover.unlink(missing_ok=True)
     copy_sqlite(snapshot, ready)
     with closing(sqlite3.connect(ready)) as conn:
         result.held_back = settle(conn.cursor(), marker="?")
         conn.commit()
     fsync_file(ready)
+    check_filled(ready)
     named = list(originals_in_sqlite(ready))
+    refuse_side_files(database)  # made since the start by a process that opened it
     os.replace(ready, database)
     originals.fsync_dir(database.parent)
     return named
+
+
+def side_files(database: Path) -> list[Path]:
+    """Return the side files SQLite would play into `database` that are there."""
+    return [
+        side
+        for side in (database.with_name(f"{database.name}{end}") for end in SIDE_FILES)
+        if side.exists()
+    ]
+
+
+def refuse_side_files(database: Path) -> None:
+    """Refuse, naming them, side files beside `database` that SQLite would play into it."""
+    found = side_files(database)
+    if found:
+        names = " and ".join(str(side) for side in found)
+        are, them = ("is", "it") if len(found) == 1 else ("are", "them")
+        raise BackupError(
+            f"{names} {are} left beside {database} from an earlier database, and SQLite "
+            f"would play {them} into the restored one: with no studio process running on "
+            f"this data dir, remove {them} and run the restore again. Nothing was restored."
+        )
+
+
+def check_filled(database: Path) -> None:
+    """Refuse a filled database that SQLite does not find whole (`PRAGMA integrity_check`)."""
+    try:
+        with closing(sqlite3.connect(database)) as conn:
+            verdict = conn.execute("PRAGMA integrity_check").fetchone()[0]
+    except sqlite3.DatabaseError as exc:
+        verdict = str(exc)
+    if verdict != "ok":
+        raise BackupError(
+            f"The restored database was damaged as it was filled ({verdict}), so it was not "
+            "put in place and what was placed was taken away: check the disk, then run the "
+            "restore again."
+        )
 
 
 def fill_postgres(result: Restored, dump: Path) -> list[tuple[str, str]]:
@@ -350,7 +419,9 @@ def undo(placed: list[Path], database: Path | None) -> None:
     if database is None:
         clear_postgres()
         return
-    database.with_name(f"{database.name}.restoring").unlink(missing_ok=True)
+    ready = database.with_name(f"{database.name}.restoring")
+    for leftover in (ready, *side_files(ready)):
+        leftover.unlink(missing_ok=True)
     if database.exists():
         database.write_bytes(b"")  # as a new data dir has it: an empty file
 

@@ -1,8 +1,12 @@
-"""What a command needs of the database before it starts: every migration applied."""
+"""What a command needs of the database before it starts: no unfinished restore, every
+migration applied."""
 
 from django.core.management.base import CommandError
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.migrations.executor import MigrationExecutor
+
+from studio import restoring
+from studio.restoring import RestoreUnfinished
 
 NOT_MIGRATED = (
     "The database is not set up for this version of Avatars ({count} migrations not "
@@ -15,7 +19,13 @@ def require_migrated(using: str = DEFAULT_DB_ALIAS) -> None:
 
     A worker started in a new data dir before `migrate` printed that it ran, then 90
     lines of "no such table" (a review): one sentence instead, before anything starts.
+    An unfinished restore is said first: its half-filled database lacks migrations too,
+    and `migrate` is then the wrong advice (a review); the restore, run again, finishes.
     """
+    try:
+        restoring.unfinished()
+    except RestoreUnfinished as exc:
+        raise CommandError(str(exc)) from None
     executor = MigrationExecutor(connections[using])
     plan = executor.migration_plan(executor.loader.graph.leaf_nodes())
     if plan:

@@ -33,7 +33,7 @@ class Command(BaseCommand):
         except backups.BackupError as exc:
             raise CommandError(str(exc), returncode=1) from None
         except STOPPED_BY as exc:
-            # A full disk, a folder that cannot be made: said as a sentence, not a traceback.
+            # A full disk, a folder that cannot be made, a Ctrl-C: a sentence, not a traceback.
             raise CommandError(
                 f"The backup stopped: {cause(exc)}. What it wrote in {dest} is not a backup "
                 "(it has no manifest, and restore refuses it): remove that folder, deal with "

@@ -24,7 +24,8 @@ class Command(BaseCommand):
         except backups.BackupError as exc:
             raise CommandError(str(exc), returncode=1) from None
         except STOPPED_BY as exc:
-            # What it placed was taken away (restoring.undo): it can simply be run again.
+            # A full disk, a Ctrl-C: what it placed was taken away (restoring.undo), so it can
+            # simply be run again.
             raise CommandError(
                 f"The restore stopped: {cause(exc)}. What it had placed was taken away and "
                 "the database left empty: deal with the cause and run it again.",

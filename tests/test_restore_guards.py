@@ -1,0 +1,113 @@
+"""What a restore refuses, and what it never reports as restored (found by a review).
+
+The same guards over real processes, with a stale WAL, a second run, a kill and a Ctrl-C,
+are in tests/e2e/test_restore_guards.py.
+"""
+
+import sqlite3
+from contextlib import closing
+from pathlib import Path
+
+import pytest
+
+from studio import backups, flocks, restoring
+from tests.backup_parts import restore_into, run, sqlite_only, stored
+
+# The backup reads the database through a connection of its own: rows must be committed.
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def damage_as_filled(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Scribble over the filled database's asset table just before it is checked."""
+    real = restoring.fsync_file
+
+    def scribbled(path: Path) -> None:
+        if path.name.endswith(".restoring"):
+            with closing(sqlite3.connect(path)) as conn:
+                page = conn.execute("PRAGMA page_size").fetchone()[0]
+                root = conn.execute(
+                    "SELECT rootpage FROM sqlite_master WHERE name = 'studio_asset'"
+                ).fetchone()[0]
+            with path.open("r+b") as file:
+                file.seek((root - 1) * page)
+                file.write(b"\xff" * page)
+        real(path)
+
+    monkeypatch.setattr(restoring, "fsync_file", scribbled)
+
+
+@sqlite_only
+def test_it_never_puts_in_place_a_database_damaged_as_it_was_filled(tmp_path, monkeypatch):
+    stored(1)
+    run("backup", str(tmp_path / "backup"))
+    target, database = restore_into(tmp_path)
+    damage_as_filled(monkeypatch)
+
+    with pytest.raises(backups.BackupError) as refused:
+        restoring.restore(tmp_path / "backup", data_dir=target, database=database)
+
+    assert "The restored database was damaged as it was filled" in str(refused.value)
+    assert database.stat().st_size == 0
+    assert list((target / "originals").iterdir()) == []
+    assert not (target / restoring.MARKER).exists()
+    assert not (target / "db.sqlite3.restoring").exists()
+
+
+@sqlite_only
+def test_it_refuses_a_rollback_journal_left_beside_the_database(tmp_path):
+    stored(1)
+    run("backup", str(tmp_path / "backup"))
+    target, database = restore_into(tmp_path)
+    journal = target / "db.sqlite3-journal"
+    journal.write_bytes(b"left by a crash")
+
+    with pytest.raises(backups.BackupError) as refused:
+        restoring.restore(tmp_path / "backup", data_dir=target, database=database)
+
+    assert str(refused.value) == (
+        f"{journal} is left beside {database} from an earlier database, and SQLite would "
+        "play it into the restored one: with no studio process running on this data dir, "
+        "remove it and run the restore again. Nothing was restored."
+    )
+    assert not (target / "originals").exists() and database.stat().st_size == 0
+
+
+@sqlite_only
+def test_a_restore_is_refused_at_once_while_another_runs_into_the_data_dir(tmp_path):
+    stored(1)
+    run("backup", str(tmp_path / "backup"))
+    target, database = restore_into(tmp_path)
+
+    with flocks.held(target / restoring.LOCK) as held:
+        assert held
+        with pytest.raises(backups.BackupError) as refused:
+            restoring.restore(tmp_path / "backup", data_dir=target, database=database)
+
+    assert str(refused.value).startswith("A restore into this data dir is running now")
+    assert not (target / "originals").exists() and not (target / restoring.MARKER).exists()
+    again = restoring.restore(tmp_path / "backup", data_dir=target, database=database)
+    assert (again.restored, again.problems) == (1, [])
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["run_worker", "--once"],
+        ["check_originals"],
+        ["reconcile", "--all"],
+        ["backup", "DEST"],
+        ["api_token", "ada", "--create-user"],
+    ],
+)
+def test_every_command_that_needs_the_database_says_first_that_a_restore_is_unfinished(
+    command, data_dir, tmp_path
+):
+    (data_dir / restoring.MARKER).write_text(f"restoring {tmp_path / 'backup'}\n")
+    argv = [str(tmp_path / "dest") if arg == "DEST" else arg for arg in command]
+
+    code, out = run(*argv)
+
+    assert code == 1
+    assert out.startswith("A restore into this data dir has not finished"), out
+    assert "run the same `manage.py restore` again" in out
+    assert not (tmp_path / "dest").exists()
