@@ -12,7 +12,7 @@ from studio import engine, originals
 from studio.models import Asset, AvatarSet, Batch, ScrubReport, Subject, TaskState
 from studio.store import move, update
 from tests.admin_pages import change_page, changelist, form_of, row_of, run_action, said, text
-from tests.factories import a_set, ember_result, generated_asset, plan, stored_asset
+from tests.factories import a_set, ember_result, generated_asset, kept_image, plan, stored_asset
 
 pytestmark = pytest.mark.django_db
 
@@ -27,7 +27,7 @@ STALE_EDIT = (
 
 def test_it_refuses_to_publish_a_set_whose_generated_image_lacks_its_history(admin_client):
     blocked = a_set(generated_asset(history_id=""), name="Blocked")
-    ready = a_set(generated_asset(history_id="hist_1"), name="Ready")
+    ready = a_set(kept_image(history_id="hist_1"), name="Ready")
 
     response = run_action(admin_client, AvatarSet, "publish_sets", [blocked, ready])
 
@@ -148,7 +148,7 @@ def test_it_refuses_an_edit_made_while_the_worker_moved_the_row(admin_client, su
 
 
 def test_it_refuses_a_stale_set_rename_and_keeps_the_published_time(admin_client):
-    chosen = a_set(generated_asset(history_id="hist_1"))
+    chosen = a_set(kept_image(history_id="hist_1"))
     form = form_of(admin_client.get(change_page(chosen)), AvatarSet)
     engine.publish(avatar_set=chosen)  # another writer moves the row
     published = row_of(chosen)

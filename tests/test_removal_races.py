@@ -30,8 +30,8 @@ def test_an_upload_of_the_bytes_being_removed_keeps_its_original(make_subject, m
     photo = engine.add_reference(subject=ada, data=data, file_name="ada.png")
     real_save = originals.save
 
-    def save_then_removed(stored: bytes) -> originals.Original:
-        saved = real_save(stored)  # acknowledges the file Ada's photo stands on
+    def save_then_removed(stored: bytes, **how: bool) -> originals.Original:
+        saved = real_save(stored, **how)  # acknowledges the file Ada's photo stands on
         # Ada's photo goes: its row, and after that commit its file (no row stands on it).
         curation.remove_photo(photo=photo, subject=ada)
         return saved
