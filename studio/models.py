@@ -438,6 +438,7 @@ class WorkerHeartbeat(models.Model):
     seen_at = models.DateTimeField()
     pid = models.PositiveIntegerField()
     host = models.CharField(max_length=255)
+    stopped = models.BooleanField(default=False)  # a clean stop sets it; seen_at is then when
 
     # seconds without a beat after which the worker counts as gone
     STALE_AFTER = 15
@@ -452,12 +453,12 @@ class WorkerHeartbeat(models.Model):
         if beat is None:
             return "no worker seen yet"
         now = timezone.now()
-        if (now - beat.seen_at).total_seconds() <= cls.STALE_AFTER:
+        if not beat.stopped and (now - beat.seen_at).total_seconds() <= cls.STALE_AFTER:
             return "worker running"
         # How long first: a family reads "for 5 minutes" at once, whatever their time zone.
+        gone = "worker stopped" if beat.stopped else "no worker seen"
         return (
-            f"no worker seen for {how_long(beat.seen_at, now)} "
-            f"(since {beat.seen_at:%Y-%m-%d %H:%M:%S} UTC)"
+            f"{gone} for {how_long(beat.seen_at, now)} (since {beat.seen_at:%Y-%m-%d %H:%M:%S} UTC)"
         )
 
 

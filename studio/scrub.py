@@ -22,7 +22,8 @@ from pathlib import Path
 from django.utils import timezone
 
 from studio import originals
-from studio.ember.client import EmberClient, EmberError, EmberNotFound
+from studio.ember.client import EmberClient
+from studio.ember.errors import EmberBadAnswer, EmberError, EmberNotFound, EmberRejected
 from studio.models import Asset, Origin, ScrubReport
 
 MISSING = "missing"
@@ -32,6 +33,8 @@ TEMPORARY = "temporary"
 FOLDER = "a folder is in its place"
 SHOWN_IDS = 5  # asset ids named per problem line; the rest are counted
 ROWS_PER_FETCH = 2000  # rows read from the database at a time
+# Ember's answers that will not change: the image is gone, or its bytes are not the original.
+EMBER_SAYS_NO = (EmberNotFound, EmberRejected, EmberBadAnswer)
 
 # A row as read: (sha256, mime, pk, origin, ember_image_id).
 Row = tuple[str, str, int, str, str]
@@ -305,12 +308,17 @@ def from_backup(finding: Finding, backup: Path) -> tuple[bool, str] | None:
 
 
 def repair_one(finding: Finding, runner: asyncio.Runner, client: EmberClient) -> tuple[bool, str]:
-    """Put one original back from Ember; return whether it worked and what happened."""
+    """Put one original back from Ember; return whether it worked and what happened.
+
+    A backup is the advice only when Ember said no; when it could not be asked (unreachable,
+    busy, refusing our token), asking again later may still bring the original back.
+    """
     if not finding.image_ids:
         if finding.uploaded:
             return False, "an uploaded photo: Ember has no copy; restore it from a backup"
         return False, "no row names an Ember image to fetch; restore it from a backup"
     refusals = []
+    unasked = False
     for image_id in dict.fromkeys(finding.image_ids):
         try:
             data, _type = runner.run(client.fetch(image_id, sha256=finding.sha256))
@@ -318,12 +326,34 @@ def repair_one(finding: Finding, runner: asyncio.Runner, client: EmberClient) ->
         except EmberNotFound:
             refusals.append(f"Ember no longer has image {image_id}")
         except EmberError as exc:
-            refusals.append(f"{exc.message} (image {image_id})")
+            unasked = unasked or not isinstance(exc, EMBER_SAYS_NO)
+            refusals.append(f"{exc.message.rstrip('.')} (image {image_id})")
         except (originals.ChecksumFailed, originals.NotAnImage, OSError) as exc:
             refusals.append(f"{exc} (image {image_id})")
         else:
             return True, f"fetched again from Ember, image {image_id}"
+    if unasked:
+        return False, "; ".join(
+            refusals
+        ) + "; run check_originals --repair again when Ember answers"
     return False, "; ".join(refusals) + "; restore it from a backup"
+
+
+def backup_refusal(src: Path) -> str | None:
+    """Say why `src` is not a backup folder a repair can read originals from; None if it is."""
+    folder = src / "originals"
+    try:
+        if not src.exists():
+            return f"--from-backup {src}: there is no such folder."
+        if not src.is_dir():
+            return f"--from-backup {src}: not a folder."
+        if not folder.is_dir():
+            return f"--from-backup {src}: not a backup folder (it has no originals folder)."
+        with os.scandir(folder) as entries:
+            next(entries, None)
+    except OSError as exc:
+        return f"--from-backup {src}: its originals folder cannot be read ({exc.strerror or exc})."
+    return None
 
 
 def record(scrub: Scrub) -> ScrubReport:

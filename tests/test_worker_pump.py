@@ -86,6 +86,10 @@ def test_it_records_a_heartbeat_so_people_know_a_worker_is_running(subject, embe
 
     assert WorkerHeartbeat.status() == "no worker seen yet"
     drain(worker)
+    # The beats got through; the clean stop at the end of the drain marked the row.
+    assert WorkerHeartbeat.status().startswith("worker stopped for ")
+    WorkerHeartbeat.objects.update(stopped=False, seen_at=timezone.now())
     assert WorkerHeartbeat.status() == "worker running"
+    # A worker killed mid-run marks nothing: its last beat goes stale.
     WorkerHeartbeat.objects.update(seen_at=timezone.now() - timedelta(minutes=5))
     assert WorkerHeartbeat.status().startswith("no worker seen for ")

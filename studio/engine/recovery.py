@@ -5,6 +5,7 @@ copy; resubmit sends the task again as a new attempt, a person's explicit choice
 """
 
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 from asgiref.sync import async_to_sync, sync_to_async
@@ -13,6 +14,7 @@ from django.db import transaction
 from studio.ember.answers import kept_result
 from studio.ember.client import (
     SOURCE_APP,
+    EmberBadAnswer,
     EmberClient,
     EmberError,
     check_result,
@@ -29,33 +31,53 @@ COPYING = "Copying the original from Ember"
 RECORDING_HISTORY = "Recording Ember's history entry (the original is already held)"
 
 
+@dataclass(frozen=True)
+class Reconciled:
+    """What one reconcile did: the task as it now is, and why Ember was not asked, if it was not."""
+
+    task: Task
+    unasked: EmberError | None = None  # Ember unreachable or refusing: its history was not read
+
+
 def reconcile(*, task: Task, client: EmberClient | None = None) -> Task:
     """Record what Ember's history says about a RECONCILABLE task and hand it back to the worker.
 
     Reconciliation never copies (the worker owns every copy) and never resubmits.
     """
-    return async_to_sync(areconcile)(task=task, client=client)
+    return reconcile_outcome(task=task, client=client).task
+
+
+def reconcile_outcome(*, task: Task, client: EmberClient | None = None) -> Reconciled:
+    """Reconcile `task` (see `reconcile`) and say whether Ember could be asked at all."""
+    return async_to_sync(_reconcile)(task, client)
 
 
 async def areconcile(*, task: Task, client: EmberClient | None = None) -> Task:
     """Reconcile `task` (see `reconcile`); read Ember's history outside any transaction."""
+    return (await _reconcile(task, client)).task
+
+
+async def _reconcile(task: Task, client: EmberClient | None) -> Reconciled:
     await sync_to_async(task.refresh_from_db)()
     if task.state not in RECONCILABLE:
-        return task
+        return Reconciled(task)
     if task.state == TaskState.COPY_FAILED and task.result:
-        return await sync_to_async(_back_to_copying)(task, task.result, task.ember_job_id)
+        return Reconciled(
+            await sync_to_async(_back_to_copying)(task, task.result, task.ember_job_id)
+        )
     own_client = client is None
     client = client or EmberClient()
     try:
         rows = await client.history(str(task.pk))
     except EmberError as exc:
-        return await sync_to_async(update)(
-            task, expected=task.version, phase=f"Ember's history could not be read: {exc.message}"
-        )
+        phase = f"Ember's history could not be read: {exc.message}"
+        task = await sync_to_async(update)(task, expected=task.version, phase=phase)
+        # An answer that cannot be used was still Ember's answer: it was asked.
+        return Reconciled(task, None if isinstance(exc, EmberBadAnswer) else exc)
     finally:
         if own_client:
             await client.aclose()
-    return await sync_to_async(_record_history)(task, rows)
+    return Reconciled(await sync_to_async(_record_history)(task, rows))
 
 
 def _record_history(task: Task, rows: list[dict[str, Any]]) -> Task:

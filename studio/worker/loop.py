@@ -32,9 +32,11 @@ from studio.engine.adoption import adopt_due
 from studio.models import ACTIVE, POLL_BOUND, Task, TaskState
 from studio.ownership import LOCK_LOST, NotOwner, Ownership, OwnershipLost
 from studio.worker import turns
+from studio.worker.heartbeat import beat as _beat
+from studio.worker.heartbeat import record_stop
 from studio.worker.pacing import Pacing
 from studio.worker.steps import FETCH_RETRY_DELAY, Steps
-from studio.worker.transitions import Answer, _beat, _wake_stranded, db
+from studio.worker.transitions import Answer, _wake_stranded, db
 
 log = logging.getLogger("studio.worker")
 
@@ -142,6 +144,7 @@ class Worker(Steps):
         log.info("worker started workers=%s recovered=%s", self.workers, counts)
         started_at = timezone.now()
         delay = self.db_retry_delay
+        clean = False  # a stop asked for, or --once done: not a lost lock nor a crash
         try:
             while not self.stopping:
                 try:
@@ -160,12 +163,23 @@ class Worker(Steps):
                 if once and not self.in_hand and started == 0 and not await self._adopted():
                     break
                 await self._idle()
+            clean = True
         finally:
             await self._drain()
+            if clean:
+                await self._record_stop()
             if self._own_client:
                 await self.client.aclose()
             turns.GATE.reset(gate)
             log.info("worker stopped")
+
+    async def _record_stop(self) -> None:
+        """Mark the heartbeat stopped, so people see at once that no worker runs."""
+        try:
+            await db(record_stop)()
+        except DatabaseError as exc:
+            # Nothing is lost: the last beat goes stale after STALE_AFTER, as a killed one does.
+            log.warning("could not mark the heartbeat stopped: %s", exc)
 
     async def _pass(self, started_at: datetime) -> int:
         """Run one pump pass: the heartbeat and the lock check when due, then `pump`."""

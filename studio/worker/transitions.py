@@ -9,8 +9,6 @@ the reading of frozen references live here too: they are what a submit is made o
 import base64
 import contextlib
 import logging
-import os
-import socket
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from typing import Any, ParamSpec, TypeVar
@@ -32,7 +30,7 @@ from studio.ember.client import (
     Job,
     Submitted,
 )
-from studio.models import ACTIVE, Asset, Attempt, Kind, Origin, Task, TaskState, WorkerHeartbeat
+from studio.models import ACTIVE, Asset, Attempt, Kind, Origin, Task, TaskState
 from studio.store import Conflict, fitted, move, update
 from studio.worker import turns
 
@@ -407,19 +405,6 @@ def _postpone(task_id: str, error: str) -> None:
         due = timezone.now() + timedelta(seconds=CRASH_BACKOFF)
         with contextlib.suppress(Conflict):
             move(task, TaskState(state), expected=task.version, due=due, error=error[:2000])
-
-
-def _beat(started_at: datetime) -> None:
-    """Write the worker's "still alive" row: when it started, when it was last seen, where."""
-    WorkerHeartbeat.objects.update_or_create(
-        pk=1,
-        defaults={
-            "started_at": started_at,
-            "seen_at": timezone.now(),
-            "pid": os.getpid(),
-            "host": socket.gethostname(),
-        },
-    )
 
 
 # --- the wake-up table (§6.2) ---------------------------------------------------------

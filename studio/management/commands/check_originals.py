@@ -31,11 +31,16 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         require_migrated()
-        result = scrub.check()
-        if options["from_backup"] and not options["repair"]:
+        # Arguments first: re-hashing every original can take a long time.
+        backup = options["from_backup"]
+        if backup and not options["repair"]:
             raise CommandError("--from-backup goes with --repair.", returncode=2)
+        refusal = scrub.backup_refusal(backup) if backup else None
+        if refusal:
+            raise CommandError(refusal, returncode=2)
+        result = scrub.check()
         if options["repair"]:
-            scrub.repair(result, backup=options["from_backup"])
+            scrub.repair(result, backup=backup)
         scrub.record(result)
         for line in result.lines():
             self.stdout.write(line)

@@ -1,14 +1,29 @@
-"""`manage.py reconcile`: ask Ember's history about tasks that need a person (docs/design.md §8)."""
+"""`manage.py reconcile`: ask Ember's history about tasks that need a person (docs/design.md §8).
+
+It exits 1 when a named task is not reconcilable or Ember could not be asked about a task
+(unreachable, or refusing us), so a scheduled run can alert; a task left where it is
+because Ember's history says so is not an error.
+"""
 
 import uuid
+from collections import Counter
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from studio.engine import reconcile
+from studio.engine.recovery import reconcile_outcome
 from studio.management.ready import require_migrated
-from studio.models import RECONCILABLE, Task
+from studio.models import RECONCILABLE, Task, TaskState
 from studio.store import Conflict
+
+HANDED_BACK = "handed back to the worker"
+LEFT = "left as Ember's history says"
+MOVED = "moved meanwhile"
+UNASKED = "Ember could not be asked about"
+
+
+def _tasks(count: int) -> str:
+    return f"{count} task" if count == 1 else f"{count} tasks"
 
 
 class Command(BaseCommand):
@@ -20,35 +35,57 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         require_migrated()
-        ids = options["task_ids"]
-        if bool(ids) == bool(options["all"]):
-            raise CommandError("Name task ids or pass --all (not both).")
-        for task_id in ids:
-            try:
-                uuid.UUID(task_id)
-            except ValueError:
-                raise CommandError(f"Not a task id: {task_id}") from None
-        tasks = Task.objects.reconcilable() if options["all"] else Task.objects.filter(pk__in=ids)
-        found = list(tasks)
-        if not options["all"] and len(found) != len(set(ids)):
-            known = {str(t.pk) for t in found}
-            raise CommandError(f"Unknown task: {next(i for i in ids if i not in known)}")
+        found = self._found(options["task_ids"], every=options["all"])
         refused = [task for task in found if task.state not in RECONCILABLE]
         for task in refused:
             self.stdout.write(
                 f"{task.pk} {task.state}: not reconcilable (only uncertain, history_missing "
                 "and copy_failed are); left as it is"
             )
-        for task in found:
-            if task in refused:
-                continue
-            before = task.state
-            try:
-                task = reconcile(task=task)
-            except Conflict:
-                # Someone moved the task while Ember was asked; their write stands.
-                self.stdout.write(f"{task.pk} moved while reconciling; left as it is")
-                continue
-            self.stdout.write(f"{task.pk} {before} -> {task.state}: {task.phase}")
+        counts = Counter(self._reconcile(task) for task in found if task not in refused)
+        if counts:
+            asked = sum(counts.values())
+            parts = ", ".join(f"{counts[what]} {what}" for what in (HANDED_BACK, LEFT, MOVED))
+            self.stdout.write(f"{_tasks(asked)}: {parts}, {counts[UNASKED]} {UNASKED}.")
+        failures = []
         if refused:
-            raise CommandError(f"{len(refused)} task(s) were not reconcilable.", returncode=1)
+            failures.append(f"{len(refused)} task(s) were not reconcilable.")
+        if counts[UNASKED]:
+            failures.append(
+                f"{UNASKED} {_tasks(counts[UNASKED])}: run reconcile again when Ember answers."
+            )
+        if failures:
+            raise CommandError(" ".join(failures), returncode=1)
+
+    def _found(self, ids: list[str], *, every: bool) -> list[Task]:
+        """Return the tasks named (each must exist) or, with --all, every reconcilable one."""
+        if bool(ids) == bool(every):
+            raise CommandError("Name task ids or pass --all (not both).")
+        for task_id in ids:
+            try:
+                uuid.UUID(task_id)
+            except ValueError:
+                raise CommandError(f"Not a task id: {task_id}") from None
+        tasks = Task.objects.reconcilable() if every else Task.objects.filter(pk__in=ids)
+        found = list(tasks)
+        if not every and len(found) != len(set(ids)):
+            known = {str(t.pk) for t in found}
+            raise CommandError(f"Unknown task: {next(i for i in ids if i not in known)}")
+        return found
+
+    def _reconcile(self, task: Task) -> str:
+        """Reconcile one task, print its line, and return which count it adds to."""
+        before = task.state
+        try:
+            outcome = reconcile_outcome(task=task)
+        except Conflict:
+            # Someone moved the task while Ember was asked; their write stands.
+            self.stdout.write(f"{task.pk} moved while reconciling; left as it is")
+            return MOVED
+        task = outcome.task
+        self.stdout.write(f"{task.pk} {before} -> {task.state}: {task.phase}")
+        if outcome.unasked is not None:
+            return UNASKED
+        if task.state == TaskState.COPYING:
+            return HANDED_BACK
+        return LEFT if task.state in RECONCILABLE else MOVED

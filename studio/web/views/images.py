@@ -3,7 +3,6 @@
 import re
 import unicodedata
 from collections.abc import Callable
-from pathlib import Path
 
 from django.http import (
     Http404,
@@ -111,19 +110,22 @@ def download_name(asset: Asset) -> str:
     """Name an asset's download: safe characters only, at most `MAX_NAME` of them.
 
     A reference photo is saved under its name, with its type's extension when the name
-    lacks it. A result says who is in it and where it came from, and ends with the start
-    of its hash, so the first GPT Image result of two batches are two files:
+    lacks it ("photo" when nothing of the name is left). A result says who is in it and
+    where it came from, and ends with the start of its hash, so the first GPT Image result
+    of two batches are two files:
     "Ada-Bo-openai-image-1-3f2a9c1e.png".
     """
     extension = originals.extension_for(asset.mime)
     if asset.origin == Origin.UPLOADED:
-        stem = _safe(asset.file_name)
-        suffix = Path(stem).suffix.lower()
+        # The extension is split off before the name is made safe: "中文.png" keeps no stem,
+        # and its ".png" must not become the stem "png".
+        stem, dot, ending = asset.file_name.rpartition(".")
+        suffix = f".{_safe(ending).lower()}" if dot else ""
         if suffix in _extensions_of(asset.mime):
-            stem, extension = stem[: -len(suffix)], suffix
-        elif suffix in ALL_EXTENSIONS:  # the name of another type: say the type it is
-            stem = stem[: -len(suffix)]
-        return _bounded(stem or "photo", "", extension)
+            extension = suffix
+        elif suffix not in ALL_EXTENSIONS:  # not an image type's extension: part of the name
+            stem = asset.file_name
+        return _bounded(_safe(stem) or "photo", "", extension)
     task = asset.task
     tail = [asset.provider or (task.provider if task else "") or "result"]
     if task is not None:

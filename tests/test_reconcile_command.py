@@ -1,0 +1,84 @@
+"""`manage.py reconcile`'s exit code: a scheduled run alerts when Ember could not be asked."""
+
+import io
+
+import httpx
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from studio.models import TaskState
+from tests.factories import a_task, history_route, history_row, uncertain
+from tests.task_rows import row_of
+
+pytestmark = pytest.mark.django_db
+
+HISTORY = "/api/v1/history"
+WRONG_TOKEN = {"error": {"message": "Missing or wrong bearer token."}}
+
+
+def run_reconcile(*args: str) -> tuple[str, CommandError | None]:
+    """Run the command as cron would; return what it printed and the error it ended with."""
+    out = io.StringIO()
+    try:
+        call_command("reconcile", *args, stdout=out)
+    except CommandError as exc:
+        return out.getvalue(), exc
+    return out.getvalue(), None
+
+
+def test_it_exits_non_zero_when_ember_refuses_the_token(subject, ember):
+    """Found by a review: a wrong EMBER_TOKEN printed the refusal per task and exited 0."""
+    task = uncertain(a_task(subject))
+    ember.get(HISTORY).respond(401, json=WRONG_TOKEN)
+
+    said, ended = run_reconcile("--all")
+
+    assert ended is not None and ended.returncode == 1
+    assert "Ember could not be asked about 1 task" in str(ended)
+    assert f"{task.pk} uncertain -> uncertain: Ember's history could not be read" in said
+    assert said.splitlines()[-1] == (
+        "1 task: 0 handed back to the worker, 0 left as Ember's history says, "
+        "0 moved meanwhile, 1 Ember could not be asked about."
+    )
+
+
+def test_it_exits_non_zero_when_ember_cannot_be_reached(subject, ember):
+    first, second = uncertain(a_task(subject)), uncertain(a_task(subject))
+    ember.get(HISTORY).mock(side_effect=httpx.ConnectError("connection refused"))
+
+    said, ended = run_reconcile(str(first.pk), str(second.pk))
+
+    assert ended is not None and ended.returncode == 1
+    assert "Ember could not be asked about 2 tasks" in str(ended)
+    assert said.splitlines()[-1].endswith("2 Ember could not be asked about.")
+    assert row_of(first).state == row_of(second).state == TaskState.UNCERTAIN
+
+
+def test_one_task_ember_could_not_be_asked_about_fails_the_whole_run(subject, ember):
+    found, unasked = uncertain(a_task(subject)), uncertain(a_task(subject))
+    history_route(ember, found, [history_row(found)])
+    ember.get(HISTORY, params={"task_id": str(unasked.pk)}).respond(503)
+
+    said, ended = run_reconcile("--all")
+
+    assert ended is not None and ended.returncode == 1
+    assert row_of(found).state == TaskState.COPYING
+    assert said.splitlines()[-1] == (
+        "2 tasks: 1 handed back to the worker, 0 left as Ember's history says, "
+        "0 moved meanwhile, 1 Ember could not be asked about."
+    )
+
+
+def test_a_task_ember_has_no_row_for_yet_is_left_where_it_is_and_exits_zero(subject, ember):
+    task = uncertain(a_task(subject))
+    history_route(ember, task, [])
+
+    said, ended = run_reconcile("--all")
+
+    assert ended is None
+    assert row_of(task).state == TaskState.UNCERTAIN
+    assert said.splitlines()[-1] == (
+        "1 task: 0 handed back to the worker, 1 left as Ember's history says, "
+        "0 moved meanwhile, 0 Ember could not be asked about."
+    )

@@ -1,0 +1,46 @@
+"""The worker's heartbeat as people read it: running, stopped cleanly, or gone quiet."""
+
+import io
+from datetime import timedelta
+
+import pytest
+from django.core.management import call_command
+from django.urls import reverse
+from django.utils import timezone
+
+from studio.models import WorkerHeartbeat
+from studio.worker.heartbeat import beat
+from tests.admin_pages import text
+
+# The worker's database thread runs on its own connection: real commits, no test transaction.
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_the_admin_says_the_worker_stopped_as_soon_as_it_stops_cleanly(admin_client):
+    """Found by a review: "Worker: worker running" for 15 s after run_worker had stopped."""
+    call_command("run_worker", "--once", stdout=io.StringIO())
+
+    page = text(admin_client.get(reverse("admin:index")))
+
+    assert "Worker: worker running" not in page
+    assert "Worker: worker stopped for " in page, page
+    beat = WorkerHeartbeat.objects.get()
+    assert f"(since {beat.seen_at:%Y-%m-%d %H:%M:%S} UTC)" in page
+
+
+def test_a_worker_that_starts_again_after_a_clean_stop_shows_running(admin_client):
+    call_command("run_worker", "--once", stdout=io.StringIO())
+
+    beat(timezone.now())  # what the next worker writes every few seconds
+
+    assert "Worker: worker running" in text(admin_client.get(reverse("admin:index")))
+
+
+def test_a_worker_that_went_quiet_without_stopping_still_goes_stale(admin_client):
+    """A killed worker records nothing: its last beat goes stale after STALE_AFTER seconds."""
+    seen = timezone.now() - timedelta(seconds=WorkerHeartbeat.STALE_AFTER + 5)
+    WorkerHeartbeat.objects.create(started_at=seen, seen_at=seen, pid=42, host="box")
+
+    page = text(admin_client.get(reverse("admin:index")))
+
+    assert "Worker: no worker seen for 2" in page, page
