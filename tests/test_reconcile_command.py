@@ -82,3 +82,23 @@ def test_a_task_ember_has_no_row_for_yet_is_left_where_it_is_and_exits_zero(subj
         "1 task: 0 handed back to the worker, 1 left as Ember's history says, "
         "0 moved meanwhile, 0 Ember could not be asked about."
     )
+
+
+def test_one_task_named_twice_in_two_spellings_is_reconciled_once(subject, ember):
+    """Found by a review: the same id in upper and lower case was an "Unknown task"."""
+    task = uncertain(a_task(subject))
+    history_route(ember, task, [history_row(task)])
+
+    said, ended = run_reconcile(str(task.pk).upper(), str(task.pk))
+
+    assert ended is None, ended
+    assert row_of(task).state == TaskState.COPYING
+    assert said.count(f"{task.pk} uncertain -> copying") == 1
+
+
+def test_an_unknown_id_is_named_as_it_was_written(subject):
+    missing = "9B2D3C1E-0000-4000-8000-000000000000"
+
+    _said, ended = run_reconcile(missing)
+
+    assert ended is not None and str(ended) == f"Unknown task: {missing}"

@@ -61,16 +61,18 @@ class Command(BaseCommand):
         """Return the tasks named (each must exist) or, with --all, every reconcilable one."""
         if bool(ids) == bool(every):
             raise CommandError("Name task ids or pass --all (not both).")
+        named = {}  # each id as written, by the task it names (in any case, with or without -)
         for task_id in ids:
             try:
-                uuid.UUID(task_id)
+                named.setdefault(str(uuid.UUID(task_id)), task_id)
             except ValueError:
                 raise CommandError(f"Not a task id: {task_id}") from None
-        tasks = Task.objects.reconcilable() if every else Task.objects.filter(pk__in=ids)
+        tasks = Task.objects.reconcilable() if every else Task.objects.filter(pk__in=named)
         found = list(tasks)
-        if not every and len(found) != len(set(ids)):
-            known = {str(t.pk) for t in found}
-            raise CommandError(f"Unknown task: {next(i for i in ids if i not in known)}")
+        known = {str(t.pk) for t in found}
+        unknown = [written for pk, written in named.items() if pk not in known]
+        if unknown:
+            raise CommandError(f"Unknown task: {unknown[0]}")
         return found
 
     def _reconcile(self, task: Task) -> str:
