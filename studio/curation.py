@@ -185,7 +185,8 @@ def let_go(ids: Iterable[int]) -> list[Asset]:
     if not ids:
         return []
     with transaction.atomic():
-        kept = Asset.objects.select_for_update().filter(
+        # Only the photos' rows are locked (PostgreSQL locks no row of an outer join's side).
+        kept = Asset.objects.select_for_update(of=("self",)).filter(
             pk__in=ids, origin=Origin.UPLOADED, subjects__isnull=True
         )
         orphans = list(kept.order_by("pk"))
