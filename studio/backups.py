@@ -9,10 +9,12 @@ whose original is not in the backup. The manifest is written last: a folder with
 one is not a finished backup.
 """
 
+import contextlib
 import errno
 import json
 import os
 import shutil
+import signal
 import sqlite3
 import subprocess
 from collections.abc import Iterable, Iterator
@@ -100,13 +102,33 @@ class Backup:
     placer: Placer = field(default_factory=Placer)
 
 
+class Terminated(Exception):
+    """A SIGTERM (a service manager stopping it, `kill`) stopped a backup or a restore."""
+
+
+@contextlib.contextmanager
+def stopped_by_sigterm() -> Iterator[None]:
+    """While the block runs, a SIGTERM stops it as a Ctrl-C does: with a sentence, and a
+    restore takes away what it placed (the default would end the process where it stood)."""
+
+    def stop(_signum: int, _frame: object) -> None:
+        raise Terminated()
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 # What stops a backup or a restore part way (a full disk, a folder that cannot be made, a
-# Ctrl-C), said as a sentence by the commands (`cause`) rather than as a traceback.
+# Ctrl-C, a SIGTERM), said as a sentence by the commands (`cause`), not as a traceback.
 STOPPED_BY: tuple[type[BaseException], ...] = (
     OSError,
     DatabaseError,
     sqlite3.Error,
     KeyboardInterrupt,
+    Terminated,
 )
 
 
@@ -114,6 +136,8 @@ def cause(exc: BaseException) -> str:
     """Say, for an operator, what stopped a backup or a restore ("the disk is full: /x/y")."""
     if isinstance(exc, KeyboardInterrupt):
         return "it was interrupted (Ctrl-C)"
+    if isinstance(exc, Terminated):
+        return "it was stopped (SIGTERM)"
     if isinstance(exc, OSError):
         where = f": {exc.filename}" if exc.filename else ""
         return f"{(exc.strerror or str(exc)).rstrip('.')}{where}"

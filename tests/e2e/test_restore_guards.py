@@ -162,18 +162,26 @@ def test_a_restore_killed_midway_is_named_by_every_command_until_run_again(
     assert_restored(restored, backup)
 
 
+STOPS = [
+    (signal.SIGINT, "it was interrupted (Ctrl-C)"),
+    (signal.SIGTERM, "it was stopped (SIGTERM)"),
+]
+
+
+@pytest.mark.parametrize(("stop", "why"), STOPS)
 def test_ctrl_c_during_a_restore_takes_away_what_it_placed_and_says_to_run_it_again(
-    restored: Stack, backup: Path
+    restored: Stack, backup: Path, stop: signal.Signals, why: str
 ):
+    """A Ctrl-C, or the SIGTERM a service manager sends: a sentence, nothing left placed."""
     running = start(FILLING, "restore", str(backup), env=restored.env)
     wait_paused(running)
-    running.send_signal(signal.SIGINT)
+    running.send_signal(stop)
 
     code, said = finish(running)
 
     assert code == 1, said
     assert "Traceback" not in said
-    assert "The restore stopped: it was interrupted (Ctrl-C)." in said
+    assert f"The restore stopped: {why}." in said
     assert "run it again" in said
     assert placed(restored) == [] and not (restored.data_dir / "RESTORE-UNFINISHED").exists()
     assert (restored.data_dir / "db.sqlite3").stat().st_size == 0
@@ -182,18 +190,21 @@ def test_ctrl_c_during_a_restore_takes_away_what_it_placed_and_says_to_run_it_ag
     assert_restored(restored, backup)
 
 
-def test_ctrl_c_during_a_backup_says_to_remove_its_folder(stack: Stack, tmp_path: Path):
+@pytest.mark.parametrize(("stop", "why"), STOPS)
+def test_ctrl_c_during_a_backup_says_to_remove_its_folder(
+    stack: Stack, tmp_path: Path, stop: signal.Signals, why: str
+):
     seed(stack, providers=PROVIDERS, frames=["image"])
     dest = tmp_path / "backup"
     running = start(COPYING, "backup", str(dest), env=stack.env)
     wait_paused(running)
-    running.send_signal(signal.SIGINT)
+    running.send_signal(stop)
 
     code, said = finish(running)
 
     assert code == 1, said
     assert "Traceback" not in said
-    assert "The backup stopped: it was interrupted (Ctrl-C)." in said
+    assert f"The backup stopped: {why}." in said
     assert f"What it wrote in {dest} is not a backup" in said and "remove that folder" in said
     assert not (dest / "manifest.json").exists()
     again = stack.run(sys.executable, "manage.py", "backup", str(tmp_path / "next"))

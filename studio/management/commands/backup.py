@@ -29,11 +29,12 @@ class Command(BaseCommand):
         require_migrated()
         dest = options["dest"].resolve()
         try:
-            result = backups.backup(dest, link=options["link"])
+            with backups.stopped_by_sigterm():
+                result = backups.backup(dest, link=options["link"])
         except backups.BackupError as exc:
             raise CommandError(str(exc), returncode=1) from None
         except STOPPED_BY as exc:
-            # A full disk, a folder that cannot be made, a Ctrl-C: a sentence, not a traceback.
+            # A full disk, a folder that cannot be made, a Ctrl-C or SIGTERM: a sentence.
             raise CommandError(
                 f"The backup stopped: {cause(exc)}. What it wrote in {dest} is not a backup "
                 "(it has no manifest, and restore refuses it): remove that folder, deal with "

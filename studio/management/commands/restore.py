@@ -20,12 +20,13 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
-            result = restoring.restore(options["src"].resolve())
+            with backups.stopped_by_sigterm():
+                result = restoring.restore(options["src"].resolve())
         except backups.BackupError as exc:
             raise CommandError(str(exc), returncode=1) from None
         except STOPPED_BY as exc:
-            # A full disk, a Ctrl-C: what it placed was taken away (restoring.undo), so it can
-            # simply be run again.
+            # A full disk, a Ctrl-C, a SIGTERM: what it placed was taken away
+            # (restoring.undo), so it can simply be run again.
             raise CommandError(
                 f"The restore stopped: {cause(exc)}. What it had placed was taken away and "
                 "the database left empty: deal with the cause and run it again.",
