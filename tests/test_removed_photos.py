@@ -5,7 +5,6 @@ import pytest
 from django.test import Client
 
 from studio import curation, engine, originals
-from studio.engine import planning
 from studio.models import Asset, Subject, Task
 from tests.factories import batch_request, png_bytes
 from tests.studio_pages import messages_of
@@ -84,32 +83,6 @@ def test_a_removed_photo_a_batch_froze_stays_when_the_set_lets_go(subject):
 
     assert (before, after) == ([photo.pk], [])
     assert curation.let_go(before) == []
-    assert Asset.objects.filter(pk=photo.pk).exists()
-
-
-def test_a_photo_taken_off_its_subject_while_a_batch_is_planned_is_refused(
-    subject, make_subject, monkeypatch
-):
-    """Taken off every subject (and kept for a set) between the plan's read and its write:
-    the plan is refused, as for a photo deleted meanwhile."""
-    photo = subject.assets.get()
-    engine.create_set(name="Family", asset_ids=[photo.pk])
-    read = planning.validate
-
-    def a_person_removes_the_photo_meanwhile(request):
-        plan = read(request)
-        curation.remove_photo(photo=photo, subject=subject)
-        return plan
-
-    monkeypatch.setattr(planning, "validate", a_person_removes_the_photo_meanwhile)
-
-    with pytest.raises(engine.InvalidRequest) as refused:
-        engine.generate(request=batch_request(subject, references=[photo.pk]))
-
-    assert "The reference photo ada.png was removed while this batch was planned" in str(
-        refused.value
-    )
-    assert not Task.objects.exists()
     assert Asset.objects.filter(pk=photo.pk).exists()
 
 

@@ -80,34 +80,30 @@ def test_it_says_to_run_again_when_ember_could_not_be_reached(ember):
     assert "run check_originals --repair again when Ember answers)" in out
 
 
-def test_it_says_to_run_again_when_ember_refuses_the_token(ember):
+@pytest.mark.parametrize(
+    ("status", "message", "said", "advice"),
+    [
+        (
+            401,
+            "Missing or wrong bearer token.",
+            "Missing or wrong bearer token (image img_7)",
+            "run check_originals --repair again when Ember answers",
+        ),
+        (404, "Image img_7 no longer exists.", "Ember no longer has image img_7", None),
+    ],
+)
+def test_it_advises_a_backup_only_when_ember_says_the_image_is_gone(
+    ember, status, message, said, advice
+):
     asset = generated(7)
     file_of(asset).unlink()
-    wrong = {"error": {"message": "Missing or wrong bearer token."}}
-    ember.get("/api/v1/images/img_7/file").respond(401, json=wrong)
+    ember.get("/api/v1/images/img_7/file").respond(status, json={"error": {"message": message}})
 
     code, out = check("--repair")
 
     assert code == 1
-    assert (
-        f"not repaired: {file_of(asset).name} (Missing or wrong bearer token (image img_7); "
-        "run check_originals --repair again when Ember answers)"
-    ) in out
-
-
-def test_it_still_advises_a_backup_when_ember_says_the_image_is_gone(ember):
-    asset = generated(7)
-    file_of(asset).unlink()
-    gone = {"error": {"message": "Image img_7 no longer exists."}}
-    ember.get("/api/v1/images/img_7/file").respond(404, json=gone)
-
-    code, out = check("--repair")
-
-    assert code == 1
-    assert (
-        f"not repaired: {file_of(asset).name} (Ember no longer has image img_7; "
-        "restore it from a backup)"
-    ) in out
+    advice = advice or "restore it from a backup"
+    assert f"not repaired: {file_of(asset).name} ({said}; {advice})" in out
 
 
 def test_an_upload_still_points_to_a_backup(ember):

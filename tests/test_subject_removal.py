@@ -366,10 +366,16 @@ def test_a_photo_detached_and_uploaded_again_is_the_same_photo(subject):
     assert list(again.subjects.all()) == [subject]
 
 
-def test_a_batch_planned_while_its_photo_is_removed_is_refused_not_accepted(subject, monkeypatch):
+@pytest.mark.parametrize("in_a_set", [False, True])
+def test_a_batch_planned_while_its_photo_is_removed_is_refused_not_accepted(
+    subject, monkeypatch, in_a_set
+):
     """Found by a review: the API answered 202 for a batch whose photo was deleted between
-    reading its references and planning, and its tasks then failed."""
+    reading its references and planning, and its tasks then failed. A photo a set holds is
+    only taken off its subject, and kept for the set: the plan is refused all the same."""
     photo = subject.assets.get()
+    if in_a_set:
+        engine.create_set(name="Family", asset_ids=[photo.pk])
     read = planning.validate
 
     def a_person_removes_the_photo_meanwhile(request):
@@ -382,6 +388,8 @@ def test_a_batch_planned_while_its_photo_is_removed_is_refused_not_accepted(subj
     with pytest.raises(engine.InvalidRequest) as refused:
         engine.generate(request=batch_request(subject))
 
-    assert "was removed while this batch was planned; nothing was planned." in str(refused.value)
+    assert "ada.png was removed while this batch was planned; nothing was planned." in str(
+        refused.value
+    )
     assert not Task.objects.exists()
-    assert not Asset.objects.filter(pk=photo.pk).exists()
+    assert Asset.objects.filter(pk=photo.pk).exists() == in_a_set
