@@ -46,7 +46,8 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from None
         try:
             restoring.unfinished()  # refused before saying it runs (the loop checks again)
-            # The owner alone tidies the figure files: no other worker is starting now.
+            # Every process forgets ended ones' figure files as it starts; a standby may
+            # have waited hours since, and the owner it replaces has just ended.
             metrics.forget_dead_processes()
             tune_interpreter()
             asyncio.run(self._run(worker, once=options["once"]))
