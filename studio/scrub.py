@@ -71,6 +71,7 @@ class Scrub:
     repair: bool = False
     checked: int = 0
     findings: list[Finding] = field(default_factory=list)
+    folder_gone: Path | None = None  # the originals folder itself, when it is not there
 
     def count(self, kind: str) -> int:
         return sum(1 for f in self.findings if f.kind == kind)
@@ -108,7 +109,13 @@ class Scrub:
         repairs = [f"repaired {self.repaired}"] if self.repaired else []
         repairs += [f"{self.unrepaired} not repaired"] if self.unrepaired else []
         tail = f"; {', '.join(repairs)}" if repairs else ""
-        return f"Checked {self.checked} {noun}: {found}{tail}."
+        gone = (
+            f" The folder {self.folder_gone} itself is not there (a disk not mounted?): "
+            "put it back before repairing its files one by one."
+            if self.folder_gone is not None
+            else ""
+        )
+        return f"Checked {self.checked} {noun}: {found}{tail}.{gone}"
 
 
 def plural(count: int, one: str, many: str) -> str:
@@ -129,7 +136,10 @@ def check() -> Scrub:
         finding = check_original(sha256, mime, list(group))
         if finding is not None:
             scrub.findings.append(finding)
-    scrub.findings.extend(strays(originals.originals_dir()))
+    folder = originals.originals_dir()
+    if scrub.checked and not folder.is_dir():
+        scrub.folder_gone = folder  # every file missing at once: most likely not mounted
+    scrub.findings.extend(strays(folder))
     return scrub
 
 

@@ -71,6 +71,25 @@ def test_it_finds_a_deleted_file_and_exits_non_zero():
     assert "Checked 1 original: 1 missing." in out
 
 
+def test_it_says_when_the_originals_folder_itself_is_gone(tmp_path):
+    """Found by a review: with the folder gone (a disk not mounted), it listed every file
+    as missing and never said the folder was not there."""
+    generated(1)
+    uploaded(2)
+    folder = originals.originals_dir()
+    folder.rename(tmp_path / "aside")
+    try:
+        code, out = check()
+    finally:
+        (tmp_path / "aside").rename(folder)
+
+    assert code == 1
+    assert (
+        f"Checked 2 originals: 2 missing. The folder {folder} itself is not there (a disk "
+        "not mounted?): put it back before repairing its files one by one.\n"
+    ) in out
+
+
 BOUND = 5.0  # seconds for a check of two originals, whatever stands in one's place
 
 
