@@ -61,7 +61,8 @@ class Command(BaseCommand):
         """Return the tasks named (each must exist) or, with --all, every reconcilable one."""
         if bool(ids) == bool(every):
             raise CommandError("Name task ids or pass --all (not both).")
-        named = {}  # each id as written, by the task it names (in any case, with or without -)
+        # Each id as written, by the task it names (in capitals or not, with or without -).
+        named: dict[str, str] = {}
         for task_id in ids:
             try:
                 named.setdefault(str(uuid.UUID(task_id)), task_id)
