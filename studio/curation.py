@@ -196,6 +196,18 @@ def let_go(ids: Iterable[int]) -> list[Asset]:
     return gone
 
 
+def let_go_by(avatar_set: AvatarSet, photo_id: int) -> Asset | None:
+    """Return the photo `let_go` would delete were `avatar_set` to let go of it, else None.
+
+    Read to ask first (a review: the set page's Remove deleted such a photo unasked).
+    """
+    photo = Asset.objects.filter(pk=photo_id, origin=Origin.UPLOADED, subjects__isnull=True).first()
+    if photo is None or _frozen({photo.pk}):
+        return None
+    others = SetItem.objects.filter(asset_id=photo.pk).exclude(avatar_set=avatar_set)
+    return None if others.exists() else photo
+
+
 def _users(ids: set[int]) -> Users:
     """Name the batches whose tasks froze any of the assets `ids`, then the sets holding them."""
     batch_ids = {batch for batch, _asset in _freezing(ids)}

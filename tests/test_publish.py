@@ -52,9 +52,9 @@ def test_it_refuses_to_publish_a_set_whose_original_is_not_in_the_store(subject)
         engine.publish(avatar_set=chosen)
 
     assert str(refused.value) == (
-        "Publishing waits until every chosen image's original is in the store: "
-        f"image {gone.pk} is missing (an operator puts originals back with "
-        "`manage.py check_originals --repair`)."
+        "Publishing waits until every chosen image's original is in the store: image 2 of "
+        "the set is missing (an operator puts originals back with manage.py check_originals "
+        "--repair)."
     )
     assert AvatarSet.objects.get(pk=chosen.pk).published_at is None
 

@@ -7,7 +7,7 @@ from django.test import Client
 from studio import curation, engine, originals
 from studio.models import Asset, Subject, Task
 from tests.factories import batch_request, png_bytes
-from tests.studio_pages import messages_of
+from tests.studio_pages import messages_of, text
 
 pytestmark = pytest.mark.django_db
 
@@ -31,11 +31,15 @@ def test_a_set_letting_go_of_a_removed_photo_deletes_it_with_its_original(
     """Found by a review: such a photo stayed for ever, in the gallery and the API, and no
     page could remove it any more."""
     photo, family = removed_but_in_a_set(subject)
+    remove = {"action": "remove", "asset": photo.pk}
 
+    # Asked first (a review: the set page's Remove deleted it unasked), and nothing changes.
+    asked = signed_in.post(f"/sets/{family.pk}/", remove)
+    assert asked.status_code == 200
+    assert "it is deleted from Avatars, original and all." in text(asked)
+    assert list(family.items.values_list("asset_id", flat=True)) == [photo.pk]
     with django_capture_on_commit_callbacks(execute=True):
-        response = signed_in.post(
-            f"/sets/{family.pk}/", {"action": "remove", "asset": photo.pk}, follow=True
-        )
+        response = signed_in.post(f"/sets/{family.pk}/", {**remove, "confirm": "yes"}, follow=True)
 
     assert not Asset.objects.filter(pk=photo.pk).exists()
     assert not original_of(photo).exists()
@@ -70,7 +74,7 @@ def test_a_photo_a_subject_still_has_stays_when_a_set_lets_go(
         )
 
     assert list(subject.assets.all()) == [photo] and original_of(photo).is_file()
-    assert not any("Deleted the photo" in said for said in messages_of(response))
+    assert messages_of(response) == ["Removed image 1 from Family."]  # not asked, not deleted
 
 
 def test_a_removed_photo_a_batch_froze_stays_when_the_set_lets_go(subject):

@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 import pytest
 from django.test import Client
 
-from studio import engine
+from studio import engine, originals
 from studio.models import AvatarSet
 from tests.factories import plan, stored_asset
 from tests.studio_pages import messages_of, text
@@ -102,6 +102,30 @@ def test_it_disables_publish_and_says_why_while_history_is_missing(signed_in: Cl
     assert why.group(1) == (
         "1 chosen image still lacks Ember history; publishing waits for repair."
     )
+
+
+def test_it_disables_publish_and_names_the_images_whose_original_is_gone(signed_in: Client):
+    """Found by a review: the set page offered Publish, the answer named a database id
+    that read as another image's, and no tile said which was missing."""
+    first, second, third = stored_asset(1), stored_asset(2), stored_asset(3)
+    avatar_set = engine.create_set(name="Family", asset_ids=[third.pk, first.pk, second.pk])
+    originals.path_of(first.sha256, first.mime).unlink()
+
+    for page in (f"/sets/{avatar_set.pk}/", f"/sets/{avatar_set.pk}/publish/"):
+        body = signed_in.get(page).content.decode()
+
+        assert "Publish for good" not in body, page
+        why = re.search(r'<p[^>]*id="publish-why"[^>]*>([^<]*)</p>', body)
+        assert why is not None, page
+        assert why.group(1) == (
+            "Image 2 of this set has lost its original: it is not in the store, and "
+            "publishing waits until it is back."
+        )
+    body = signed_in.get(f"/sets/{avatar_set.pk}/").content.decode()
+    button = re.search(r"<button[^>]*>Publish…</button>", body)
+    assert button is not None and "disabled" in button.group(0)
+    captions = re.findall(r'<span class="caption">(.*?)</span>\s*(?:<form|</li>)', body, re.S)
+    assert ["original missing" in caption for caption in captions] == [False, True, False]
 
 
 def test_it_says_who_repairs_a_blocked_set_and_links_staff_to_each_task(

@@ -65,6 +65,7 @@ from studio.engine.sets import (
     change_choice,
     choose_assets,
     create_set,
+    lost_originals,
     publish,
 )
 from studio.engine.validation import FRAMES, MAX_CANDIDATES, MAX_PROMPT, echo
@@ -117,6 +118,7 @@ __all__ = [
     "create_subject",
     "echo",
     "generate",
+    "lost_originals",
     "progress",
     "publish",
     "recent_twin",

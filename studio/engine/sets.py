@@ -27,7 +27,6 @@ from studio.store import Conflict, update
 MAX_NAME = 120  # characters of a set's name (the studio's form says so too)
 MAX_ITEMS = 1000  # assets one set may hold
 PUBLISH_TRIES = 3  # checks of a set whose choice keeps changing under the publish
-NAMED = 3  # images a refusal names; the rest are counted
 
 
 def create_set(*, name: str, asset_ids: list[Any]) -> AvatarSet:
@@ -140,19 +139,31 @@ def _check_originals(avatar_set: AvatarSet) -> None:
 
     Sibling apps fetch each image by the URL the published set gives: one whose file was
     removed by hand, or never put back after a restore, would answer them 503 (a review).
-    A look at each file, not a re-hash: a damaged one is `check_originals`' to find.
     """
-    chosen = avatar_set.items.values_list("asset_id", "asset__sha256", "asset__mime")
-    missing = [pk for pk, sha256, mime in chosen if not _stored(sha256, mime)]
+    missing = [position for position, _asset in lost_originals(avatar_set)]
     if missing:
-        named = ", ".join(f"image {pk}" for pk in missing[:NAMED])
-        more = f" and {len(missing) - NAMED} more" if len(missing) > NAMED else ""
+        named = ", ".join(str(n) for n in missing[:-1]) + (" and " if missing[:-1] else "")
+        which = "image" if len(missing) == 1 else "images"
         verb = "is" if len(missing) == 1 else "are"
         raise PublishRefused(
-            f"Publishing waits until every chosen image's original is in the store: {named}"
-            f"{more} {verb} missing (an operator puts originals back with "
-            "`manage.py check_originals --repair`)."
+            f"Publishing waits until every chosen image's original is in the store: {which} "
+            f"{named}{missing[-1]} of the set {verb} missing (an operator puts originals back "
+            "with manage.py check_originals --repair)."
         )
+
+
+def lost_originals(avatar_set: AvatarSet) -> list[tuple[int, int]]:
+    """Return (position from 1, asset id) of each chosen image whose original is not stored.
+
+    A look at each file, not a re-hash: a damaged one is `check_originals`' to find. The
+    publish refuses on these, and the set's pages name them, by this one rule.
+    """
+    chosen = avatar_set.items.values_list("asset_id", "asset__sha256", "asset__mime")
+    return [
+        (position, pk)
+        for position, (pk, sha256, mime) in enumerate(chosen, start=1)
+        if not _stored(sha256, mime)
+    ]
 
 
 def _stored(sha256: str, mime: str) -> bool:

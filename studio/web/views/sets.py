@@ -123,6 +123,9 @@ def set_detail(request: HttpRequest, set_id: int) -> HttpResponse:
     """Show a set's choice in order; add, move or remove assets while it is a draft."""
     found = get_object_or_404(AvatarSet, pk=set_id)
     if request.method == "POST":
+        asking = _ask_before_deleting(request, found)
+        if asking is not None:
+            return asking
         # Back to the image that moved, its button focused (the page says which, below).
         back = _change_choice(request, found)
         return redirect(reverse("studio:set", args=[found.pk]) + back)
@@ -141,6 +144,7 @@ def set_detail(request: HttpRequest, set_id: int) -> HttpResponse:
             "set": found,
             "items": items,
             "blocked": _blocked(found),
+            "lost": _lost(found),
             "empty": engine.SET_EMPTY,
             "page": page_of(request, candidates, PICKER_PAGE),
             # The picker's ticks are kept across its pages, apart from other sets' (pictures.js).
@@ -158,6 +162,26 @@ def _blocked(found: AvatarSet) -> list[Asset]:
     """
     items = engine.blocking(found).select_related("asset").prefetch_related("asset__subjects")
     return [item.asset for item in items]
+
+
+def _ask_before_deleting(request: HttpRequest, found: AvatarSet) -> HttpResponse | None:
+    """Ask first when removing an image from the set would delete it: a photo taken off every
+    subject earlier, kept only for this set. None when nothing needs asking."""
+    if request.POST.get("action") != "remove" or request.POST.get("confirm") == "yes":
+        return None
+    asset_id = row_id(request.POST.get("asset", ""))
+    if asset_id is None or not found.items.filter(asset_id=asset_id).exists():
+        return None
+    photo = curation.let_go_by(found, asset_id)
+    if photo is None:
+        return None
+    return render(request, "studio/set_remove.html", {"set": found, "photo": photo})
+
+
+def _lost(found: AvatarSet) -> list[int]:
+    """Return the positions (from 1) of the chosen images whose original is not in the store:
+    the publish refuses on them, so the pages say so before it is asked for (a review)."""
+    return [position for position, _asset in engine.lost_originals(found)]
 
 
 def _change_choice(request: HttpRequest, found: AvatarSet) -> str:
@@ -183,6 +207,9 @@ def _change_choice(request: HttpRequest, found: AvatarSet) -> str:
             "and nothing uses it any more.",
         )
     action = form.cleaned_data["action"]
+    if action == "remove" and len(after) < len(before):  # said, as an add is (a review)
+        at = before.index(form.cleaned_data["asset"]) + 1
+        messages.success(request, f"Removed image {at} from {found.name}.")
     if action == "add":  # said, as the viewer's "Added to Family." is (a review)
         n = len(after) - len(before)
         messages.success(request, f"Added {n} image{pluralize(n)} to {found.name}.")
@@ -216,6 +243,7 @@ def set_publish(request: HttpRequest, set_id: int) -> HttpResponse:
     if request.method == "GET" or request.POST.get("confirm") != "yes":
         # A blocked set's page says why instead of asking: only its answer used to be refused.
         context = {"set": found, "count": found.items.count(), "blocked": _blocked(found)}
+        context["lost"] = _lost(found)
         context["empty"] = engine.SET_EMPTY if not context["count"] else ""
         return render(request, "studio/set_publish.html", context)
     try:
