@@ -185,13 +185,7 @@ def let_go(ids: Iterable[int]) -> list[Asset]:
     if not ids:
         return []
     with transaction.atomic():
-        # Only the photos' rows are locked (PostgreSQL locks no row of an outer join's side).
-        kept = Asset.objects.select_for_update(of=("self",)).filter(
-            pk__in=ids, origin=Origin.UPLOADED, subjects__isnull=True
-        )
-        orphans = list(kept.order_by("pk"))
-        needed = _frozen(ids) | _held(ids)
-        gone = [photo for photo in orphans if photo.pk not in needed]
+        gone = _needless(ids, lock=True)
         _delete(gone)
     return gone
 
@@ -201,11 +195,21 @@ def let_go_by(avatar_set: AvatarSet, photo_id: int) -> Asset | None:
 
     Read to ask first (a review: the set page's Remove deleted such a photo unasked).
     """
-    photo = Asset.objects.filter(pk=photo_id, origin=Origin.UPLOADED, subjects__isnull=True).first()
-    if photo is None or _frozen({photo.pk}):
-        return None
-    others = SetItem.objects.filter(asset_id=photo.pk).exclude(avatar_set=avatar_set)
-    return None if others.exists() else photo
+    found = _needless({photo_id}, besides=avatar_set)
+    return found[0] if found else None
+
+
+def _needless(
+    ids: set[int], *, lock: bool = False, besides: AvatarSet | None = None
+) -> list[Asset]:
+    """Return those of the photos `ids` taken off every subject that no batch froze and no
+    set (but `besides`) holds; with `lock`, their rows locked."""
+    photos = Asset.objects.filter(pk__in=ids, origin=Origin.UPLOADED, subjects__isnull=True)
+    if lock:
+        # Only the photos' rows (PostgreSQL locks no row of an outer join's side).
+        photos = photos.select_for_update(of=("self",))
+    needed = _frozen(ids) | _held(ids, besides=besides)
+    return [photo for photo in photos.order_by("pk") if photo.pk not in needed]
 
 
 def _users(ids: set[int]) -> Users:
@@ -224,9 +228,12 @@ def _frozen(ids: set[int]) -> set[int]:
     return {asset for _batch, asset in _freezing(ids)}
 
 
-def _held(ids: set[int]) -> set[int]:
-    """Return those of the assets `ids` that some set holds."""
-    return set(SetItem.objects.filter(asset__in=ids).values_list("asset_id", flat=True))
+def _held(ids: set[int], *, besides: AvatarSet | None = None) -> set[int]:
+    """Return those of the assets `ids` that some set (other than `besides`) holds."""
+    held = SetItem.objects.filter(asset__in=ids)
+    if besides is not None:
+        held = held.exclude(avatar_set=besides)
+    return set(held.values_list("asset_id", flat=True))
 
 
 def _freezing(ids: set[int]) -> set[tuple[object, int]]:

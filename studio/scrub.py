@@ -342,11 +342,12 @@ def repair_one(finding: Finding, runner: asyncio.Runner, client: EmberClient) ->
             refusals.append(f"{exc} (image {image_id})")
         else:
             return True, f"fetched again from Ember, image {image_id}"
-    if unasked:
-        return False, "; ".join(
-            refusals
-        ) + "; run check_originals --repair again when Ember answers"
-    return False, "; ".join(refusals) + "; restore it from a backup"
+    advice = (
+        "run check_originals --repair again when Ember answers"
+        if unasked
+        else "restore it from a backup"
+    )
+    return False, "; ".join([*refusals, advice])
 
 
 def backup_refusal(src: Path) -> str | None:

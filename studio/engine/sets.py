@@ -140,7 +140,7 @@ def _check_originals(avatar_set: AvatarSet) -> None:
     Sibling apps fetch each image by the URL the published set gives: one whose file was
     removed by hand, or never put back after a restore, would answer them 503 (a review).
     """
-    missing = [position for position, _asset in lost_originals(avatar_set)]
+    missing = lost_originals(avatar_set)
     if missing:
         named = ", ".join(str(n) for n in missing[:-1]) + (" and " if missing[:-1] else "")
         which = "image" if len(missing) == 1 else "images"
@@ -152,23 +152,16 @@ def _check_originals(avatar_set: AvatarSet) -> None:
         )
 
 
-def lost_originals(avatar_set: AvatarSet) -> list[tuple[int, int]]:
-    """Return (position from 1, asset id) of each chosen image whose original is not stored.
+def lost_originals(avatar_set: AvatarSet) -> list[int]:
+    """Return the places (from 1) of the chosen images whose original is not in the store.
 
-    A look at each file, not a re-hash: a damaged one is `check_originals`' to find. The
-    publish refuses on these, and the set's pages name them, by this one rule.
+    A look at each file (`originals.holds`), not a re-hash: a damaged one is
+    `check_originals`' to find. The publish refuses on these, and the set's pages name
+    them, by this one rule.
     """
-    chosen = avatar_set.items.values_list("asset_id", "asset__sha256", "asset__mime")
+    chosen = avatar_set.items.values_list("asset__sha256", "asset__mime")
     return [
-        (position, pk)
-        for position, (pk, sha256, mime) in enumerate(chosen, start=1)
-        if not _stored(sha256, mime)
+        position
+        for position, (sha256, mime) in enumerate(chosen, start=1)
+        if not originals.holds(sha256, mime)
     ]
-
-
-def _stored(sha256: str, mime: str) -> bool:
-    try:
-        path = originals.path_of(sha256, mime)
-    except ValueError:
-        return False
-    return path.is_file() and not path.is_symlink()

@@ -144,7 +144,8 @@ def set_detail(request: HttpRequest, set_id: int) -> HttpResponse:
             "set": found,
             "items": items,
             "blocked": _blocked(found),
-            "lost": _lost(found),
+            # Said before Publish is pressed, by the rule the publish refuses on (a review).
+            "lost": engine.lost_originals(found),
             "empty": engine.SET_EMPTY,
             "page": page_of(request, candidates, PICKER_PAGE),
             # The picker's ticks are kept across its pages, apart from other sets' (pictures.js).
@@ -176,12 +177,6 @@ def _ask_before_deleting(request: HttpRequest, found: AvatarSet) -> HttpResponse
     if photo is None:
         return None
     return render(request, "studio/set_remove.html", {"set": found, "photo": photo})
-
-
-def _lost(found: AvatarSet) -> list[int]:
-    """Return the positions (from 1) of the chosen images whose original is not in the store:
-    the publish refuses on them, so the pages say so before it is asked for (a review)."""
-    return [position for position, _asset in engine.lost_originals(found)]
 
 
 def _change_choice(request: HttpRequest, found: AvatarSet) -> str:
@@ -243,7 +238,7 @@ def set_publish(request: HttpRequest, set_id: int) -> HttpResponse:
     if request.method == "GET" or request.POST.get("confirm") != "yes":
         # A blocked set's page says why instead of asking: only its answer used to be refused.
         context = {"set": found, "count": found.items.count(), "blocked": _blocked(found)}
-        context["lost"] = _lost(found)
+        context["lost"] = engine.lost_originals(found)
         context["empty"] = engine.SET_EMPTY if not context["count"] else ""
         return render(request, "studio/set_publish.html", context)
     try:
