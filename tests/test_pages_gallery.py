@@ -104,6 +104,29 @@ def test_it_answers_503_when_a_stored_original_fails_its_checksum(signed_in: Cli
     assert response.content.decode() == "Stored original failed its checksum."
 
 
+NAVIGATION = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"  # Chromium's
+
+
+@pytest.mark.parametrize("route", ["original", "download"])
+def test_a_person_who_opens_a_missing_original_gets_a_page_back_to_its_image(
+    signed_in: Client, route: str
+):
+    """Found by a review: a bare text 503, with no way back into the studio."""
+    asset = stored_asset(16)
+    originals.path_for(asset.sha256, ".png").unlink()
+
+    opened = signed_in.get(f"/assets/{asset.pk}/{route}/", HTTP_ACCEPT=NAVIGATION)
+    fetched = signed_in.get(f"/assets/{asset.pk}/{route}/", HTTP_ACCEPT="image/webp,*/*")
+
+    assert opened.status_code == 503
+    assert opened["Content-Type"].startswith("text/html")
+    assert "The original is not in the store. Nothing was sent." in text(opened)
+    assert f'href="/assets/{asset.pk}/"' in opened.content.decode()
+    assert "Content-Disposition" not in opened
+    assert fetched.status_code == 503  # an <img> or a program: the sentence alone
+    assert fetched.content.decode() == "The original is not in the store."
+
+
 def test_it_serves_a_thumbnail_as_webp_with_immutable_caching(signed_in: Client):
     asset = stored_asset(14)
 

@@ -197,6 +197,23 @@ def test_it_refuses_favourites_with_nothing_ticked_and_goes_back_to_the_batch(
 # --- the viewer -----------------------------------------------------------------------
 
 
+def test_the_image_page_says_its_original_is_missing_before_a_download_is_tried(
+    signed_in: Client, subject
+):
+    asset = delivered_all(mixed_batch(subject))[("google", "image")]
+    before = signed_in.get(f"/assets/{asset.pk}/").content.decode()
+    originals.path_for(asset.sha256, ".png").unlink()
+
+    after = signed_in.get(f"/assets/{asset.pk}/")
+
+    assert f"/assets/{asset.pk}/download/" in before
+    assert "is not in the store" not in before
+    page = after.content.decode()
+    assert "This image's original is not in the store, so it cannot be downloaded" in text(after)
+    assert f"/assets/{asset.pk}/download/" not in page
+    assert f"/assets/{asset.pk}/original/" not in page
+
+
 def test_it_shows_one_result_with_what_made_it_and_what_can_be_done(signed_in: Client, subject):
     batch = mixed_batch(subject)
     assets = delivered_all(batch)

@@ -11,7 +11,7 @@ from django.http import (
     HttpResponseBase,
     HttpResponseNotModified,
 )
-from django.shortcuts import get_object_or_404, redirect
+from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_GET
 
@@ -28,12 +28,18 @@ ALL_EXTENSIONS = originals.EXTENSIONS | {".jpeg", ".jpe"}
 
 
 def _image_response(
-    request: HttpRequest, etag: str, respond: Callable[[], HttpResponseBase]
+    request: HttpRequest,
+    etag: str,
+    respond: Callable[[], HttpResponseBase],
+    *,
+    asset_id: int | None = None,
 ) -> HttpResponseBase:
     """Answer with immutable image bytes that a browser must take for their type alone.
 
     `respond` makes the answer with the bytes (and their type). A browser that already
-    holds this ETag gets 304 without the file being read.
+    holds this ETag gets 304 without the file being read. When the original cannot be
+    sent, a person who opened it (`asset_id`: an original's own address) gets a page
+    back to its image; an `<img>` or a program gets the sentence alone.
     """
     quoted = f'"{etag}"'
     response: HttpResponseBase
@@ -43,16 +49,20 @@ def _image_response(
         try:
             response = respond()
         except FileNotFoundError:
-            return _unavailable("The original is not in the store.")
+            return _unavailable(request, "The original is not in the store.", asset_id)
         except originals.ChecksumFailed as exc:
-            return _unavailable(str(exc))
+            return _unavailable(request, str(exc), asset_id)
     response["X-Content-Type-Options"] = "nosniff"
     response["Cache-Control"] = IMMUTABLE
     response["ETag"] = quoted
     return response
 
 
-def _unavailable(message: str) -> HttpResponse:
+def _unavailable(request: HttpRequest, message: str, asset_id: int | None) -> HttpResponse:
+    # Named outright: an <img> and curl accept anything (*/*), a page opened names HTML.
+    if asset_id is not None and "text/html" in request.headers.get("Accept", ""):
+        context = {"message": message, "asset_id": asset_id}
+        return render(request, "studio/original_unavailable.html", context, status=503)
     return HttpResponse(message, status=503, content_type="text/plain; charset=utf-8")
 
 
@@ -88,7 +98,10 @@ def asset_original(request: HttpRequest, asset_id: int) -> HttpResponseBase:
     """Send an asset's original bytes, checked against their hash, to a signed-in person."""
     found = get_object_or_404(Asset.objects.only("sha256", "mime"), pk=asset_id)
     return _image_response(
-        request, found.sha256, lambda: sending.original_response(found.sha256, found.mime)
+        request,
+        found.sha256,
+        lambda: sending.original_response(found.sha256, found.mime),
+        asset_id=asset_id,
     )
 
 
@@ -98,7 +111,10 @@ def asset_download(request: HttpRequest, asset_id: int) -> HttpResponseBase:
     """Send an asset's original as a file to save, under a name that says what it is."""
     found = get_object_or_404(Asset.objects.select_related("task"), pk=asset_id)
     response = _image_response(
-        request, found.sha256, lambda: sending.original_response(found.sha256, found.mime)
+        request,
+        found.sha256,
+        lambda: sending.original_response(found.sha256, found.mime),
+        asset_id=asset_id,
     )
     if response.status_code in (200, 304):
         name = download_name(found)

@@ -7,6 +7,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
 from django.views.decorators.http import require_GET
 
+from studio import originals
 from studio.models import RECONCILABLE, STOPPABLE, Asset, AvatarSet, Batch, Task
 from studio.web.views.common import login_required, login_required_htmx
 
@@ -99,5 +100,7 @@ def asset_detail(request: HttpRequest, asset_id: int) -> HttpResponse:
             "count": count,
             "in_sets": in_sets,
             "drafts": drafts.order_by("-created_at", "-pk")[:SET_CHOICES],
+            # Said before a download is tried: Chromium only reports a failed one.
+            "lost": originals.holds(found.sha256, found.mime) is False,
         },
     )
