@@ -102,11 +102,17 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         _browser_skips.add(report.nodeid)
 
 
+@pytest.hookimpl(trylast=True)  # after the session's fixtures are torn down
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """Leave the browser-skip count for `make test`; remove the test database's lock file."""
+    """Leave the browser-skip count for `make test`; remove the test database's lock file,
+    and its -wal and -shm files once the database itself is gone (a connection that was
+    still open when Django deleted it leaves them behind)."""
     target = os.environ.get(browsers.SKIP_REPORT_ENV)
     if target:
         Path(target).write_text(str(len(_browser_skips)))
     test_name = settings.DATABASES["default"].get("TEST", {}).get("NAME")
     if test_name and settings.DATABASES["default"]["ENGINE"].endswith("sqlite3"):
         Path(f"{test_name}.worker-lock").unlink(missing_ok=True)
+        if not Path(test_name).exists():
+            for side in ("-wal", "-shm"):
+                Path(f"{test_name}{side}").unlink(missing_ok=True)
