@@ -4,7 +4,7 @@ import pytest
 from django.test import Client
 
 from studio import engine
-from studio.models import AvatarSet
+from studio.models import AvatarSet, Origin
 from tests.factories import stored_asset
 from tests.studio_pages import messages_of, text, walk
 
@@ -146,3 +146,21 @@ def test_it_pages_the_sets_newest_first_each_once(signed_in: Client, django_asse
     assert seen == newest_first
     assert len(pages) == 3
     assert f"{chosen.name} 2 draft" in text(pages[0])
+
+
+def test_adding_an_image_already_in_the_set_changes_nothing_not_even_its_version(
+    signed_in: Client, subject
+):
+    """A no-op used to move the version: an open publish page then asked again for nothing."""
+    asset = stored_asset(61, origin=Origin.UPLOADED, subject=subject)
+    avatar_set = engine.create_set(name="Family", asset_ids=[asset.pk])
+    version = avatar_set.version
+
+    response = signed_in.post(
+        f"/assets/{asset.pk}/add-to-set/", {"set": avatar_set.pk}, follow=True
+    )
+
+    assert messages_of(response) == ["Already in Family."]
+    avatar_set.refresh_from_db()
+    assert avatar_set.version == version, f"version {version} moved to {avatar_set.version}"
+    assert chosen_order(avatar_set) == [asset.pk]

@@ -68,9 +68,16 @@ def change_choice(
             with transaction.atomic():
                 # Claim the version first: another change's or a publish's own versioned
                 # write cannot land until this transaction ends, and then finds it moved.
+                read = avatar_set.version
                 update(avatar_set, expected=avatar_set.version)
                 before = list(avatar_set.items.values_list("asset_id", flat=True))
                 ids = id_list(change(before), "Assets", most=MAX_ITEMS)
+                if ids == before:
+                    # Nothing changes: the version stays, so a publish page open on this
+                    # set is not asked to look again for nothing.
+                    transaction.set_rollback(True)
+                    avatar_set.version = read
+                    return before, ids
                 # With the rows locked: a photo's removal (which locks its row first) may
                 # have committed since the change was asked for; once locked, none can.
                 _check_assets(ids, lock=True)
