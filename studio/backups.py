@@ -17,6 +17,7 @@ import shutil
 import signal
 import sqlite3
 import subprocess
+import threading
 from collections.abc import Iterable, Iterator
 from contextlib import closing
 from dataclasses import dataclass, field
@@ -119,6 +120,21 @@ def stopped_by_sigterm() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+@contextlib.contextmanager
+def not_stopped() -> Iterator[None]:
+    """While the block runs, a Ctrl-C or a SIGTERM is ignored: a restore's undo, which a
+    second Ctrl-C would otherwise leave half done under a sentence saying it was done."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signals reach the main thread only
+        return
+    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 # What stops a backup or a restore part way (a full disk, a folder that cannot be made, a

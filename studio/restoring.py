@@ -40,6 +40,7 @@ from studio.backups import (
     Placer,
     copy_sqlite,
     fsync_file,
+    not_stopped,
     originals_in_sqlite,
     run_pg,
 )
@@ -123,8 +124,9 @@ def restore_alone(src: Path, data_dir: Path, database: Path | None) -> Restored:
     try:
         fill(result, src, manifest, data_dir / "originals", placed, database)
     except BaseException:
-        undo(placed, database)
-        marker.unlink(missing_ok=True)
+        with not_stopped():  # quick, and a second Ctrl-C must not leave it half done
+            undo(placed, database)
+            marker.unlink(missing_ok=True)
         raise
     marker.unlink()
     originals.fsync_dir(data_dir)

@@ -1,6 +1,7 @@
 """Run a manage.py command that stops itself (SIGSTOP) when it first reaches a named function.
 
-Usage: python tests/pausepoints.py MODULE:FUNCTION COMMAND [ARGS...]
+Usage: python tests/pausepoints.py MODULE:FUNCTION[,MODULE:FUNCTION...] COMMAND [ARGS...]
+(each point stops it once, the first time it is reached)
 
 A test starts it with `start`, waits for the stop with `wait_paused`, does what must
 happen at that instant (a second run, a Ctrl-C, a kill) and lets it go on with SIGCONT.
@@ -20,7 +21,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def start(point: str, *command: str, env: dict[str, str]) -> subprocess.Popen[str]:
-    """Start `manage.py COMMAND` to stop itself on first reaching `point` (MODULE:FUNCTION)."""
+    """Start `manage.py COMMAND` to stop itself on first reaching `point` (MODULE:FUNCTION,
+    or several joined by commas)."""
     return subprocess.Popen(
         [sys.executable, str(Path(__file__)), point, *command],
         cwd=ROOT,
@@ -71,7 +73,8 @@ def main() -> None:
     django.setup()
     from django.core.management import execute_from_command_line
 
-    pause_at(sys.argv[1])
+    for point in sys.argv[1].split(","):
+        pause_at(point)
     execute_from_command_line(["manage.py", *sys.argv[2:]])
 
 

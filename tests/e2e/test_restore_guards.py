@@ -18,6 +18,7 @@ from tests.processes import Simulator, Stack, seed, server_url
 
 PROVIDERS = [{"provider": "openai", "candidates": 1}]
 FILLING = "studio.restoring:fill_sqlite"  # the originals are in place, the database not yet
+UNDOING = "studio.restoring:undo"  # a stopped restore is about to take back what it placed
 COPYING = "studio.backups:back_up_original"  # the snapshot is taken, no original copied yet
 UNFINISHED = "A restore into this data dir has not finished"
 
@@ -184,6 +185,31 @@ def test_ctrl_c_during_a_restore_takes_away_what_it_placed_and_says_to_run_it_ag
     assert f"The restore stopped: {why}." in said
     assert "run it again" in said
     assert placed(restored) == [] and not (restored.data_dir / "RESTORE-UNFINISHED").exists()
+    assert (restored.data_dir / "db.sqlite3").stat().st_size == 0
+    code, said = restore(restored, backup)
+    assert code == 0, said
+    assert_restored(restored, backup)
+
+
+def test_a_second_ctrl_c_while_a_restore_takes_back_what_it_placed_waits_for_it(
+    restored: Stack, backup: Path
+):
+    """Found by a review: the second Ctrl-C stopped the undo half way, under a sentence that
+    said what the restore had placed was taken away."""
+    running = start(f"{FILLING},{UNDOING}", "restore", str(backup), env=restored.env)
+    wait_paused(running)  # the originals are in place
+    running.send_signal(signal.SIGINT)
+    running.send_signal(signal.SIGCONT)
+    wait_paused(running)  # about to take them back
+    running.send_signal(signal.SIGINT)
+
+    code, said = finish(running)
+
+    assert code == 1, said
+    assert "Traceback" not in said
+    assert "The restore stopped: it was interrupted (Ctrl-C)." in said
+    assert placed(restored) == [], "the undo was cut short: originals are left in place"
+    assert not (restored.data_dir / "RESTORE-UNFINISHED").exists()
     assert (restored.data_dir / "db.sqlite3").stat().st_size == 0
     code, said = restore(restored, backup)
     assert code == 0, said
