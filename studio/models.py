@@ -337,7 +337,8 @@ class Attempt(Versioned):
     # A clip's key when sent (blank for images): every send under one key is one attempt,
     # since Ember answers them all with the same job and charges it once.
     idempotency_key = models.CharField(max_length=64, blank=True, default="")
-    ember_job_id = models.CharField(max_length=120, blank=True, default="")
+    # Indexed: a job Ember names for a new send is looked up among the earlier ones.
+    ember_job_id = models.CharField(max_length=120, blank=True, default="", db_index=True)
     submitted_at = models.DateTimeField()
     answered_at = models.DateTimeField(null=True, blank=True)
     outcome = models.CharField(max_length=12, choices=Outcome.choices)

@@ -9,6 +9,8 @@ recognise them. Those quoted from the contract are word for word.
 GONE_PHASE = (
     "Ember says it no longer has this image; a reconcile copies it only if Ember has it back"
 )
+# The phase of an `uncertain` task: a person (or the history search) finds out first.
+RECONCILE_PHASE = "Reconcile before retry"
 # A task's error when a frozen reference no longer matches (the contract's sentence):
 # nothing of it was sent, so once the photo is repaired a person may queue it again.
 REFERENCE_CHANGED = "A frozen reference failed its checksum."

@@ -17,7 +17,8 @@ JOBS = "/api/v1/api-generators/jobs"
 class FakeEmber:
     """Answers docs/ember.md's routes from memory and records what it was asked."""
 
-    def __init__(self, router: respx.Router, *, history: bool = True) -> None:
+    def __init__(self, router: respx.Router, *, history: bool = True, first: int = 1) -> None:
+        """`first`: the number of its first job (`job_<n>`), past those of an earlier fake."""
         self.router = router
         self.history = history
         self.submits: list[dict[str, Any]] = []
@@ -29,7 +30,7 @@ class FakeEmber:
         self.history_rows: dict[str, str] = {}  # job id -> its history row's own id
         self.lose_answers = 0  # how many accepted submits' answers to drop on the way back
         self.placeholder: bytes | None = None  # when set, every new image has these bytes
-        self._ids = itertools.count(1)
+        self._ids = itertools.count(first)
         self.submit_route = router.post(JOBS).mock(side_effect=self._submit)
         self.poll_route = router.get(path__regex=rf"^{JOBS}/(?P<job_id>[^/]+)$").mock(
             side_effect=self._poll

@@ -14,8 +14,8 @@ from django.utils import timezone
 
 from studio import engine
 from studio.ember.client import EmberClient
-from studio.models import Asset, TaskState
-from studio.store import move
+from studio.models import Asset, Attempt, TaskState
+from studio.store import move, update
 from studio.worker import MAY_HAVE_REACHED, Worker
 from tests.factories import a_task, drain, history_route, history_row, plan, png_bytes, uncertain
 from tests.fake_ember import JOBS, FakeEmber, catch_strays, seen
@@ -418,3 +418,58 @@ def test_an_image_shorter_than_its_answer_said_is_a_failed_copy_and_nothing_is_r
     )
     assert not Asset.objects.filter(sha256=hashlib.sha256(cut).hexdigest()).exists()
     assert not fake.release_route.called
+
+
+def test_a_job_ember_names_for_a_second_send_is_not_followed_for_it(subject, ember, worker):
+    """Ember answering two image submits with one job: the second task would have filed the
+    first's image as its own, shown done, while the job it may have paid for went unseen."""
+    fake = FakeEmber(ember)
+    [first, second] = plan(subject, candidates=2)
+    answers: list[str] = []
+
+    def same_job(request: httpx.Request) -> httpx.Response:
+        answer = fake._submit(request)  # Ember makes (and charges) a job for each
+        answers.append(answer.json()["id"])
+        return httpx.Response(202, json={"id": answers[0], "status": "queued"})
+
+    fake.submit_route.mock(side_effect=same_job)
+
+    drain(Worker(client=worker.client, workers=1, poll_interval=0, tick=0))
+
+    first.refresh_from_db()
+    second.refresh_from_db()
+    assert first.state == TaskState.DONE and first.ember_job_id == answers[0]
+    assert second.state == TaskState.UNCERTAIN, second.error
+    assert second.ember_job_id == "" and second.asset_id is None
+    assert second.error.startswith(f"Ember answered this send with job {answers[0]}, which task")
+    assert str(first.pk) in second.error and "Nothing more was sent" in second.error
+    [attempt] = second.attempts.all()
+    assert attempt.outcome == "unknown" and attempt.ember_job_id == ""
+    assert Asset.objects.filter(task__isnull=False).count() == 1  # the first's image, once
+    assert len(fake.submits) == 2, "nothing more was sent"
+    image = fake.jobs[answers[0]]["result"]["image"]["id"]
+    assert seen(ember).count(f"PATCH /api/v1/explorations/{image}/protection") == 1
+
+
+def test_a_job_ember_names_again_for_a_persons_resubmit_is_not_followed(subject, ember, worker):
+    """A failed job resubmitted by a person: Ember answering with the failed job's id again."""
+    fake = FakeEmber(ember)
+    task = a_task(subject)
+    sent = timezone.now() - timedelta(minutes=5)
+    Attempt.objects.create(
+        task=task, number=1, ember_job_id="job_77", submitted_at=sent, outcome="failed"
+    )
+    update(task, submitted_at=sent)  # as the first send left it
+
+    def old_answer(request: httpx.Request) -> httpx.Response:
+        fake._submit(request)
+        return httpx.Response(202, json={"id": "job_77", "status": "queued"})
+
+    fake.submit_route.mock(side_effect=old_answer)
+    drain(Worker(client=worker.client, workers=1, poll_interval=0, tick=0))
+
+    task.refresh_from_db()
+    assert task.state == TaskState.UNCERTAIN
+    assert "job job_77, which attempt 1 of this task already has" in task.error
+    assert [a.outcome for a in task.attempts.order_by("number")] == ["failed", "unknown"]
+    assert not any(path.startswith("GET /api/v1/api-generators/jobs/") for path in seen(ember))

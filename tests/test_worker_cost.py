@@ -16,7 +16,7 @@ from django.conf import settings
 from bench.cost import ThreadTime, WorkerCost
 from studio import engine
 from studio.ember.client import EmberClient
-from studio.models import Asset, Task, TaskState
+from studio.models import Asset, Attempt, Task, TaskState
 from studio.worker import Worker
 from tests.factories import batch_request, drain
 from tests.fake_ember import FakeEmber
@@ -26,12 +26,13 @@ pytestmark = pytest.mark.django_db(transaction=True)  # real commits, as the wor
 TASKS = 24  # six times the slots, so the first sweep and the heartbeats weigh little
 # Per task. Hops: preparing, submitting, running, copying, the asset row, done, and a
 # share of the pump's reads (one a pass; the rows it read beyond the room it had start
-# the next freed slots without another). Statements: those reads and nine writes (five
-# state changes, the attempt, the asset, its subject link and the task's link to it).
-# Commits: preparing, submitting, running, copying, the asset row and done, each before
-# the act it names; and heartbeats. Measured: 6.5 hops, 9.6 statements, 6.0 commits.
+# the next freed slots without another). Statements: those reads, the look for the job
+# Ember named among earlier sends, and nine writes (five state changes, the attempt, the
+# asset, its subject link and the task's link to it). Commits: preparing, submitting,
+# running, copying, the asset row and done, each before the act it names; and
+# heartbeats. Measured: 6.5 hops, 10.6 statements, 6.0 commits.
 MAX_HOPS = 7.0
-MAX_STATEMENTS = 10.0  # every SQL statement but BEGIN, COMMIT and savepoints
+MAX_STATEMENTS = 11.0  # every SQL statement but BEGIN, COMMIT and savepoints
 MAX_COMMITS = 6.2
 
 SQLITE = settings.DATABASES["default"]["ENGINE"].endswith("sqlite3")
@@ -39,7 +40,7 @@ SQLITE = settings.DATABASES["default"]["ENGINE"].endswith("sqlite3")
 
 def drive_images(subject, ember, watch: AbstractContextManager | None = None) -> WorkerCost:
     """Plan TASKS image tasks and drive them to `done` under `watch`; return what that cost."""
-    fake = FakeEmber(ember)
+    fake = FakeEmber(ember, first=Attempt.objects.count() + 1)  # its jobs are new ones
     providers = [{"provider": p, "candidates": TASKS // 3} for p in ("openai", "google", "flux")]
     batch = engine.generate(request=batch_request(subject, providers=providers))
     # The bench's worker (4 slots, no poll wait) with a long tick: it sweeps once, on its

@@ -32,7 +32,7 @@ from studio.ember.client import (
 )
 from studio.models import ACTIVE, Asset, Attempt, Kind, Origin, Task, TaskState
 from studio.store import Conflict, fitted, move, update
-from studio.worker import turns
+from studio.worker import named_twice, turns
 
 UNREACHABLE_BACKOFF = 10.0  # seconds before re-sending after nothing reached Ember
 AUTH_BACKOFF = 300.0  # seconds; wrong credentials will not fix themselves quickly
@@ -40,7 +40,7 @@ RESEND_BACKOFF = 2.0  # seconds before a clip is re-sent under its key
 CRASH_BACKOFF = 60.0  # seconds before a task whose step raised is tried again
 
 MAY_HAVE_REACHED = phrases.MAY_HAVE_REACHED
-RECONCILE_PHASE = "Reconcile before retry"
+RECONCILE_PHASE = phrases.RECONCILE_PHASE
 UNSAFE_ID_PHASE = "Ember named an id Avatars will not use; look the job up in Ember"
 COPY_FAILED_PHASE = "The copy from Ember failed; reconcile to retry"
 NOTHING_MORE_SENT = (
@@ -145,6 +145,9 @@ def _record_accepted(task: Task, submitted: Submitted, number: int, now: datetim
         if sent is None and task.kind == Kind.CLIP:
             # Recorded before attempts carried the key: the same job is the same attempt.
             sent = task.attempts.filter(ember_job_id=submitted.job_id).first()
+        holder = named_twice.holder(submitted.job_id, besides=sent)
+        if holder is not None:  # not this send's job: following it would file another's image
+            return named_twice.rest(task, submitted.job_id, number, now, sent=sent, holder=holder)
         if sent is None:
             Attempt.objects.create(
                 task=task,

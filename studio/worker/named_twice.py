@@ -1,0 +1,67 @@
+"""A 202 naming a job that an earlier send already has (docs/design.md §6.5).
+
+Every accepted image submit is a new job, and a clip's first send under its key too
+(docs/ember.md): a job id Ember names again belongs to the send it named it for first.
+Following it here would file that send's image as this task's result, and leave the job
+this send may have paid for unlooked-for. The task rests `uncertain` instead, its attempt
+unknown and without a job, as after a lost answer: the history search then looks for
+the job Ember made for it, and nothing more is sent.
+"""
+
+import logging
+from datetime import datetime
+from typing import Any
+
+from studio import phrases
+from studio.models import Attempt, Kind, Task, TaskState
+from studio.store import move, update
+
+log = logging.getLogger("studio.worker")
+
+
+def holder(job_id: str, *, besides: Attempt | None) -> Attempt | None:
+    """Return an earlier send Ember already answered with `job_id`, `besides` (the attempt
+    this send belongs to: a clip re-sent under its key) aside."""
+    earlier = Attempt.objects.filter(ember_job_id=job_id)
+    if besides is not None:
+        earlier = earlier.exclude(pk=besides.pk)
+    return earlier.select_related("task").first()
+
+
+def rest(
+    task: Task,
+    job_id: str,
+    number: int,
+    now: datetime,
+    *,
+    sent: Attempt | None,
+    holder: Attempt,
+) -> Task:
+    """Record the send as unknown (no job) and rest `task` uncertain, saying whose job it is."""
+    if holder.task_id == task.pk:
+        whose = f"attempt {holder.number} of this task"
+    else:
+        other = holder.task
+        whose = f"task {other.pk} ({other.provider} {other.frame} #{other.ordinal})"
+    looked_for = (
+        "Ember's history is searched for this task's own job"
+        if task.kind == Kind.IMAGE
+        else "reconcile it to look for this task's own job"
+    )
+    error = (
+        f"Ember answered this send with job {job_id}, which {whose} already has: it is not "
+        f"followed for this task. Nothing more was sent; {looked_for}."
+    )
+    fields: dict[str, Any] = {
+        "idempotency_key": task.idempotency_key,
+        "answered_at": now,
+        "outcome": Attempt.Outcome.UNKNOWN,
+        "error": error,
+    }
+    if sent is None:
+        submitted_at = task.submitted_at or now
+        Attempt.objects.create(task=task, number=number, submitted_at=submitted_at, **fields)
+    else:
+        update(sent, **fields)
+    log.error("task=%s Ember named job %s, which %s already has", task.pk, job_id, whose)
+    return move(task, TaskState.UNCERTAIN, phase=phrases.RECONCILE_PHASE, error=error)
