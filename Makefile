@@ -45,8 +45,9 @@ bench-postgres: $(STAMP)
 	url=$$(scripts/pg.sh start) && trap 'scripts/pg.sh stop' EXIT && \
 		DATABASE_URL=$$url $(PY) -m bench.run $(ARGS)
 
+# exec: the demo is make's own child, so it sees make killed outright (no shell between).
 demo: $(STAMP)
-	DJANGO_DEBUG=true $(PY) manage.py demo
+	exec env DJANGO_DEBUG=true $(PY) manage.py demo $(ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

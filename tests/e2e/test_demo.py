@@ -16,25 +16,24 @@ import pytest
 from tests.processes import ROOT, Stack, free_port
 
 
-def start_demo(
-    data_dir, web_port: int, ember_port: int, *, starter: tuple[str, ...] = ()
-) -> tuple[subprocess.Popen[str], dict]:
-    """Start `manage.py demo` (under `starter`'s argv, when given) and read what it prints."""
+def demo_env(data_dir) -> dict[str, str]:
     env = {**os.environ, "AVATARS_DATA_DIR": str(data_dir), "PYTHONUNBUFFERED": "1"}
-    env.pop("DATABASE_URL", None)
+    env.pop("DATABASE_URL", None)  # the demo runs on SQLite, as docs/operations.md says
+    return env
+
+
+def start_demo(
+    data_dir, web_port: int, ember_port: int, *, make: bool = False
+) -> tuple[subprocess.Popen[str], dict]:
+    """Start `manage.py demo` (through `make demo`, with `make`) and read what it prints."""
+    args = ["--port", str(web_port), "--ember-port", str(ember_port), "--job-seconds", "0.2"]
+    if make:
+        argv = ["make", "-s", "--no-print-directory", "demo", f"ARGS={' '.join(args)}"]
+    else:
+        argv = [sys.executable, "manage.py", "demo", *args]
+    env = demo_env(data_dir)
     proc = subprocess.Popen(
-        [
-            *starter,
-            sys.executable,
-            "manage.py",
-            "demo",
-            "--port",
-            str(web_port),
-            "--ember-port",
-            str(ember_port),
-            "--job-seconds",
-            "0.2",
-        ],
+        argv,
         cwd=ROOT,
         env=env,
         stdout=subprocess.PIPE,
@@ -44,12 +43,12 @@ def start_demo(
     assert proc.stdout is not None
     printed: dict[str, str] = {}
     for line in proc.stdout:
-        match = re.match(r"\s+(studio|login|password):\s+(\S+)", line)
+        match = re.match(r"\s+(studio|login|password|data):\s+(.+)", line)
         if match:
-            printed[match[1]] = match[2]
-        if "password" in printed:
+            printed[match[1]] = match[2].strip()
+        if "data" in printed:  # the last line it prints about itself
             break
-    assert set(printed) == {"studio", "login", "password"}, printed
+    assert set(printed) == {"studio", "login", "password", "data"}, printed
     return proc, printed
 
 
@@ -87,6 +86,11 @@ def stop(proc: subprocess.Popen[str]) -> str:
     return out
 
 
+RENAME = "result = Subject.objects.filter(name='Ada').update(name='Ada Lovelace')"
+NAMES = (
+    "from studio.models import Subject\n"
+    "result = sorted(Subject.objects.values_list('name', flat=True))"
+)
 STATES = (
     "from studio.models import Batch, Subject, Task\n"
     "result = [Batch.objects.count(), Subject.objects.count(),"
@@ -121,44 +125,87 @@ def test_the_demo_runs_everything_prints_a_login_and_stops_on_ctrl_c(tmp_path):
     assert proc.returncode == 0, out
     assert "Avatars demo stopped." in out
 
-    # Twice in a row: a new random password, no duplicate seed, no second sample batch.
+    # Twice in a row: a new random password, no duplicate seed (Ada renamed is not made
+    # again: a review's), no second sample batch; it says the data was kept, and where.
+    stack.django("from studio.models import Subject\n" + RENAME)
     proc, again = start_demo(data_dir, web, ember)
     try:
         assert again["password"] != printed["password"]
         assert wait_until(lambda: sign_in(again["studio"], again["login"], again["password"]))
+        assert not sign_in(again["studio"], printed["login"], printed["password"])
     finally:
         out = stop(proc)
     assert proc.returncode == 0, out
+    assert printed["data"] == str(data_dir)
+    assert again["data"].startswith(f"{data_dir} (kept from an earlier run;"), again
     assert stack.django(STATES) == [1, 2, ["done"]]
+    assert stack.django(NAMES) == ["Ada Lovelace", "Bo"]
+
+
+def children_of(pid: int) -> dict[str, int]:
+    """The demo's children, by the command each runs."""
+    found = {}
+    for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split():
+        argv = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
+        found[next(a.decode() for a in argv if a.decode() in COMMANDS)] = int(child)
+    return found
+
+
+COMMANDS = ("ember_simulator", "avatars.asgi:application", "run_worker")
 
 
 def test_it_stops_everything_and_says_which_process_died_when_one_exits(tmp_path):
-    """Ember's port is taken: the simulator cannot listen, so the whole demo stops and fails."""
-    env = {**os.environ, "AVATARS_DATA_DIR": str(tmp_path / "demo"), "PYTHONUNBUFFERED": "1"}
-    env.pop("DATABASE_URL", None)
-    web = free_port()
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
-        ember = str(taken.getsockname()[1])
-        done = subprocess.run(
-            [sys.executable, "manage.py", "demo", "--port", str(web), "--ember-port", ember],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
+    data_dir = tmp_path / "demo"
+    web, ember = free_port(), free_port()
+    proc, _printed = start_demo(data_dir, web, ember)
+    try:
+        assert wait_until(lambda: listening(web) and listening(ember))
+        assert wait_until(lambda: len(children_of(proc.pid)) == 3)
+        os.kill(children_of(proc.pid)["run_worker"], signal.SIGKILL)
+        out, _ = proc.communicate(timeout=90)
+    finally:
+        proc.kill()
+    assert proc.returncode != 0
+    assert "The worker exited with code -9." in out, out
+    assert "Avatars demo stopped." not in out
+    assert not listening(web) and not listening(ember), "the others were stopped too"
+
+
+def test_a_second_demo_changes_nothing_of_the_one_running_and_says_why(tmp_path):
+    """Found by a review: a second `make demo` set a new password, then failed on its ports;
+    the first demo's printed login no longer worked."""
+    data_dir = tmp_path / "demo"
+    web, ember = free_port(), free_port()
+    proc, printed = start_demo(data_dir, web, ember)
+    try:
+        assert wait_until(lambda: sign_in(printed["studio"], printed["login"], printed["password"]))
+        same_ports = ["--port", str(web), "--ember-port", str(ember)]
+        other_ports = ["--port", str(free_port()), "--ember-port", str(free_port())]
+        refusals = {}
+        for name, ports in (("ports", same_ports), ("worker", other_ports)):
+            refusals[name] = subprocess.run(
+                [sys.executable, "manage.py", "demo", *ports],
+                cwd=ROOT,
+                env=demo_env(data_dir),
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+        assert sign_in(printed["studio"], printed["login"], printed["password"]), (
+            "the first demo's login stopped working"
         )
+    finally:
+        stop(proc)
+    taken, owned = refusals["ports"], refusals["worker"]
+    assert taken.returncode != 0 and owned.returncode != 0
+    assert f"Port {web} on 127.0.0.1 is taken" in taken.stderr, taken.stderr
+    assert 'make demo ARGS="--port 8001 --ember-port 8766"' in taken.stderr
+    assert "Another Avatars worker already owns this database" in owned.stderr, owned.stderr
+    for refused in (taken, owned):
+        assert "Nothing was changed." in refused.stderr
+        assert "password" not in refused.stdout and "Traceback" not in refused.stderr
 
-    assert done.returncode != 0
-    assert "The ember simulator exited with code 1." in done.stderr, done.stderr
-    assert "Avatars demo stopped." not in done.stdout
-    with pytest.raises(httpx.TransportError):  # the studio it had started is gone too
-        httpx.get(f"http://127.0.0.1:{web}/", timeout=2)
 
-
-# A stand-in for `make`: runs the demo as its child and waits for it.
-MAKE = (sys.executable, "-c", "import subprocess, sys; subprocess.run(sys.argv[1:])")
 GONE_BOUND = 15.0  # seconds for all three to be gone once their starter is
 
 
@@ -177,7 +224,7 @@ def worker_lock_free(data_dir) -> bool:
 
 
 def demo_pid(parent: int) -> int:
-    """The pid of `parent`'s one child (the demo command under the stand-in for make)."""
+    """The pid of `parent`'s one child (the demo command under make: no shell between)."""
     children = Path(f"/proc/{parent}/task/{parent}/children").read_text().split()
     assert len(children) == 1, children
     return int(children[0])
@@ -189,7 +236,7 @@ def test_nothing_is_left_running_when_the_demo_or_its_starter_is_killed_outright
     and the simulator running, holding their ports and the worker's lock."""
     data_dir = tmp_path / "demo"
     web, ember = free_port(), free_port()
-    starter, _printed = start_demo(data_dir, web, ember, starter=MAKE)
+    starter, _printed = start_demo(data_dir, web, ember, make=True)  # the real make
     try:
         assert starter.stdout is not None
         for line in starter.stdout:  # the children print to the same pipe

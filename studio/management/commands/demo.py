@@ -3,6 +3,7 @@
 import ctypes
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -16,6 +17,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from studio.demo import seed_demo
+from studio.ownership import AlreadyRunning, NotDurable, Ownership
 from studio.serving import studio_command
 
 ROOT = Path(settings.BASE_DIR)
@@ -32,6 +34,12 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         """Migrate, seed, start the three processes, and stop them all on Ctrl-C or a failure."""
+        # Before anything is written: a second demo must not set a new password under the
+        # feet of the one already running, then fail on its ports.
+        _check_free(options["port"], options["ember_port"])
+        data_dir = Path(settings.AVATARS_DATA_DIR)
+        database = data_dir / "db.sqlite3"  # made empty when settings load, if it was not there
+        kept = database.exists() and database.stat().st_size > 0
         call_command("migrate", verbosity=0)
         seeded = seed_demo()
         ember_url = f"http://127.0.0.1:{options['ember_port']}"
@@ -50,6 +58,12 @@ class Command(BaseCommand):
             f"  Ember:    {ember_url} (the simulator)\n"
             f"  login:    {seeded.username}\n"
             f"  password: {seeded.password}\n"
+            + (
+                f"  data:     {data_dir} (kept from an earlier run; stop the demo and remove "
+                "that folder to start over)\n"
+                if kept
+                else f"  data:     {data_dir}\n"
+            )
         )
         self.stdout.flush()
         failed = _watch(procs, stopping, starter)
@@ -57,6 +71,33 @@ class Command(BaseCommand):
         if failed:
             raise CommandError(failed)
         self.stdout.write("Avatars demo stopped.")
+
+
+def _check_free(*ports: int) -> None:
+    """Raise CommandError, before anything is set up, when a port or the worker is taken."""
+    for port in ports:
+        with socket.socket() as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the servers do
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError as exc:
+                raise CommandError(
+                    f"Port {port} on 127.0.0.1 is taken ({exc.strerror}): is a demo already "
+                    "running? Stop it, or choose other ports: "
+                    'make demo ARGS="--port 8001 --ember-port 8766". Nothing was changed.'
+                ) from None
+    ownership = Ownership()
+    try:
+        ownership.acquire()
+    except AlreadyRunning as exc:
+        raise CommandError(
+            f"{exc} (a demo or run_worker on {settings.AVATARS_DATA_DIR}): stop it first. "
+            "Nothing was changed."
+        ) from None
+    except NotDurable as exc:
+        raise CommandError(str(exc)) from None
+    finally:
+        ownership.release()
 
 
 def _commands(options: dict[str, Any]) -> dict[str, list[str]]:
