@@ -367,6 +367,8 @@ async def _send(
         (b"content-length", str(len(body)).encode()),
         # The body was not read: the connection cannot carry another request.
         (b"connection", b"close"),
+        # A refusal is about this request: no cache keeps it (as every API answer).
+        (b"cache-control", b"max-age=0, no-cache, no-store, must-revalidate, private"),
         *(extra or []),
     ]
     await send({"type": "http.response.start", "status": status, "headers": headers})

@@ -315,6 +315,7 @@ LOGGING = {
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "filters": {"without_traceback": {"()": "avatars.logfilters.WithoutTraceback"}},
     "loggers": {
         "studio": {
             "handlers": ["console"],
@@ -325,6 +326,8 @@ LOGGING = {
         # input are not errors of ours, and are not logged one by one.
         "django": {"handlers": ["console"], "level": "WARNING"},
         "django.request": {"level": "ERROR"},
+        # A foreign Host header: one line saying which, not a traceback a request.
+        "django.security.DisallowedHost": {"filters": ["without_traceback"]},
         "httpx": {"level": "WARNING"},
     },
 }

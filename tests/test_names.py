@@ -18,11 +18,13 @@ def test_a_name_keeps_what_shows_and_never_a_control_that_reorders_text(text):
     name = names.cleaned(text)
 
     assert not set(name) & {chr(c) for c in names.BIDI_CONTROLS}
+    assert not [c for c in name if unicodedata.category(c) in names.BREAKS], repr(name)
     shows = [c for c in name if unicodedata.category(c) not in names.UNSEEN]
     assert bool(name) == bool(shows), repr(name)
-    if name:  # nothing but the controls and the ends' spaces went
-        kept = text.translate(names.BIDI_CONTROLS).strip()
-        assert name == kept
+    if name:  # nothing but the controls and the ends' spaces went; breaks became spaces
+        kept = text.translate(names.BIDI_CONTROLS)
+        spaced = "".join(" " if unicodedata.category(c) in names.BREAKS else c for c in kept)
+        assert name == spaced.strip()
 
 
 def test_a_family_emoji_keeps_its_joiners_and_an_override_goes():
@@ -40,3 +42,26 @@ def test_a_set_and_a_rename_need_a_name_that_shows(unseen, make_subject):
         engine.create_set(name=unseen, asset_ids=[])
     with pytest.raises(InvalidRequest, match=r"A subject needs a name\."):
         curation.rename_subject(subject=make_subject("Ada"), name=unseen)
+
+
+@pytest.mark.parametrize(
+    ("given", "kept"),
+    [("\u0007bell", "bell"), ("a\nb", "a b"), ("a\r\nb", "a  b"), ("a\u2028b", "a b")],
+)
+def test_a_name_shows_no_bell_and_no_line_break(given, kept):
+    """Found by a review: the API kept a bell and new lines in names and titles."""
+    assert engine.create_subject(name=given).name == kept
+
+
+@pytest.mark.parametrize("unseen", ["\u200b", "\u202e\u200b", "\ufeff", "\u0301", "\x07"])
+def test_a_prompt_that_shows_nothing_is_empty_and_nothing_is_planned(unseen, make_subject):
+    """Found by a review: a prompt of a zero-width space was planned, sent and paid for."""
+    subject = make_subject("Ada")
+    request = {
+        "prompt": unseen,
+        "subjects": [subject.pk],
+        "providers": [{"provider": "openai", "candidates": 1}],
+    }
+
+    with pytest.raises(InvalidRequest, match=r"^The prompt must not be empty\.$"):
+        engine.generate(request=request)

@@ -79,7 +79,11 @@ class JsonObject(Parser):
             raise ApiError(400, "invalid_json", NOT_JSON) from None
         if not isinstance(body, dict):
             raise ApiError(400, "invalid_request", "The request body must be a JSON object.")
-        if not _storable(body):
+        try:
+            storable = _storable(body)
+        except RecursionError:  # parsed, but too deep to walk: as one too deep to parse
+            raise ApiError(400, "invalid_json", NOT_JSON) from None
+        if not storable:
             raise ApiError(400, "invalid_request", UNSTORABLE)
         return body
 
@@ -112,6 +116,10 @@ def token_first(view: View, *, methods: Collection[str] = ()) -> View:
             return unauthorized()
         request.user = token.user
         request.api_token = token  # type: ignore[attr-defined]
+        try:
+            request.GET  # noqa: B018 - Django counts the query's fields when it is first read
+        except TooManyFieldsSent:  # on every route, not only those that read the query
+            return too_long_a_query()
         if request.method == "HEAD" and "GET" in methods:
             return head_as_get(view, request, *args, **kwargs)
         response = view(request, *args, **kwargs)
@@ -205,10 +213,7 @@ def _bad_upload(request: HttpRequest, exc: Any) -> HttpResponse:
     Django counts a query string's fields too: past the limit there, the query is at fault.
     """
     if isinstance(exc, TooManyFieldsSent) and request.method in ("GET", "HEAD"):
-        limit = settings.DATA_UPLOAD_MAX_NUMBER_FIELDS
-        return error_response(
-            400, "invalid_request", f"The query has more than {limit} fields; send fewer."
-        )
+        return too_long_a_query()
     if isinstance(exc, TooManyFilesSent):
         return error_response(400, "invalid_upload", TOO_MANY_FILES)
     if isinstance(exc, TooManyFieldsSent):
@@ -216,6 +221,13 @@ def _bad_upload(request: HttpRequest, exc: Any) -> HttpResponse:
         return error_response(400, "invalid_upload", TOO_MANY_FIELDS.format(limit=limit))
     long_headers = "header size exceeded" in str(exc)
     return error_response(400, "invalid_upload", LONG_PART_HEADERS if long_headers else BAD_UPLOAD)
+
+
+def too_long_a_query() -> HttpResponse:
+    limit = settings.DATA_UPLOAD_MAX_NUMBER_FIELDS
+    return error_response(
+        400, "invalid_request", f"The query has more than {limit} fields; send fewer."
+    )
 
 
 def _refused(request: HttpRequest, exc: Any) -> HttpResponse:

@@ -5,6 +5,7 @@ from typing import TypeVar
 from django.core.exceptions import ValidationError
 from django.db.models import AutoField, Model, QuerySet
 from django.http import JsonResponse
+from django.utils.cache import add_never_cache_headers
 
 from studio import engine, originals
 from studio.ids import row_id
@@ -52,7 +53,11 @@ class ApiError(Exception):
 
 
 def error_response(status: int, code: str, message: str) -> JsonResponse:
-    return JsonResponse({"error": {"code": code, "message": message}}, status=status)
+    """Answer with the API's error shape, never to be cached: a refusal made before the
+    token was taken (401, a bad host) passes no middleware that would say so."""
+    response = JsonResponse({"error": {"code": code, "message": message}}, status=status)
+    add_never_cache_headers(response)
+    return response
 
 
 def refusal(exc: Exception) -> JsonResponse:

@@ -52,10 +52,18 @@ def batch_json(batch: Batch) -> dict[str, Any]:
         "id": str(batch.pk),
         "title": batch.title,
         "created_at": _time(batch.created_at),
-        "request": batch.request,
+        "request": _request_json(batch.request),
         "tasks": [task_json(t, attempts=counts.get(t.pk, 0)) for t in batch.tasks.all()],
         "progress": engine.progress(batch=batch),
     }
+
+
+def _request_json(request: dict[str, Any]) -> dict[str, Any]:
+    """Return a batch's request as planned, its ids strings as everywhere else (docs/api.md)."""
+    named = {
+        key: [str(i) for i in request[key]] for key in ("subjects", "references") if key in request
+    }
+    return {**request, **named}
 
 
 def asset_json(asset: Asset) -> dict[str, Any]:

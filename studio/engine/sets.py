@@ -72,9 +72,7 @@ def change_choice(
                 update(avatar_set, expected=avatar_set.version)
                 before = list(avatar_set.items.values_list("asset_id", flat=True))
                 ids = id_list(change(before), "Assets", most=MAX_ITEMS)
-                if ids == before:
-                    # Nothing changes: the version stays, so a publish page open on this
-                    # set is not asked to look again for nothing.
+                if ids == before:  # the version stays: an open publish page need not ask
                     transaction.set_rollback(True)
                     avatar_set.version = read
                     return before, ids

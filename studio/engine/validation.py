@@ -22,16 +22,25 @@ MAX_LISTED = 1000  # items of a list of reference photos read at all
 ECHOED = 100  # characters of a caller's own value said back in a refusal, the ellipsis included
 
 
+def _prompt(value: object) -> str:
+    """Return the prompt trimmed, or InvalidRequest when it is empty or too long."""
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidRequest("The prompt must not be empty.")
+    prompt = value.strip()
+    if len(prompt) > MAX_PROMPT:
+        raise InvalidRequest(f"The prompt is too long (at most {MAX_PROMPT} characters).")
+    # A prompt nothing of which shows (a zero-width space, an override) is empty too: it
+    # would be paid for, and a person would see a blank where it should be (a review's).
+    if not names.cleaned(prompt):
+        raise InvalidRequest("The prompt must not be empty.")
+    return prompt
+
+
 def validate(request: object) -> dict[str, Any]:
     """Return the plan for `request` (its tasks, and the request to store), or InvalidRequest."""
     if not isinstance(request, dict):
         raise InvalidRequest("The request must be a JSON object.")
-    prompt = request.get("prompt")
-    if not isinstance(prompt, str) or not prompt.strip():
-        raise InvalidRequest("The prompt must not be empty.")
-    prompt = prompt.strip()
-    if len(prompt) > MAX_PROMPT:
-        raise InvalidRequest(f"The prompt is too long (at most {MAX_PROMPT} characters).")
+    prompt = _prompt(request.get("prompt"))
     title = request.get("title")
     if title is not None and not isinstance(title, str):
         raise InvalidRequest("The title must be text.")

@@ -67,7 +67,10 @@ def test_it_accepts_a_batch_with_202_and_sends_nothing_to_ember(api, subject, em
     assert set(body) == {"id", "title", "created_at", "request", "tasks", "progress"}
     assert body["id"] == str(batch.pk)
     assert body["title"] == "Spring avatars"
-    assert body["request"]["subjects"] == [subject.pk]
+    # Ids are strings, in the request as planned too (a review found numbers there).
+    assert body["request"]["subjects"] == [str(subject.pk)]
+    assert body["request"]["references"] == [str(i) for i in batch.request["references"]]
+    assert body["request"]["references"], "the subject has a reference photo"
     assert len(body["tasks"]) == 6  # (2 openai + 1 flux) x (image + clip)
     assert all(set(t) == TASK_KEYS for t in body["tasks"])
     assert {t["state"] for t in body["tasks"]} == {"queued"}
@@ -190,6 +193,10 @@ def test_it_cancels_a_batch_and_reports_the_cancelled_and_the_kept(api, subject)
         ),
         (lambda s: ["a list, not a batch"], "The request body must be a JSON object."),
         (lambda s: '{"prompt": "a portrait", ', "The request body is not valid JSON."),
+        # Deep enough to parse, too deep to walk: ninja's own "Cannot parse request body".
+        (lambda s: '{"x": ' + "[" * 600 + "]" * 600 + "}", "The request body is not valid JSON."),
+        (lambda s: '{"x": ' + "[" * 5000 + "]" * 5000 + "}", "The request body is not valid JSON."),
+        (lambda s: batch_request(s, prompt="\u202e\u200b"), "The prompt must not be empty."),
     ],
     ids=[
         "empty-prompt",
@@ -204,6 +211,9 @@ def test_it_cancels_a_batch_and_reports_the_cancelled_and_the_kept(api, subject)
         "unknown-frame",
         "not-an-object",
         "malformed-json",
+        "nested-600-deep",
+        "nested-5000-deep",
+        "invisible-prompt",
     ],
 )
 def test_it_refuses_a_bad_batch_and_creates_nothing(api, subject, ember, make_body, message):

@@ -49,6 +49,7 @@ def test_it_answers_an_api_call_for_another_host_with_a_json_400(deployed, metho
     assert response.status_code == 400
     assert response["Content-Type"] == "application/json"
     assert error(response) == NOT_SERVED
+    assert "no-store" in response["Cache-Control"]  # as every API answer (a review's)
 
 
 def test_it_answers_an_api_call_without_a_token_for_another_host_with_the_same_400(deployed):
@@ -102,3 +103,12 @@ def test_it_answers_its_own_host_as_ever(deployed):
     response = script.get(f"{API}/subjects")
 
     assert response.status_code == 200
+
+
+def test_a_foreign_host_is_logged_in_one_line_without_a_traceback(deployed, caplog):
+    """Found by a review over uvicorn: thirty lines of traceback for each such request."""
+    Client(raise_request_exception=False, headers={"Host": OTHER_HOST}).get(f"{API}/subjects")
+
+    [record] = [r for r in caplog.records if r.name == "django.security.DisallowedHost"]
+    assert OTHER_HOST in record.getMessage()
+    assert record.exc_info is None and record.exc_text is None

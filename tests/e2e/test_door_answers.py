@@ -144,3 +144,54 @@ def test_an_authenticated_body_past_2_5_mb_is_spooled_to_the_temporary_directory
     assert all(name.endswith("(deleted)") for name in held), held
     assert answer.split("\r\n", 1)[0].split()[1] == "400", answer[:300]  # not a form
     assert spooled_bytes(spool) == 0
+
+
+def head_of(answer: str) -> tuple[str, dict[str, str]]:
+    """The status code and the headers (lower-cased names) of a raw answer."""
+    lines = answer.split("\r\n\r\n", 1)[0].split("\r\n")
+    headers = dict(line.split(": ", 1) for line in lines[1:])
+    return lines[0].split()[1], {name.lower(): value for name, value in headers.items()}
+
+
+def test_every_refusal_over_uvicorn_is_marked_never_to_be_cached(served):
+    """Found by a review: 401, 403 read_only, 411 and 413 answers had no Cache-Control, as
+    docs/api.md says every answer has."""
+    web, stack, _spool, token, subject_id = served
+    read_only = {"Authorization": f"Bearer {stack.env['READ_ONLY_TOKEN']}"}
+    writer = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    big = json.dumps({"name": "x" * (3 * MB)}).encode()
+    answers = {
+        "401": answer_to(web, "/api/v1/subjects", {"Content-Length": "2"}, b"{}"),
+        "403": answer_to(web, "/api/v1/subjects", {**read_only, "Content-Length": "2"}, b"{}"),
+        "411": chunked_upload(
+            web,
+            f"/api/v1/subjects/{subject_id}/references",
+            {"Authorization": f"Bearer {token}"},
+            "file",
+            png_bytes(42),
+        ),
+        "413": answer_to(web, "/api/v1/subjects", {**writer, "Content-Length": str(len(big))}, big),
+    }
+
+    for expected, answer in answers.items():
+        status, headers = head_of(answer)
+        assert status == expected, answer[:300]
+        assert "no-store" in headers.get("cache-control", ""), (expected, headers)
+
+
+def test_a_query_of_too_many_fields_is_refused_on_every_route_over_uvicorn(served):
+    """Found by a review: only `GET /subjects` counted its query's fields."""
+    web, _stack, _spool, token, _subject_id = served
+    query = "&".join(f"f{n}=1" for n in range(1001))
+    headers = {"Authorization": f"Bearer {token}"}
+
+    for method, path in (("GET", NO_TASK), ("GET", NO_BATCH), ("POST", "/api/v1/subjects")):
+        answer = httpx.request(
+            method, f"{web.url}{path}?{query}", headers=headers, json={"name": "Cy"}
+        )
+
+        assert answer.status_code == 400, (method, path, answer.text)
+        assert answer.json()["error"] == {
+            "code": "invalid_request",
+            "message": "The query has more than 1000 fields; send fewer.",
+        }
