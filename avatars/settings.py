@@ -23,7 +23,8 @@ DEBUG = env_bool("DJANGO_DEBUG", False)
 if not DEBUG and (SECRET_KEY == DEV_SECRET_KEY or len(SECRET_KEY.strip()) < MIN_SECRET_LENGTH):
     raise ImproperlyConfigured(
         "DJANGO_SECRET_KEY must be set to a real secret of at least "
-        f"{MIN_SECRET_LENGTH} characters when DJANGO_DEBUG is off."
+        f"{MIN_SECRET_LENGTH} characters when DJANGO_DEBUG is off. (On the demo's own data, "
+        "as `make demo` runs it: DJANGO_DEBUG=true .venv/bin/python manage.py ...)"
     )
 ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
 

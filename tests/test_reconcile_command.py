@@ -102,3 +102,16 @@ def test_an_unknown_id_is_named_as_it_was_written(subject):
     _said, ended = run_reconcile(missing)
 
     assert ended is not None and str(ended) == f"Unknown task: {missing}"
+
+
+def test_all_with_nothing_to_reconcile_says_so_and_asks_ember_nothing(subject, ember):
+    """Found by a review: `reconcile --all` on a quiet install printed nothing at all."""
+    a_task(subject)  # queued: the worker's, not reconcile's
+
+    out, failed = run_reconcile("--all")
+
+    assert failed is None
+    assert out.strip() == (
+        "No task needs reconciling (none is uncertain, history_missing or copy_failed)."
+    )
+    assert len(ember.calls) == 0

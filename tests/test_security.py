@@ -117,6 +117,8 @@ def test_an_empty_or_short_secret_refuses_to_start_with_debug_off(tmp_path, secr
     assert "DJANGO_SECRET_KEY must be set to a real secret of at least 50 characters" in (
         done.stderr
     )
+    # A newcomer running a command on the demo's data is told how (a review's).
+    assert "as `make demo` runs it: DJANGO_DEBUG=true .venv/bin/python manage.py" in done.stderr
 
 
 def test_a_new_data_dir_is_private_and_so_is_its_database(tmp_path):

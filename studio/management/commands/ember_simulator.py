@@ -21,10 +21,12 @@ class Command(BaseCommand):
     requires_system_checks: list[str] = []
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--host", default="127.0.0.1")
-        parser.add_argument("--port", type=int, default=8765)
+        parser.add_argument("--host", default="127.0.0.1", help="Address (default 127.0.0.1).")
+        parser.add_argument("--port", type=int, default=8765, help="Port (default 8765).")
         parser.add_argument("--token", default=None, help="Bearer token (default EMBER_TOKEN).")
-        parser.add_argument("--job-seconds", type=float, default=2.0)
+        parser.add_argument(
+            "--job-seconds", type=float, default=2.0, help="How long a job runs (default 2)."
+        )
         parser.add_argument("--verbose", action="store_true", help="Log requests to stderr.")
         parser.add_argument(
             "--state-file",

@@ -47,6 +47,10 @@ class Command(BaseCommand):
             asked = sum(counts.values())
             parts = ", ".join(f"{counts[what]} {what}" for what in (HANDED_BACK, LEFT, MOVED))
             self.stdout.write(f"{_tasks(asked)}: {parts}, {counts[UNASKED]} {UNASKED}.")
+        elif not found:  # --all, and nothing waits: said, so a run is not mistaken for none
+            self.stdout.write(
+                "No task needs reconciling (none is uncertain, history_missing or copy_failed)."
+            )
         failures = []
         if refused:
             failures.append(f"{len(refused)} task(s) were not reconcilable.")
