@@ -54,9 +54,15 @@ api = NinjaAPI(
 state_errors(api)
 
 
+# What any route may answer before its view runs (docs/api.md): a query of too many
+# fields or a foreign host (400), no token (401), a method it does not take (405), a body
+# too slow (408) or too large (413).
+ANY_ROUTE = (400, 401, 405, 408, 413)
+
+
 def errors(*statuses: int) -> dict[int, type[ErrorOut]]:
-    """Document `statuses`, and the 401 every route may answer, as errors."""
-    return {status: ErrorOut for status in (401, *statuses)}
+    """Document `statuses`, and those every route may answer (ANY_ROUTE), as errors."""
+    return {status: ErrorOut for status in sorted({*ANY_ROUTE, *statuses})}
 
 
 READ = errors(404)
@@ -78,7 +84,7 @@ def create_subject(request: HttpRequest, body: SubjectIn) -> Status:
 
 @api.post(
     "/subjects/{subject_id}/references",
-    response={201: AssetOut, **errors(400, 403, 404, 413, 503)},
+    response={201: AssetOut, **errors(403, 404, 411, 503)},  # 411: sent in chunks
     url_name="references",
 )
 def references(
