@@ -139,6 +139,11 @@ def _references(value: object, subjects: list[Subject]) -> list[dict[str, Any]]:
         found = {a.pk: a for a in uploaded.filter(pk__in=existing_ids(ids))}
         missing = [i for i in ids if i not in found]
         if missing:
+            if Asset.objects.filter(pk__in=existing_ids(missing[:1])).exists():
+                raise InvalidRequest(
+                    f"Asset {echo(missing[0])} is a result, not a reference photo: a batch "
+                    "sends only uploaded photos."
+                )
             raise InvalidRequest(f"Unknown reference photo: {echo(missing[0])}.")
         # A photo taken off every subject is kept only for the sets and batches using it.
         removed = uploaded.filter(pk__in=found, subjects__isnull=True)

@@ -20,6 +20,7 @@ from tests.factories import (
     a_batch,
     batch_request,
     png_bytes,
+    stored_asset,
 )
 
 pytestmark = pytest.mark.django_db
@@ -375,3 +376,16 @@ def test_a_photo_removed_from_every_subject_is_not_sent_again(api, make_subject)
         f"Reference photo {photo.pk} was removed from its subjects; it is not sent again."
     )
     assert not Task.objects.exists()
+
+
+def test_a_result_named_as_a_reference_photo_is_refused_saying_what_it_is(api, subject):
+    """Found by a review: "Unknown reference photo: 7." for an asset that exists."""
+    result = stored_asset(71)  # a generated image, not an upload
+
+    response = post_json(api, f"{API}/batches", batch_request(subject, references=[result.pk]))
+
+    assert response.status_code == 400
+    assert error(response)["message"] == (
+        f"Asset {result.pk} is a result, not a reference photo: a batch sends only uploaded photos."
+    )
+    assert not Batch.objects.exists()
