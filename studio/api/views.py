@@ -31,12 +31,16 @@ from studio.api.schemas import (
     TaskOut,
 )
 from studio.api.serializers import asset_json, batch_json, set_json, subject_json, task_json
-from studio.models import Asset, AvatarSet, Batch, BatchKey, Subject, Task
+from studio.models import RECONCILABLE, Asset, AvatarSet, Batch, BatchKey, Subject, Task
 
 # A year: an original never changes under its URL (it is named by its hash).
 ORIGINAL_CACHE_CONTROL = "private, max-age=31536000, immutable"
 RECONCILE_FORBIDDEN = (
     "Reconciling a task needs the permission to change tasks (studio.change_task)."
+)
+NOT_RECONCILABLE = (
+    "This task is {state}: only uncertain, history_missing and copy_failed tasks are "
+    "reconciled. Ember was not asked."
 )
 IMAGE_TYPES = ("image/png", "image/jpeg", "image/webp", "image/gif")
 
@@ -174,7 +178,10 @@ def task_reconcile(request: HttpRequest, task_id: str) -> dict[str, Any]:
     """
     if not _user(request).has_perm("studio.change_task"):
         raise ApiError(403, "forbidden", RECONCILE_FORBIDDEN)
-    return task_json(engine.reconcile(task=find(Task.objects.all(), task_id)))
+    task = find(Task.objects.all(), task_id)
+    if task.state not in RECONCILABLE:  # said, not a 200 with the task as it was (a review's)
+        raise ApiError(409, "not_reconcilable", NOT_RECONCILABLE.format(state=task.state))
+    return task_json(engine.reconcile(task=task))
 
 
 @api.get("/assets/{asset_id}", response={200: AssetOut, **READ}, url_name="asset")

@@ -183,3 +183,22 @@ def test_it_answers_409_when_the_worker_moves_a_task_during_its_reconcile(
         "code": "conflict",
         "message": "The row changed while this request was served; read it again and retry.",
     }
+
+
+@pytest.mark.parametrize("state", [TaskState.DONE, TaskState.QUEUED, TaskState.CANCELLED])
+def test_it_answers_409_to_a_reconcile_of_a_task_that_needs_none_and_asks_ember_nothing(
+    staff_api, subject, ember, state
+):
+    """Found by a review: a done or cancelled task came back 200, as if reconciled."""
+    task = move(a_task(subject), state, phase="as it is")
+
+    response = staff_api.post(f"{API}/tasks/{task.pk}/reconcile")
+
+    assert response.status_code == 409
+    assert error(response) == {
+        "code": "not_reconcilable",
+        "message": f"This task is {state}: only uncertain, history_missing and copy_failed "
+        "tasks are reconciled. Ember was not asked.",
+    }
+    assert len(ember.calls) == 0
+    assert Task.objects.get(pk=task.pk).state == state
