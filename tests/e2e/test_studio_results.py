@@ -14,6 +14,7 @@ from tests.e2e.studio import (
     DESKTOP,
     PHONE,
     Studio,
+    audit,
     fits_the_screen,
     plan_batch,
     screenshot,
@@ -214,3 +215,35 @@ def test_how_far_the_batch_got_comes_before_its_results_and_the_rows_after(
     )
     assert summary["y"] < (first.bounding_box() or {"y": 0})["y"], "the progress is under results"
     assert rows["y"] > (last.bounding_box() or {"y": 1e9})["y"], "the task rows push results down"
+
+
+SHA_OF = "from studio.models import Asset\nresult = Asset.objects.get(pk={pk}).sha256"
+
+
+def test_an_image_whose_original_went_missing_says_so_and_leads_back(
+    person: Page, batch_url: str, studio: Studio
+):
+    """Found by a review: Download gave a bare text 503, with no way back into the studio."""
+    person.goto(batch_url)
+    shown = results_of(person)[-1]
+    original = (
+        studio.stack.data_dir / "originals" / f"{studio.stack.django(SHA_OF.format(pk=shown))}.png"
+    )
+    aside = original.with_name(f"{original.name}.aside")
+    original.rename(aside)  # as an unmounted disk or a slip of the hand leaves it
+    try:
+        person.goto(f"/assets/{shown}/")
+        expect(person.get_by_text("This image's original is not in the store")).to_be_visible()
+        expect(person.get_by_role("link", name="Download the original")).to_have_count(0)
+        audit(person)
+        fits_the_screen(person)
+        screenshot(person, "viewer-original-missing")
+
+        person.goto(f"/assets/{shown}/original/")
+        expect(person.get_by_role("heading", name="The original is not available")).to_be_visible()
+        audit(person)
+        fits_the_screen(person)
+        person.get_by_role("link", name="Back to the image").click()
+        expect(person).to_have_url(re.compile(rf"/assets/{shown}/$"))
+    finally:
+        aside.rename(original)
