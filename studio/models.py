@@ -267,7 +267,7 @@ class Asset(Versioned):
         Batch, null=True, blank=True, on_delete=models.PROTECT, related_name="assets"
     )
     workflow = models.CharField(max_length=60, blank=True, default="")
-    ember_image_id = models.CharField(max_length=120, blank=True, default="")
+    ember_image_id = models.CharField(max_length=120, blank=True, default="", db_index=True)
     ember_history_id = models.CharField(max_length=120, blank=True, default="")
     provider = models.CharField(max_length=60, blank=True, default="")
     model = models.CharField(max_length=120, blank=True, default="")

@@ -476,7 +476,9 @@ def test_reconcile_only_ever_adopts_a_row_that_carries_the_task_id(subject, embe
     task = uncertain(a_task(subject))
     rows = []
     for n, kind in enumerate(whose):
-        row = history_row(task, job_id=f"job_{n}", image_id=f"img_{n}", history_id=f"hist_{n}")
+        # Ids of this example's own: a job an earlier example's task adopted is that task's.
+        ids = f"{task.pk.hex[:8]}_{n}"
+        row = history_row(task, job_id=f"job_{ids}", image_id=f"img_{ids}", history_id=f"hist_{n}")
         if kind == "other app":
             row = foreign(row, app="someOtherApp", task_id=str(task.pk))
         elif kind == "other task":

@@ -26,13 +26,13 @@ pytestmark = pytest.mark.django_db(transaction=True)  # real commits, as the wor
 TASKS = 24  # six times the slots, so the first sweep and the heartbeats weigh little
 # Per task. Hops: preparing, submitting, running, copying, the asset row, done, and a
 # share of the pump's reads (one a pass; the rows it read beyond the room it had start
-# the next freed slots without another). Statements: those reads, the look for the job
-# Ember named among earlier sends, and nine writes (five state changes, the attempt, the
-# asset, its subject link and the task's link to it). Commits: preparing, submitting,
-# running, copying, the asset row and done, each before the act it names; and
-# heartbeats. Measured: 6.5 hops, 10.6 statements, 6.0 commits.
+# the next freed slots without another). Statements: those reads, the looks for the job
+# and the image Ember named among other sends' (named_twice.py), and nine writes (five
+# state changes, the attempt, the asset, its subject link and the task's link to it).
+# Commits: preparing, submitting, running, copying, the asset row and done, each before
+# the act it names; and heartbeats. Measured: 6.5 hops, 11.6 statements, 6.0 commits.
 MAX_HOPS = 7.0
-MAX_STATEMENTS = 11.0  # every SQL statement but BEGIN, COMMIT and savepoints
+MAX_STATEMENTS = 12.0  # every SQL statement but BEGIN, COMMIT and savepoints
 MAX_COMMITS = 6.2
 
 SQLITE = settings.DATABASES["default"]["ENGINE"].endswith("sqlite3")

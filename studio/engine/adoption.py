@@ -29,7 +29,9 @@ from studio.engine.recovery import (
     _row_image,
     _strays_note,
     _usable,
+    held_note,
     latest_send,
+    not_held,
 )
 from studio.models import Attempt, HistorySearch, Kind, Task, TaskState
 from studio.store import Conflict, update
@@ -165,6 +167,7 @@ class Found(NamedTuple):
     """A search's rows, sorted out as reconcile sorts them."""
 
     strays: int  # rows not carrying the task's id (another task's, another app's)
+    held: int  # rows carrying it, naming a job or an image another task holds
     carried: list[dict[str, Any]]  # rows carrying it
     all_usable: bool  # whether every carried row is one reconcile would take
     originals: list[dict[str, Any]]  # the usable carried rows, one per image
@@ -173,11 +176,15 @@ class Found(NamedTuple):
 
 def _sort_out(rows: list[dict[str, Any]], task: Task, number: int) -> Found:
     """Sort out Ember's answer about `task`, whose attempt `number`'s answer was lost."""
-    carried = [row for row in rows if _carries(row, task)]
+    every = [row for row in rows if _carries(row, task)]
+    carried = not_held(task, every)  # a job or an image another task holds is not its own
     usable = [row for row in carried if _usable(row)]
     originals = _one_each(usable)
     mine = [row for row in originals if _names(row, task, number)]
-    return Found(len(rows) - len(carried), carried, len(usable) == len(carried), originals, mine)
+    held = len(every) - len(carried)
+    return Found(
+        len(rows) - len(every), held, carried, len(usable) == len(carried), originals, mine
+    )
 
 
 def _leave_for_a_person(task: Task, number: int, found: Found) -> Task:
@@ -185,7 +192,7 @@ def _leave_for_a_person(task: Task, number: int, found: Found) -> Task:
 
     No row carrying the task's id is no row yet: the worker looks again.
     """
-    strays = _strays_note(found.strays)
+    strays = " ".join(filter(None, [held_note(found.held), _strays_note(found.strays)]))
     if not found.carried:
         phase, error = NO_ROW_PHASE, strays or task.error
     else:

@@ -87,15 +87,17 @@ def _record_history(task: Task, rows: list[dict[str, Any]]) -> Task:
     was lost, or an earlier attempt): it is shown on the task and recorded on the
     attempt that sent it, but never copied, released or taken as this task's.
     """
-    carried = [row for row in rows if _carries(row, task)]
+    every = [row for row in rows if _carries(row, task)]
+    carried = not_held(task, every)
     usable = _one_each([row for row in carried if _usable(row)])
     refused = _refused_note(carried)
     with transaction.atomic():
         _learn_attempts(task, usable)
         own = _pick_row(task, usable)
         others = [row for row in usable if row is not own]
-        strays = _strays_note(len(rows) - len(carried))
-        note = " ".join(filter(None, [_others_note(others), refused, strays]))
+        strays = _strays_note(len(rows) - len(every))
+        held = held_note(len(every) - len(carried))
+        note = " ".join(filter(None, [_others_note(others), refused, held, strays]))
         if own is not None:
             job_id = own.get("job_id") or ""
             return _back_to_copying(task, _adopted(own), job_id, note=note)
@@ -114,6 +116,45 @@ def _carries(row: dict[str, Any], task: Task) -> bool:
         isinstance(meta, dict)
         and meta.get("source_app") == SOURCE_APP
         and meta.get("task_id") == str(task.pk)
+    )
+
+
+def not_held(task: Task, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Return `rows` but those naming a job or an image another task already holds.
+
+    Such a row carries this task's id, yet its job is another send's (an attempt of
+    another task recorded it) or its image another task's original: taking it would file
+    one paid original under two tasks and leave this task's own unlooked-for.
+    """
+    jobs = {str(row.get("job_id")) for row in rows if row.get("job_id")}
+    images = {_row_image(row) for row in rows if _usable(row)}
+    held_jobs = set(
+        Attempt.objects.filter(ember_job_id__in=jobs)
+        .exclude(task=task)
+        .values_list("ember_job_id", flat=True)
+    )
+    held_images = set(
+        Asset.objects.filter(ember_image_id__in=images, task__isnull=False)
+        .exclude(task=task)
+        .values_list("ember_image_id", flat=True)
+    )
+    return [
+        row
+        for row in rows
+        if str(row.get("job_id")) not in held_jobs
+        and not (_usable(row) and _row_image(row) in held_images)
+    ]
+
+
+def held_note(count: int) -> str:
+    """Say, for people, that rows carrying this task's id named what another task holds."""
+    if not count:
+        return ""
+    rows = "a row" if count == 1 else f"{count} rows"
+    return (
+        f"Ember's history answered {rows} carrying this task's id but naming a job or an "
+        "image another task already holds; not taken, and nothing was fetched or released "
+        "for them."
     )
 
 

@@ -1,4 +1,4 @@
-"""A 202 naming a job that an earlier send already has (docs/design.md §6.5).
+"""A job or an image Ember names for a second send (docs/design.md §6.5, §6.7).
 
 Every accepted image submit is a new job, and a clip's first send under its key too
 (docs/ember.md): a job id Ember names again belongs to the send it named it for first.
@@ -6,6 +6,11 @@ Following it here would file that send's image as this task's result, and leave 
 this send may have paid for unlooked-for. The task rests `uncertain` instead, its attempt
 unknown and without a job, as after a lost answer: the history search then looks for
 the job Ember made for it, and nothing more is sent.
+
+Likewise a job's result naming an image another task's original already is: it is not
+filed as this task's, nor released again, and the task rests `uncertain` saying so; its
+own image, if Ember made one, is still protected there (a review's Ember gave three jobs
+one image: three tasks done, two paid originals never collected).
 """
 
 import logging
@@ -13,7 +18,7 @@ from datetime import datetime
 from typing import Any
 
 from studio import phrases
-from studio.models import Attempt, Kind, Task, TaskState
+from studio.models import Asset, Attempt, Kind, Task, TaskState
 from studio.store import move, update
 
 log = logging.getLogger("studio.worker")
@@ -64,4 +69,26 @@ def rest(
     else:
         update(sent, **fields)
     log.error("task=%s Ember named job %s, which %s already has", task.pk, job_id, whose)
+    return move(task, TaskState.UNCERTAIN, phase=phrases.RECONCILE_PHASE, error=error)
+
+
+def image_holder(task: Task, image_id: str) -> Asset | None:
+    """Return another task's asset that already is Ember's image `image_id`, if any."""
+    if not image_id:
+        return None
+    held = Asset.objects.filter(ember_image_id=image_id, task__isnull=False).exclude(task=task)
+    return held.select_related("task").first()
+
+
+def rest_image_held(task: Task, image_id: str, holder: Asset) -> Task:
+    """Rest `task` uncertain: its job's result names an image `holder` already is."""
+    other = holder.task
+    assert other is not None
+    error = (
+        f"Ember's result for job {task.ember_job_id} names image {image_id}, which task "
+        f"{other.pk} ({other.provider} {other.frame} #{other.ordinal}) already holds: it is "
+        "not filed as this task's, and nothing was released. This task's own image may "
+        f"still be protected in Ember: look job {task.ember_job_id} up there."
+    )
+    log.error("task=%s result names image %s, which task %s holds", task.pk, image_id, other.pk)
     return move(task, TaskState.UNCERTAIN, phase=phrases.RECONCILE_PHASE, error=error)

@@ -301,6 +301,8 @@ class Steps:
             if original is None:
                 return
             asset = await db(record_asset)(task, original)
+            if asset is None:  # another task's original is that image: nothing to release
+                return
         elif (
             history.get("id")
             and not asset.ember_history_id

@@ -340,10 +340,15 @@ def _rest_unknown(task: Task) -> Task:
     )
 
 
-def record_asset(task: Task, original: originals.Original) -> Asset:
-    """Write the generated original's row (with its history id when Ember sent one)."""
+def record_asset(task: Task, original: originals.Original) -> Asset | None:
+    """Write the generated original's row (with its history id when Ember sent one); None
+    when another task's original already is the image (the task then rests uncertain)."""
     image, history = task.saved("image"), task.saved("history")
     metadata = image.get("metadata") or {}
+    holder = named_twice.image_holder(task, image.get("id", ""))
+    if holder is not None:
+        named_twice.rest_image_held(task, image["id"], holder)
+        return None
     with transaction.atomic():
         asset = Asset.objects.create_stored(
             original,
