@@ -16,7 +16,7 @@ from tests.fake_ember import FakeEmber
 pytestmark = pytest.mark.django_db
 
 
-def unconfirmed(subject, ember, worker) -> tuple[FakeEmber, Task]:
+def unconfirmed(subject, ember, worker, caplog=None) -> tuple[FakeEmber, Task]:
     """A task the worker finished while Ember answered its release with a 503."""
     fake = FakeEmber(ember)
     [task] = plan(subject)
@@ -24,6 +24,10 @@ def unconfirmed(subject, ember, worker) -> tuple[FakeEmber, Task]:
     drain(worker)
     task.refresh_from_db()
     assert (task.state, task.protection_released) == (TaskState.DONE, False)
+    if caplog is not None:  # said in the log too, where an operator looks (a review's)
+        image = Asset.objects.get(task=task).ember_image_id
+        said = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+        assert any(f"did not confirm the release of image {image}" in m for m in said), said
     fake.release_route.reset()
     fake.release_route.mock(return_value=httpx.Response(200, json={"protected": False}))
     return fake, task
@@ -33,8 +37,8 @@ def released_images(fake: FakeEmber) -> list[str]:
     return [call.request.url.path.split("/")[-2] for call in fake.release_route.calls]
 
 
-def test_it_asks_again_and_keeps_ember_s_confirmation(subject, ember, worker):
-    fake, task = unconfirmed(subject, ember, worker)
+def test_it_asks_again_and_keeps_ember_s_confirmation(subject, ember, worker, caplog):
+    fake, task = unconfirmed(subject, ember, worker, caplog)
     image = Asset.objects.get(task=task).ember_image_id
 
     task = engine.release_again(task=task, client=worker.client)

@@ -321,6 +321,14 @@ class Steps:
             if not held and not await self._copy_again(task, asset):
                 return
             released = await self.client.release(asset.ember_image_id)
+            if not released:  # shown on the task (protection_released); said in the log too
+                log.warning(
+                    "task=%s Ember did not confirm the release of image %s: it may still be "
+                    "protected there; the admin's task action 'Ask Ember again to let go of "
+                    "its copy' asks again",
+                    task.pk,
+                    asset.ember_image_id,
+                )
         await db(_rest)(task, asset, released)
 
     async def _copy_again(self, task: Task, asset: Asset) -> bool:
