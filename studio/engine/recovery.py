@@ -148,24 +148,23 @@ def not_held(task: Task, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def held_note(count: int) -> str:
     """Say, for people, that rows carrying this task's id named what another task holds."""
-    if not count:
-        return ""
-    rows = "a row" if count == 1 else f"{count} rows"
-    return (
-        f"Ember's history answered {rows} carrying this task's id but naming a job or an "
-        "image another task already holds; not taken, and nothing was fetched or released "
-        "for them."
+    return _not_taken(
+        count, "carrying this task's id but naming a job or an image another task already holds"
     )
 
 
 def _strays_note(count: int) -> str:
     """Say, for people, that Ember's answer held rows that do not carry this task's id."""
+    return _not_taken(count, "that did not carry this task's id")
+
+
+def _not_taken(count: int, which: str) -> str:
     if not count:
         return ""
     rows = "a row" if count == 1 else f"{count} rows"
     return (
-        f"Ember's history answered {rows} that did not carry this task's id; not taken, "
-        "and nothing was fetched or released for them."
+        f"Ember's history answered {rows} {which}; not taken, and nothing was fetched or "
+        "released for them."
     )
 
 
