@@ -172,7 +172,10 @@ def test_it_refuses_a_generated_image_as_a_reference_photo(subject):
     with pytest.raises(InvalidRequest) as refused:
         engine.generate(request=batch_request(subject, references=[generated.pk]))
 
-    assert str(refused.value) == f"Unknown reference photo: {generated.pk}."
+    assert str(refused.value) == (
+        f"Asset {generated.pk} is a result, not a reference photo: a batch sends only "
+        "uploaded photos."
+    )
     assert nothing_created()
 
 
