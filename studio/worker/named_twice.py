@@ -17,6 +17,9 @@ import logging
 from datetime import datetime
 from typing import Any
 
+from django.db import connection
+from django.db.models import Field, Model
+
 from studio import phrases
 from studio.models import Asset, Attempt, Kind, Task, TaskState
 from studio.store import move, update
@@ -27,10 +30,31 @@ log = logging.getLogger("studio.worker")
 def holder(job_id: str, *, besides: Attempt | None) -> Attempt | None:
     """Return an earlier send Ember already answered with `job_id`, `besides` (the attempt
     this send belongs to: a clip re-sent under its key) aside."""
+    if not _any(Attempt, "ember_job_id", job_id, "id", besides.pk if besides else None):
+        return None  # as every send should be: one plain statement, no query compiled
     earlier = Attempt.objects.filter(ember_job_id=job_id)
     if besides is not None:
         earlier = earlier.exclude(pk=besides.pk)
     return earlier.select_related("task").first()
+
+
+def _any(model: type[Model], column: str, value: str, other: str, own: object) -> bool:
+    """Say whether a row of `model` has `value` in `column`, and is not `own` by field `other`.
+
+    Asked once a send (and once a copy) on the worker's database thread: written out, it
+    costs a fraction of what the ORM spends putting the same query together.
+    """
+    quote = connection.ops.quote_name
+    sql = f"SELECT 1 FROM {quote(model._meta.db_table)} WHERE {quote(column)} = %s"
+    params: list[Any] = [value]
+    if own is not None:
+        field = model._meta.get_field(other)
+        assert isinstance(field, Field)
+        sql += f" AND ({quote(field.column)} IS NULL OR {quote(field.column)} <> %s)"
+        params.append(field.get_db_prep_value(own, connection))
+    with connection.cursor() as cursor:
+        cursor.execute(sql + " LIMIT 1", params)
+        return cursor.fetchone() is not None
 
 
 def rest(
@@ -74,7 +98,7 @@ def rest(
 
 def image_holder(task: Task, image_id: str) -> Asset | None:
     """Return another task's asset that already is Ember's image `image_id`, if any."""
-    if not image_id:
+    if not image_id or not _any(Asset, "ember_image_id", image_id, "task", task.pk):
         return None
     held = Asset.objects.filter(ember_image_id=image_id, task__isnull=False).exclude(task=task)
     return held.select_related("task").first()
