@@ -97,11 +97,16 @@ def thumb_moved(
 def asset_original(request: HttpRequest, asset_id: int) -> HttpResponseBase:
     """Send an asset's original bytes, checked against their hash, to a signed-in person."""
     found = get_object_or_404(Asset.objects.only("sha256", "mime"), pk=asset_id)
+    return _original(request, found)
+
+
+def _original(request: HttpRequest, found: Asset) -> HttpResponseBase:
+    """Answer with `found`'s original (304, or the page back to it when it is missing)."""
     return _image_response(
         request,
         found.sha256,
         lambda: sending.original_response(found.sha256, found.mime),
-        asset_id=asset_id,
+        asset_id=found.pk,
     )
 
 
@@ -110,12 +115,7 @@ def asset_original(request: HttpRequest, asset_id: int) -> HttpResponseBase:
 def asset_download(request: HttpRequest, asset_id: int) -> HttpResponseBase:
     """Send an asset's original as a file to save, under a name that says what it is."""
     found = get_object_or_404(Asset.objects.select_related("task"), pk=asset_id)
-    response = _image_response(
-        request,
-        found.sha256,
-        lambda: sending.original_response(found.sha256, found.mime),
-        asset_id=asset_id,
-    )
+    response = _original(request, found)
     if response.status_code in (200, 304):
         name = download_name(found)
         response["Content-Disposition"] = content_disposition_header(True, name) or "attachment"
