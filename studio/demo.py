@@ -35,12 +35,14 @@ def seed_demo() -> Seeded:
         user.is_staff = user.is_superuser = True
         user.set_password(password)
         user.save()
-    # The first run's only: subjects renamed or removed since are not made again.
-    known = Subject.objects.filter(assets__origin=Origin.UPLOADED).distinct().order_by("pk")
-    subjects = list(known[:2]) if Subject.objects.exists() else []
-    subjects = subjects or [_subject(name) for name in DEMO_SUBJECTS]
+    # The first run's only: subjects renamed, emptied or removed since are not made again.
+    if Subject.objects.exists():
+        with_photos = Subject.objects.filter(assets__origin=Origin.UPLOADED).distinct()
+        subjects = list(with_photos.order_by("pk")[:2])
+    else:
+        subjects = [_subject(name) for name in DEMO_SUBJECTS]
     batch = None
-    if not Batch.objects.exists():
+    if subjects and not Batch.objects.exists():
         batch = engine.generate(
             request={
                 "title": "Sample avatars",
