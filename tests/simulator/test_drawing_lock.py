@@ -19,13 +19,20 @@ from tests.simulator.calls import JOBS, charges, configure, job_body, submit
 WAIT = 5.0  # seconds any step here may take before the test gives up
 
 
-def before_each_drawing(monkeypatch: pytest.MonkeyPatch, hook: Callable[[], object]) -> None:
-    """Call `hook` in the drawing thread before the simulator draws each job's image."""
+def before_each_drawing(
+    monkeypatch: pytest.MonkeyPatch,
+    hook: Callable[[], object],
+    after: Callable[[], object] = lambda: None,
+) -> None:
+    """Call `hook` in the drawing thread before the simulator draws each job's image, `after`
+    once it is drawn."""
     draw = jobs.StoredImage.draw.__func__  # type: ignore[attr-defined]
 
     def hooked(cls: type[jobs.StoredImage], job: jobs.Job) -> jobs.StoredImage:
         hook()
-        return draw(cls, job)
+        image = draw(cls, job)
+        after()
+        return image
 
     monkeypatch.setattr(jobs.StoredImage, "draw", classmethod(hooked))
 
@@ -83,10 +90,14 @@ def test_a_jobs_image_is_drawn_while_it_runs_not_by_the_poll_that_finds_it_done(
 ) -> None:
     """Jobs submitted together end together: drawing them all then delayed every answer."""
     drawn_by: list[str] = []
-    before_each_drawing(monkeypatch, lambda: drawn_by.append(threading.current_thread().name))
+    drawn = threading.Event()
+    before_each_drawing(
+        monkeypatch, lambda: drawn_by.append(threading.current_thread().name), drawn.set
+    )
     configure(client, job_seconds=0.3)
     job_id = submit(client, job_body()).json()["id"]
-    time.sleep(0.5)  # the job's time passes: its image was drawn meanwhile
+    assert drawn.wait(WAIT), f"no image drawn in {WAIT} s while the job ran"
+    time.sleep(0.3)  # the job's time passes (drawing may take less)
 
     answer = client.get(f"{JOBS}/{job_id}").json()
 
