@@ -123,6 +123,7 @@ def test_it_reorders_a_set_by_dragging_and_keeps_the_move_buttons(page: Page, ba
     page.get_by_role("button", name="Choose favourites").click()
     chosen = page.locator("[data-testid=chosen] > li")
     expect(chosen).to_have_count(3)
+    page.wait_for_load_state()  # the list is parsed before its drag handlers are set up
 
     chosen.nth(2).drag_to(chosen.nth(0))
 
