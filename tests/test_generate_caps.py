@@ -149,8 +149,9 @@ def test_it_refuses_a_batch_that_would_pass_the_users_daily_cap(subject, family,
 
     assert str(refused.value) == (
         "You have planned 8 paid tasks in the last 24 hours; "
-        "this batch would make 3 more and the daily limit is 10."
-    ), "8 planned + 3 > 10"
+        "this batch would make 3 more and the daily limit is 10. "
+        "It fits in about 24 hours, when earlier tasks leave the window."
+    ), "8 planned + 3 > 10; the first of the eight leaves the window in 24 hours"
     assert isinstance(refused.value, InvalidRequest)
     assert (refused.value.planned, refused.value.more, refused.value.limit) == (8, 3, 10)
     assert planned_for(family) == 8

@@ -187,6 +187,7 @@ def test_it_shows_the_daily_cap_for_the_whole_form(signed_in: Client, subject, p
     assert response.status_code == 400
     assert alert(response) == (
         "You have planned 4 paid tasks in the last 24 hours; "
-        "this batch would make 6 more and the daily limit is 8."
+        "this batch would make 6 more and the daily limit is 8. "
+        "It fits in about 24 hours, when earlier tasks leave the window."
     ), "4 + 6 > 8, said once for the whole form"
     assert Batch.objects.count() == 1

@@ -63,7 +63,10 @@ def error_response(status: int, code: str, message: str) -> JsonResponse:
 def refusal(exc: Exception) -> JsonResponse:
     """State one of the services' refusals (an instance of REFUSED) as REFUSALS says."""
     status, code, message = next((s, c, m) for r, s, c, m in REFUSALS if isinstance(exc, r))
-    return error_response(status, code, message or str(exc))
+    response = error_response(status, code, message or str(exc))
+    if isinstance(exc, engine.SpendCapReached) and exc.retry_after is not None:
+        response["Retry-After"] = str(exc.retry_after)  # seconds until the batch would fit
+    return response
 
 
 def find(queryset: QuerySet[M], pk: str) -> M:

@@ -61,16 +61,29 @@ class InvalidRequest(ValueError):
 
 
 class SpendCapReached(InvalidRequest):
-    """The batch would take its user past the daily cap on paid tasks; the numbers say how."""
+    """The batch would take its user past the daily cap on paid tasks; the numbers say how,
+    and `retry_after` how many seconds until enough of them leave the window for it to fit
+    (None: it never fits, being larger than the cap)."""
 
-    def __init__(self, *, planned: int, more: int, limit: int) -> None:
+    def __init__(self, *, planned: int, more: int, limit: int, retry_after: int | None) -> None:
         super().__init__(
             f"You have planned {planned} paid tasks in the last {SPEND_WINDOW_HOURS} hours; "
-            f"this batch would make {more} more and the daily limit is {limit}."
+            f"this batch would make {more} more and the daily limit is {limit}. "
+            + _when_it_fits(more, limit, retry_after)
         )
         self.planned = planned
         self.more = more
         self.limit = limit
+        self.retry_after = retry_after
+
+
+def _when_it_fits(more: int, limit: int, retry_after: int | None) -> str:
+    """Say when a batch refused by the daily cap would be planned, or that it never would."""
+    if retry_after is None:
+        return f"A batch of {more} tasks is larger than the limit: plan fewer at a time."
+    minutes = -(-retry_after // 60)  # rounded up: asking again then is never too early
+    wait = f"{minutes} minutes" if minutes < 120 else f"{-(-minutes // 60)} hours"
+    return f"It fits in about {wait}, when earlier tasks leave the window."
 
 
 class RepeatedBatch(Exception):

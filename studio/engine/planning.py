@@ -6,6 +6,7 @@ worker picks them up; `progress` counts how far the planned tasks have got since
 
 import hashlib
 import json
+import math
 import uuid
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
@@ -13,7 +14,7 @@ from typing import Any, NamedTuple
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
-from django.db.models import Count, Exists, OuterRef, Q
+from django.db.models import Count, Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 
 from studio.engine.errors import (
@@ -258,17 +259,33 @@ def _check_daily_cap(user: User, more: int) -> None:
     limit = settings.AVATARS_DAILY_TASK_CAP
     if not limit:
         return
-    planned = _tasks_planned_since(user, timezone.now() - timedelta(hours=SPEND_WINDOW_HOURS))
-    if planned + more > limit:
-        raise SpendCapReached(planned=planned, more=more, limit=limit)
+    now = timezone.now()
+    window = timedelta(hours=SPEND_WINDOW_HOURS)
+    planned = _tasks_planned_since(user, now - window)
+    if planned + more <= limit:
+        return
+    retry_after = None
+    if more <= limit:
+        # The batch fits once the oldest `excess` of those are more than a window old.
+        excess = planned + more - limit
+        paid = _paid_since(user, now - window).order_by("created_at")
+        oldest = paid.values_list("created_at", flat=True)[excess - 1 : excess]
+        ages_out = oldest[0] + window if oldest else now + window  # (rows gone meanwhile)
+        retry_after = max(1, math.ceil((ages_out - now).total_seconds()))
+    raise SpendCapReached(planned=planned, more=more, limit=limit, retry_after=retry_after)
 
 
 def _tasks_planned_since(user: User, since: datetime) -> int:
-    """Count the tasks of `user`'s batches planned after `since` that are or may be paid:
-    all but those cancelled with no request sent."""
+    """Count the tasks of `user`'s batches planned after `since` that are or may be paid."""
+    return _paid_since(user, since).count()
+
+
+def _paid_since(user: User, since: datetime) -> QuerySet[Task]:
+    """The tasks of `user`'s batches planned after `since` that are or may be paid: all but
+    those cancelled with no request sent."""
     sent = Attempt.objects.filter(task=OuterRef("pk"))
     planned = Task.objects.filter(batch__created_by=user, created_at__gt=since)
-    return planned.exclude(Q(state=TaskState.CANCELLED) & ~Exists(sent)).count()
+    return planned.exclude(Q(state=TaskState.CANCELLED) & ~Exists(sent))
 
 
 def progress(*, batch: Batch) -> dict[str, int]:

@@ -341,8 +341,11 @@ def test_it_answers_429_with_the_numbers_once_the_daily_cap_is_reached(api, subj
     assert error(third) == {
         "code": "daily_cap_reached",
         "message": "You have planned 16 paid tasks in the last 24 hours; "
-        "this batch would make 8 more and the daily limit is 20.",
+        "this batch would make 8 more and the daily limit is 20. "
+        "It fits in about 24 hours, when earlier tasks leave the window.",
     }, "16 + 8 > 20"
+    wait = int(third["Retry-After"])
+    assert 86400 - 60 < wait <= 86400, f"Retry-After: {wait} s (the first task leaves in 24 h)"
     assert Task.objects.count() == 16
 
 
