@@ -48,6 +48,10 @@ pytestmark = pytest.mark.django_db
             "Unknown reference photo: 987654.",
             id="unknown-reference",
         ),
+        # Found by a review: a batch sending no photo was planned, and Ember paid for strangers.
+        pytest.param(
+            {"references": []}, "Choose at least one reference photo.", id="no-references"
+        ),
         pytest.param({"providers": []}, "Choose at least one provider.", id="no-providers"),
         pytest.param({"providers": None}, "Choose at least one provider.", id="providers-none"),
         pytest.param(
@@ -148,6 +152,23 @@ def test_it_refuses_a_bad_request_with_a_clear_message_and_creates_nothing(
 
     assert str(refused.value) == message
     assert nothing_created()
+
+
+def test_it_refuses_a_batch_of_subjects_with_no_photo_yet(subject, make_subject):
+    grace = make_subject("Grace")  # no photo of her yet
+
+    with pytest.raises(InvalidRequest) as refused:
+        engine.generate(request=batch_request(grace))
+
+    assert str(refused.value) == (
+        "The subjects have no reference photos yet: upload a photo of them before planning a batch."
+    )
+    assert refused.value.field == "references", "the form shows it beside the photos"
+    assert nothing_created()
+    both = engine.generate(request=batch_request(grace, subjects=[grace.pk, subject.pk]))
+    assert [r["asset"] for r in both.tasks.get().references] == [subject.assets.get().pk], (
+        "one subject's photos are enough"
+    )
 
 
 @pytest.mark.parametrize("title", [None, "", "   "])

@@ -20,6 +20,10 @@ MAX_TITLE = 200
 MAX_SUBJECTS = 100  # subjects one batch names: a family's, with room to spare
 MAX_LISTED = 1000  # items of a list of reference photos read at all
 ECHOED = 100  # characters of a caller's own value said back in a refusal, the ellipsis included
+NO_PHOTOS_OF_SUBJECTS = (
+    "The subjects have no reference photos yet: upload a photo of them before planning a batch."
+)
+NO_PHOTOS_CHOSEN = "Choose at least one reference photo."
 
 
 def _prompt(value: object) -> str:
@@ -155,6 +159,11 @@ def _references(value: object, subjects: list[Subject]) -> list[dict[str, Any]]:
                 field="references",
             )
         assets = [found[i] for i in ids]
+    if not assets:
+        # An avatar is made from photos: without one Ember would be paid for a stranger.
+        raise InvalidRequest(
+            NO_PHOTOS_OF_SUBJECTS if value is None else NO_PHOTOS_CHOSEN, field="references"
+        )
     _check_reference_caps(assets, every_photo=value is None)
     # Frozen now: the worker re-hashes each file and refuses one that changed.
     return [
