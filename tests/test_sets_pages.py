@@ -7,7 +7,7 @@ import pytest
 from django.test import Client
 
 from studio import engine, originals
-from studio.models import AvatarSet
+from studio.models import AvatarSet, Origin
 from tests.factories import plan, stored_asset
 from tests.studio_pages import messages_of, text
 
@@ -191,6 +191,29 @@ def test_it_asks_about_one_image_in_the_singular(signed_in: Client):
     asked = text(signed_in.get(f"/sets/{avatar_set.pk}/publish/"))
 
     assert "Sibling apps will read this one image, and" in asked, asked
+
+
+def test_it_says_which_chosen_images_are_reference_photos_before_publishing(signed_in: Client):
+    """Found by a review: a real photo ticked in the gallery was one click from sibling apps,
+    and the page asking said only "this one image"."""
+    photo = stored_asset(2, origin=Origin.UPLOADED)
+    photos = [stored_asset(1).pk, photo.pk, stored_asset(3, origin=Origin.UPLOADED).pk]
+    two = engine.create_set(name="Family", asset_ids=photos)
+    one = engine.create_set(name="Bo", asset_ids=[stored_asset(4).pk, photo.pk])
+    none = engine.create_set(name="Avatars", asset_ids=[stored_asset(5).pk])
+
+    said = {s.name: text(signed_in.get(f"/sets/{s.pk}/publish/")) for s in (two, one, none)}
+
+    assert (
+        "Images 2 and 3 of this set are reference photos, real photos rather than avatars: "
+        "sibling apps will read them too. To leave them out, remove them from the set first."
+    ) in said["Family"], said["Family"]
+    assert (
+        "Image 2 of this set is a reference photo, a real photo rather than an avatar: "
+        "sibling apps will read it too."
+    ) in said["Bo"], said["Bo"]
+    assert "reference photo" not in said["Avatars"], said["Avatars"]
+    assert all("Publishing cannot be undone." in page for page in said.values())
 
 
 def test_it_explains_a_blocked_set_on_its_publish_page_and_offers_no_publish(

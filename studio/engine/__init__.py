@@ -66,6 +66,7 @@ from studio.engine.sets import (
     choose_assets,
     create_set,
     lost_originals,
+    reference_photos,
     publish,
 )
 from studio.engine.validation import FRAMES, MAX_CANDIDATES, MAX_PROMPT, echo
@@ -119,6 +120,7 @@ __all__ = [
     "echo",
     "generate",
     "lost_originals",
+    "reference_photos",
     "progress",
     "publish",
     "recent_twin",

@@ -170,3 +170,13 @@ def lost_originals(avatar_set: AvatarSet) -> list[int]:
         for position, (sha256, mime) in enumerate(chosen, start=1)
         if not originals.holds(sha256, mime)
     ]
+
+
+def reference_photos(avatar_set: AvatarSet) -> list[int]:
+    """Return the places (from 1) of the chosen images that are uploaded reference photos:
+    real photos of the family, which a publish hands to sibling apps as readily as avatars
+    (its page says so first: a review published one from the gallery unawares)."""
+    chosen = avatar_set.items.values_list("asset__origin", flat=True)
+    return [
+        position for position, origin in enumerate(chosen, start=1) if origin == Origin.UPLOADED
+    ]

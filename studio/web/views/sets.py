@@ -240,6 +240,7 @@ def set_publish(request: HttpRequest, set_id: int) -> HttpResponse:
         context = {"set": found, "count": found.items.count(), "blocked": _blocked(found)}
         context["lost"] = engine.lost_originals(found)
         context["empty"] = engine.SET_EMPTY if not context["count"] else ""
+        context["photos"] = engine.reference_photos(found)
         return render(request, "studio/set_publish.html", context)
     try:
         engine.publish(avatar_set=found, seen_version=_posted_version(request))
