@@ -17,7 +17,7 @@ from studio import engine, originals
 from studio.models import Asset, Batch, Origin, Task
 from studio.web.forms import BatchForm
 from tests.factories import png_bytes
-from tests.studio_pages import batch_form, fieldset, text
+from tests.studio_pages import batch_form, fieldset, messages_of, text
 
 pytestmark = pytest.mark.django_db
 
@@ -249,6 +249,27 @@ def test_it_asks_a_second_time_before_starting_many_paid_jobs(signed_in: Client,
     assert 'name="confirm_jobs" value="6"' in asked.content.decode()
     assert sure.status_code == 302
     assert Task.objects.count() == 6
+
+
+def test_the_question_sent_again_after_the_yes_answers_with_the_batch_it_started(
+    signed_in: Client, subject, settings
+):
+    """Found by a review: Back after the yes, and a reload, sent the question's post again;
+    the page asked "Start them?" as if nothing had started (its Start then opened the batch)."""
+    settings.AVATARS_CONFIRM_JOBS_ABOVE = 5
+    form = batch_form(subject)  # 6 jobs
+    signed_in.post("/batches/new/", form)
+    started = signed_in.post("/batches/new/", {**form, "confirm_jobs": "6"})
+
+    again = signed_in.post("/batches/new/", form, follow=True)  # the question's post
+
+    assert again.redirect_chain == [(started["Location"], 302)]
+    assert "Start them?" not in text(again)
+    assert messages_of(again) == [
+        "This form already started this batch; nothing new was started or paid for. "
+        "Open a new form to plan another batch."
+    ]
+    assert Batch.objects.count() == 1 and Task.objects.count() == 6
 
 
 def test_it_asks_again_when_the_jobs_changed_after_the_yes(signed_in: Client, subject, settings):

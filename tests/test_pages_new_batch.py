@@ -99,7 +99,7 @@ def test_it_sends_a_form_resubmitted_with_changes_to_the_batch_it_planned(
     assert again.redirect_chain == [(first["Location"], 302)]
     assert batch.request["prompt"] == "a friendly portrait, watercolour"
     assert messages_of(again) == [
-        "This form had already planned this batch; nothing new was planned. "
+        "This form already started this batch; nothing new was started or paid for. "
         "Open a new form to plan another batch."
     ]
 

@@ -76,6 +76,14 @@ def recent_twin(request: dict[str, Any], user: User | None, *, key: str = "") ->
     return next((b for b in recent[:50] if repeats(request, b.request)), None)
 
 
+def planned_by(user: User, key: str) -> Batch | None:
+    """Return the batch `user`'s `key` planned within its lifetime, whatever it asked for."""
+    row = BatchKey.objects.filter(
+        user=user, key=key, created_at__gt=timezone.now() - BatchKey.LIFETIME
+    ).first()
+    return row.batch if row is not None else None
+
+
 def repeats(request: dict[str, Any], earlier: dict[str, Any]) -> bool:
     """Say whether `request` asks for some of the images `earlier` asked for: the same prompt
     and subjects, and a provider and a framing in common."""

@@ -25,7 +25,7 @@ NO_SCRIPT_RELOAD = 10  # seconds between reloads of a batch page whose browser r
 # then tells the tab to drop the form's draft (batch_new.js keeps it in sessionStorage).
 PLANNED = "avatars:planned-from-form"
 FORM_REUSED = (
-    "This form had already planned this batch; nothing new was planned. "
+    "This form already started this batch; nothing new was started or paid for. "
     "Open a new form to plan another batch."
 )
 
@@ -114,6 +114,12 @@ def _named_otherwise(request: HttpRequest, form: BatchForm) -> bool:
 def _plan(request: HttpRequest, form: BatchForm) -> HttpResponse | None:
     """Plan the form's batch and answer with its page, or None when the form must ask first."""
     user = user_of(request)
+    # Back to a form whose batch started, and its post sent again (a reload): the batch it
+    # started is the answer, before any question that would read as if nothing had started.
+    started = engine.planned_by(user, form.key()) if user is not None else None
+    if started is not None:
+        messages.info(request, FORM_REUSED)
+        return _planned(request, started)
     ask = not form.cleaned_data["again"]
     if ask:  # asked here with the jobs' question; asked again as it plans, for a race
         _note_twin(form, engine.recent_twin(form.to_request(), user, key=form.key()))
