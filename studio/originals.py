@@ -42,8 +42,8 @@ TEMP_SUFFIX = ".tmp"
 NAMING_LOCK = "originals.lock"  # in the data dir, beside originals/ (`naming`)
 MAX_SIDE = 16_384  # pixels; a 1 x 100000 strip is within the pixel cap but no photo
 CHECKSUM_FAILED = "Stored original failed its checksum."
-# A temporary file younger than this may be a write in progress (an upload the web
-# process is saving right now), not one a dead process left behind.
+DAMAGED = "The image could not be decoded: the file is damaged or incomplete."
+# A temporary file younger than this may be a write in progress, not a dead process's.
 STALE_AFTER = 10 * 60  # seconds
 _DECODES = threading.BoundedSemaphore(settings.AVATARS_DECODES_AT_ONCE)
 
@@ -183,7 +183,7 @@ def inspect(data: bytes, *, checked: bool = False) -> ImageInfo:
     except UnidentifiedImageError:
         raise NotAnImage("The file is not a PNG, JPEG, WebP or GIF image.") from None
     except Exception as exc:  # Pillow raises many types on broken files
-        raise NotAnImage(f"The image could not be decoded ({exc or type(exc).__name__}).") from None
+        raise NotAnImage(f"{DAMAGED} (The decoder said: {exc or type(exc).__name__}.)") from None
     mime, extension = FORMATS[fmt]
     return ImageInfo(mime=mime, extension=extension, width=width, height=height, frames=frames)
 

@@ -56,7 +56,7 @@ def corpus() -> dict[str, tuple[bytes, str]]:
         "text file": (b"just some notes\n" * 20, "not a PNG, JPEG, WebP or GIF"),
         "empty file": (b"", "empty"),
         "truncated PNG": (png[: len(png) // 2], "could not be decoded"),
-        "truncated JPEG": (jpeg[: len(jpeg) // 2], "could not be decoded"),
+        "truncated JPEG": (jpeg[: len(jpeg) // 2], "the file is damaged or incomplete"),
         "HTML named .png": (b"<html><script>alert(1)</script></html>", "not a PNG"),
         "SVG named .png": (
             b'<svg xmlns="http://www.w3.org/2000/svg"><script>alert(1)</script></svg>',
