@@ -291,7 +291,8 @@ def test_it_cancels_what_it_can_in_a_batch_and_counts_what_it_kept(signed_in: Cl
     states = sorted(batch.tasks.values_list("state", flat=True))
     assert states == ["cancelled", "cancelled", "running"]
     assert messages_of(response) == ["Cancelled 2 tasks; kept 1 already with Ember."]
-    assert response.redirect_chain[-1][0] == f"/batches/{batch.pk}/#progress-words"
+    assert response.redirect_chain[-1][0] == f"/batches/{batch.pk}/#said"
+    assert '<div role="status" id="said" tabindex="-1">' in response.content.decode()
 
 
 def test_a_cancel_from_a_stale_tab_says_what_had_happened_already(signed_in: Client, subject):

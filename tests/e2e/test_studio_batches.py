@@ -128,6 +128,12 @@ def test_it_asks_a_second_time_before_many_paid_jobs(
     expect(page.get_by_test_id("progress-text")).to_have_text("14 in progress")
     page.get_by_role("button", name="Cancel batch").click()
     expect(page.get_by_test_id("progress-text")).to_have_text("14 cancelled")
+    # What was said, the batch's title and its progress all on the screen (a review's phone
+    # saw only the progress, the sentence scrolled away above it).
+    expect(page.get_by_text("Cancelled 14 tasks.")).to_be_in_viewport()
+    expect(page.locator("#said")).to_be_focused()  # scrolled to: a long page keeps it in view
+    expect(page.get_by_role("heading", name=prompt)).to_be_in_viewport()
+    expect(page.get_by_test_id("progress-text")).to_be_in_viewport()
 
 
 def test_it_shows_every_error_beside_its_section_at_once(person: Page):

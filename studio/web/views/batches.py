@@ -235,7 +235,9 @@ def batch_cancel(request: HttpRequest, batch_id: UUID) -> HttpResponse:
     """Cancel what can still be cancelled in a batch and say what was kept."""
     found = get_object_or_404(Batch, pk=batch_id)
     messages.info(request, engine.cancel_batch(batch=found).sentence())
-    return redirect(reverse("studio:batch", args=[found.pk]) + "#progress-words")
+    # To what was said, then the progress below it: "#progress-words" scrolled the sentence
+    # and the title above the screen (a review).
+    return redirect(reverse("studio:batch", args=[found.pk]) + "#said")
 
 
 @login_required
