@@ -14,6 +14,10 @@ RESUBMIT_WITHDRAWN = (
     "Ember: reconcile before retry."
 )
 SET_PUBLISHED = "This set is published; its choice can no longer change."
+SET_PUBLISHED_NAME = (
+    "This set is published and sibling apps read it by its name and id; it can no longer be "
+    "renamed or deleted."
+)
 SET_KEPT_CHANGING = "This set kept changing while it was being published; publish it again."
 SET_EMPTY = "Publishing waits until the set holds at least one image."
 SET_CHANGED = "This set changed since it was shown: look at it again before publishing it."

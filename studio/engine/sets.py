@@ -17,6 +17,7 @@ from studio.engine.errors import (
     SET_EMPTY,
     SET_KEPT_CHANGING,
     SET_PUBLISHED,
+    SET_PUBLISHED_NAME,
     InvalidRequest,
     PublishRefused,
 )
@@ -31,15 +32,52 @@ PUBLISH_TRIES = 3  # checks of a set whose choice keeps changing under the publi
 
 def create_set(*, name: str, asset_ids: list[Any]) -> AvatarSet:
     """Create a set holding the given assets in the given order."""
+    name = _set_name(name)
+    with transaction.atomic():
+        avatar_set = AvatarSet.objects.create(name=name)
+        choose_assets(avatar_set=avatar_set, asset_ids=asset_ids)
+    return avatar_set
+
+
+def _set_name(name: str) -> str:
+    """Return `name` as a set keeps it, or InvalidRequest when it is empty or too long."""
     name = names.cleaned(name)
     if not name:
         raise InvalidRequest("A set needs a name.")
     if len(name) > MAX_NAME:
         raise InvalidRequest(f"A set's name must be at most {MAX_NAME} characters.")
-    with transaction.atomic():
-        avatar_set = AvatarSet.objects.create(name=name)
-        choose_assets(avatar_set=avatar_set, asset_ids=asset_ids)
-    return avatar_set
+    return name
+
+
+def rename_set(*, avatar_set: AvatarSet, name: str) -> AvatarSet:
+    """Rename a draft set; a published one keeps the name sibling apps read it by."""
+    name = _set_name(name)
+    while True:
+        if avatar_set.published_at is not None:
+            raise InvalidRequest(SET_PUBLISHED_NAME)
+        try:
+            return update(avatar_set, expected=avatar_set.version, name=name)
+        except Conflict:  # a change or a publish landed first: look again
+            avatar_set.refresh_from_db(fields=["version", "published_at"])
+
+
+def delete_set(*, avatar_set: AvatarSet) -> list[int]:
+    """Delete a draft set (its images stay); return the ids of the assets it held.
+
+    A published set is for good: sibling apps read it. The delete claims the set's
+    version first, so a publish landing at the same moment either wins or finds it gone.
+    """
+    while True:
+        if avatar_set.published_at is not None:
+            raise InvalidRequest(SET_PUBLISHED_NAME)
+        try:
+            with transaction.atomic():
+                update(avatar_set, expected=avatar_set.version)
+                held = list(avatar_set.items.values_list("asset_id", flat=True))
+                avatar_set.delete()
+            return held
+        except Conflict:
+            avatar_set.refresh_from_db(fields=["version", "published_at"])
 
 
 def choose_assets(*, avatar_set: AvatarSet, asset_ids: list[Any]) -> AvatarSet:

@@ -229,6 +229,49 @@ def _moved(request: HttpRequest, chosen: list[int]) -> dict[str, Any]:
 
 
 @login_required
+@require_POST
+def set_rename(request: HttpRequest, set_id: int) -> HttpResponse:
+    """Rename a draft set, or say why not on its page."""
+    found = get_object_or_404(AvatarSet, pk=set_id)
+    old = found.name
+    try:
+        engine.rename_set(avatar_set=found, name=request.POST.get("name", ""))
+    except engine.InvalidRequest as exc:
+        messages.error(request, str(exc))
+    else:
+        said = f"Renamed the set {old} to {found.name}"
+        messages.success(request, said if said.endswith(".") else f"{said}.")
+    return redirect("studio:set", set_id=found.pk)
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def set_delete(request: HttpRequest, set_id: int) -> HttpResponse:
+    """Ask before deleting a draft set; delete it (its images stay) once the person says so.
+
+    A photo taken off every subject earlier and kept only for this set goes with it, and
+    the question names it first.
+    """
+    found = get_object_or_404(AvatarSet, pk=set_id)
+    if request.method == "GET" or request.POST.get("confirm") != "yes":
+        held = found.items.values_list("asset_id", flat=True)
+        photos = [p for p in (curation.let_go_by(found, i) for i in held) if p is not None]
+        context = {"set": found, "count": len(held), "photos": photos}
+        return render(request, "studio/set_delete.html", context)
+    try:
+        held = engine.delete_set(avatar_set=found)
+    except engine.InvalidRequest as exc:
+        messages.error(request, str(exc))
+        return redirect("studio:set", set_id=found.pk)
+    gone = curation.let_go(held)
+    said = f"Deleted the set {found.name}; its images stay in the gallery."
+    if gone:
+        said += f" Deleted with it: {', '.join(photo.file_name for photo in gone)}."
+    messages.success(request, said)
+    return redirect("studio:sets")
+
+
+@login_required
 @require_http_methods(["GET", "POST"])
 def set_publish(request: HttpRequest, set_id: int) -> HttpResponse:
     """Ask once that publishing cannot be undone; publish on the answer, or say why not."""
