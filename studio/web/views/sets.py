@@ -254,9 +254,9 @@ def set_delete(request: HttpRequest, set_id: int) -> HttpResponse:
     """
     found = get_object_or_404(AvatarSet, pk=set_id)
     if request.method == "GET" or request.POST.get("confirm") != "yes":
-        held = found.items.values_list("asset_id", flat=True)
-        photos = [p for p in (curation.let_go_by(found, i) for i in held) if p is not None]
-        context = {"set": found, "count": len(held), "photos": photos}
+        chosen = list(found.items.values_list("asset_id", flat=True))
+        photos = [p for p in (curation.let_go_by(found, i) for i in chosen) if p is not None]
+        context = {"set": found, "count": len(chosen), "photos": photos}
         return render(request, "studio/set_delete.html", context)
     try:
         held = engine.delete_set(avatar_set=found)
