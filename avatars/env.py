@@ -5,6 +5,7 @@ must stop the process, not quietly fall back to a default.
 """
 
 import os
+import zoneinfo
 from urllib.parse import urlsplit
 
 from django.core.exceptions import ImproperlyConfigured
@@ -95,4 +96,18 @@ def env_url(name: str, default: str) -> str:
         usable = False
     if not usable:
         raise ImproperlyConfigured(f"{name} must be an http:// or https:// URL, not {raw!r}")
+    return raw.strip()
+
+
+def env_zone(name: str, default: str) -> str:
+    """Return the variable if it names a time zone the machine knows (Europe/London)."""
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    try:
+        zoneinfo.ZoneInfo(raw.strip())
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        raise ImproperlyConfigured(
+            f"{name} must name a time zone such as Europe/London or UTC, not {raw!r}"
+        ) from None
     return raw.strip()

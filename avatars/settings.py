@@ -11,7 +11,16 @@ import dj_database_url
 from csp.constants import NONE, SELF, UNSAFE_INLINE
 from django.core.exceptions import ImproperlyConfigured
 
-from avatars.env import env_bool, env_choice, env_float, env_int, env_list, env_str, env_url
+from avatars.env import (
+    env_bool,
+    env_choice,
+    env_float,
+    env_int,
+    env_list,
+    env_str,
+    env_url,
+    env_zone,
+)
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -267,7 +276,8 @@ AUTH_PASSWORD_VALIDATORS = [
 ]
 
 LANGUAGE_CODE = "en-gb"
-TIME_ZONE = "UTC"
+# The zone the studio shows times in (they are stored in UTC whatever it is).
+TIME_ZONE = env_zone("AVATARS_TIME_ZONE", "UTC")
 USE_I18N = True
 USE_TZ = True
 

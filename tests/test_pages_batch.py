@@ -50,6 +50,25 @@ def test_it_says_how_many_paid_requests_may_not_have_reached_ember(signed_in: Cl
     assert "Paid Ember requests: 2 (1 may not have reached Ember)" in page
 
 
+def test_a_lost_answer_whose_job_was_found_since_is_not_doubted(signed_in: Client, subject):
+    """Found by a review (454 kills): a submit whose answer was lost and whose job the
+    history search found since reached Ember; the page still said it may not have."""
+    batch = a_batch(subject, candidates=3)
+    lost, found, accepted = batch.tasks.order_by("ordinal")
+    for task, outcome, job in (
+        (lost, Attempt.Outcome.UNKNOWN, ""),
+        (found, Attempt.Outcome.UNKNOWN, "job_found_in_history"),
+        (accepted, Attempt.Outcome.ACCEPTED, "job_accepted"),
+    ):
+        Attempt.objects.create(
+            task=task, number=1, submitted_at=timezone.now(), outcome=outcome, ember_job_id=job
+        )
+
+    page = text(signed_in.get(f"/batches/{batch.pk}/"))
+
+    assert "Paid Ember requests: 3 (1 may not have reached Ember)" in page, page
+
+
 def test_a_row_does_not_say_the_same_thing_twice_while_ember_is_down(signed_in: Client, subject):
     """Found by a review in a browser: "Ember could not be reached; still polling Ember
     could not be reached." The phase says it; the error, the same words, is left out."""

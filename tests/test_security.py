@@ -207,6 +207,13 @@ def test_a_bad_setting_value_stops_the_process_loudly(tmp_path):
         ("EMBER_URL", "http://ember:port", "EMBER_URL must be an http:// or https:// URL"),
         ("DATABASE_URL", "garbage", "DATABASE_URL is not a database URL"),
         ("DJANGO_ALLOWED_HOSTS", " , ", "DJANGO_ALLOWED_HOSTS is set but names nothing"),
+        (
+            "AVATARS_TIME_ZONE",
+            "Mars/Olympus",
+            "AVATARS_TIME_ZONE must name a time zone such as Europe/London or UTC, "
+            "not 'Mars/Olympus'",
+        ),
+        ("AVATARS_TIME_ZONE", "../etc", "AVATARS_TIME_ZONE must name a time zone"),
     ],
 )
 def test_a_setting_the_install_cannot_run_with_is_said_in_one_sentence(
