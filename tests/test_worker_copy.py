@@ -243,7 +243,7 @@ def test_it_releases_nothing_when_a_missing_original_cannot_be_copied_again(
     ("answer", "phase", "fetches"),
     [
         (404, GONE_PHASE, 1),  # gone: asking again gets the same answer
-        (503, "The copy from Ember failed; reconcile to retry", 3),
+        (503, "The copy from Ember failed; reconcile to retry", 8),  # Ember away: waited
     ],
 )
 def test_it_says_when_ember_no_longer_has_the_image_and_a_reconcile_cannot_copy_it(

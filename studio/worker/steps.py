@@ -18,6 +18,7 @@ from django.utils import timezone
 
 from studio import originals
 from studio.ember.client import (
+    EmberBusy,
     EmberClient,
     EmberError,
     EmberNotFound,
@@ -56,7 +57,12 @@ from studio.worker.transitions import (
 log = logging.getLogger("studio.worker")
 
 FETCH_TRIES = 3
+# While Ember is away (unreachable, busy, answering 5xx) a copy waits longer, as a poll
+# does: a review's Ember restarted for six seconds, and nine copies in flight rested
+# copy_failed for a person to reconcile. About 90 s of waiting in all.
+FETCH_TRIES_EMBER_AWAY = 8
 FETCH_RETRY_DELAY = 1.0  # seconds, doubled after each failed try
+FETCH_RETRY_MOST = 30.0  # seconds: the longest wait between two tries
 
 
 class Steps:
@@ -354,6 +360,8 @@ class Steps:
         return None."""
         try:
             return await self._copy(image, over=over)
+        except _CopyPaused:
+            return None  # left `copying`: the next start copies it
         except EmberUnsafeId as exc:
             # Nothing was fetched; an original nobody can name safely is not "failed".
             await db(_rest_unsafe)(task, exc)
@@ -373,8 +381,9 @@ class Steps:
         file (missing or damaged), the bytes must be its own and replace what is there."""
         if "id" not in image:
             raise EmberUnsafeId("Ember's saved answer names no image to copy.")
-        delay = self.fetch_retry_delay
-        for attempt in range(1, FETCH_TRIES + 1):
+        delay, attempt = self.fetch_retry_delay, 0
+        while True:
+            attempt += 1
             try:
                 data, _content_type = await self.client.fetch(
                     image["id"], sha256=image.get("sha256"), size=image.get("bytes")
@@ -393,12 +402,25 @@ class Steps:
                 # it sends them again, and each try decodes them again (a review's GIF).
                 if attempt == FETCH_TRIES or image.get("sha256") is not None:
                     raise
-            except (EmberError, originals.ChecksumFailed, OSError):
-                if attempt == FETCH_TRIES:
+            except (EmberError, originals.ChecksumFailed, OSError) as exc:
+                if attempt >= (FETCH_TRIES_EMBER_AWAY if _ember_away(exc) else FETCH_TRIES):
                     raise
-            await asyncio.sleep(delay)
-            delay *= 2
-        raise AssertionError("unreachable")
+            await self._sleep(delay)
+            if self.stopping:
+                raise _CopyPaused
+            delay = min(delay * 2, FETCH_RETRY_MOST)
+
+
+class _CopyPaused(Exception):
+    """A stop was asked while a copy waited to try again: the task stays `copying`."""
+
+
+def _ember_away(exc: Exception) -> bool:
+    """Say whether a fetch failed because Ember was away (unreachable, busy, or erring with a
+    5xx), which passes, rather than because of the image or the disk."""
+    if isinstance(exc, EmberUnavailable | EmberBusy | EmberUnknownOutcome):
+        return True
+    return type(exc) is EmberError and (getattr(exc, "status", None) or 0) >= 500
 
 
 async def _held(asset: Asset) -> bool:
