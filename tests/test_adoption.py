@@ -16,8 +16,8 @@ from django.utils import timezone
 from studio import engine, holdback
 from studio.ember.client import EmberClient
 from studio.ember.simulator import Simulator
-from studio.engine.adoption import AMBIGUOUS_PHASE, NO_ROW_PHASE
-from studio.models import Attempt, Task, TaskState
+from studio.engine.adoption import AMBIGUOUS_PHASE, NO_ROW_LATE_PHASE, NO_ROW_PHASE
+from studio.models import POLL_BOUND, Attempt, Task, TaskState
 from studio.store import move
 from studio.worker import RECONCILE_PHASE, Worker
 from tests.factories import a_task, batch_request, drain, history_route, history_row, uncertain
@@ -219,6 +219,31 @@ def test_what_it_leaves_counts_this_tasks_originals_once_each(subject, ember):
     assert "job job_7 (image img_7, attempt 1), job job_8 (image img_8, attempt 2)" in kept.error
     assert "job_9" not in kept.error and "img_9" not in kept.error, kept.error
     assert "a row that did not carry this task's id" in kept.error, kept.error
+
+
+def test_once_any_job_would_have_finished_no_row_is_said_to_be_a_persons_call(subject, ember):
+    """Found by a review (454 kills): submits that never reached Ember rested for ever under
+    "the worker looks again", as if the worker would settle them."""
+    task = a_lost_submit(subject)
+    history_says(ember)
+
+    search(task.submitted_at + timedelta(seconds=POLL_BOUND - 1))
+    assert row_of(task).phase == NO_ROW_PHASE
+    search(task.submitted_at + timedelta(seconds=POLL_BOUND + EVERY))
+
+    kept = row_of(task)
+    assert kept.state == TaskState.UNCERTAIN and kept.ember_job_id == ""
+    assert (
+        kept.phase
+        == NO_ROW_LATE_PHASE
+        == (
+            "Ember's history still has no row, long after its job would have finished: this "
+            "submit likely never reached Ember, or its job failed. A person decides whether to "
+            "resubmit"
+        )
+    )
+    assert len(kept.phase) <= Task._meta.get_field("phase").max_length
+    assert kept.attempts.count() == 1, "nothing was sent again"
 
 
 def test_it_searches_a_task_with_no_row_again_only_after_the_interval(subject, ember):

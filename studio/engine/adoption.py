@@ -33,7 +33,7 @@ from studio.engine.recovery import (
     latest_send,
     not_held,
 )
-from studio.models import Attempt, HistorySearch, Kind, Task, TaskState
+from studio.models import POLL_BOUND, Attempt, HistorySearch, Kind, Task, TaskState
 from studio.store import Conflict, update
 
 log = logging.getLogger("studio.worker")
@@ -42,6 +42,10 @@ log = logging.getLogger("studio.worker")
 # in it (exact, since the settings allow each task at most one search a minute).
 WINDOW = timedelta(seconds=60)
 NO_ROW_PHASE = "Ember's history has no row for this submit yet; the worker looks again"
+NO_ROW_LATE_PHASE = (
+    "Ember's history still has no row, long after its job would have finished: this submit "
+    "likely never reached Ember, or its job failed. A person decides whether to resubmit"
+)
 LISTED = 5  # originals a search names on the task; the rest are counted
 AMBIGUOUS_PHASE = "Ember's history holds rows Avatars will not take on its own; a person decides"
 
@@ -51,8 +55,9 @@ async def adopt_due(*, client: EmberClient, now: datetime | None = None) -> list
 
     Each task comes back as its search left it: `copying` when its row was adopted.
     """
-    due = await sync_to_async(claim_due)(now or timezone.now())
-    return [await _search(task, number, client) for task, number in due]
+    now = now or timezone.now()
+    due = await sync_to_async(claim_due)(now)
+    return [await _search(task, number, client, now) for task, number in due]
 
 
 def claim_due(now: datetime) -> list[tuple[Task, int]]:
@@ -110,7 +115,7 @@ def _due_query(now: datetime) -> "QuerySet[Task, tuple[Any, int]]":
     return due.order_by("looked_at", "pk").values_list("pk", "lost_attempt")
 
 
-async def _search(task: Task, number: int, client: EmberClient) -> Task:
+async def _search(task: Task, number: int, client: EmberClient, now: datetime) -> Task:
     """Read the task's history rows and record what they say about attempt `number`."""
     try:
         rows = await client.history(str(task.pk))
@@ -118,10 +123,10 @@ async def _search(task: Task, number: int, client: EmberClient) -> Task:
         # Nothing learned: the task stays as it is and is looked up again next time.
         log.warning("task=%s history search failed: %s", task.pk, exc.message)
         return task
-    return await sync_to_async(_record_search)(str(task.pk), number, rows)
+    return await sync_to_async(_record_search)(str(task.pk), number, rows, now)
 
 
-def _record_search(task_id: str, number: int, rows: list[dict[str, Any]]) -> Task:
+def _record_search(task_id: str, number: int, rows: list[dict[str, Any]], now: datetime) -> Task:
     """Adopt the one original of the task, if it names attempt `number`; else leave it for a person.
 
     Rows are read as reconcile reads them: only those carrying the task's id are its
@@ -136,7 +141,7 @@ def _record_search(task_id: str, number: int, rows: list[dict[str, Any]]) -> Tas
             adopted = _record_history(task, rows)
             log.info("task=%s adopted job=%s from Ember's history", task.pk, adopted.ember_job_id)
             return adopted
-        return _leave_for_a_person(task, number, found)
+        return _leave_for_a_person(task, number, found, now)
     except Conflict:
         return Task.objects.get(pk=task_id)  # another writer moved it first
 
@@ -187,14 +192,18 @@ def _sort_out(rows: list[dict[str, Any]], task: Task, number: int) -> Found:
     )
 
 
-def _leave_for_a_person(task: Task, number: int, found: Found) -> Task:
+def _leave_for_a_person(task: Task, number: int, found: Found, now: datetime) -> Task:
     """Show on the task what the search found; write only when that changed.
 
-    No row carrying the task's id is no row yet: the worker looks again.
+    No row carrying the task's id is no row yet: the worker looks again. Once any job sent
+    then would have finished (the poll bound), the phase says a person decides: a review
+    saw submits that never reached Ember wait for ever under "the worker looks again".
     """
     strays = " ".join(filter(None, [held_note(found.held), _strays_note(found.strays)]))
     if not found.carried:
-        phase, error = NO_ROW_PHASE, strays or task.error
+        sent = latest_send(task)
+        late = sent is not None and now - sent.submitted_at >= timedelta(seconds=POLL_BOUND)
+        phase, error = (NO_ROW_LATE_PHASE if late else NO_ROW_PHASE), strays or task.error
     else:
         phase = AMBIGUOUS_PHASE
         said = (
