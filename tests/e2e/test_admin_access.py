@@ -11,6 +11,7 @@ import contextlib
 import re
 from collections.abc import Iterator
 
+from axe_playwright_python.sync_playwright import Axe
 from playwright.sync_api import Browser, Page, expect
 
 from studio.admin.repairs import NOT_RECEIVED
@@ -34,6 +35,18 @@ def test_the_admins_lists_have_no_serious_accessibility_violation(person: Page):
         answer = person.goto(path)
         assert answer is not None and answer.status == 200, path
         audit(person)
+
+
+def test_the_task_lists_filter_links_are_targets_a_finger_can_hit(person: Page):
+    """Found by a browser review (WCAG 2.2 target-size, serious): the filter links of the
+    task list were 15 and 26 targets under 24 px, at the desktop and the phone size."""
+    person.goto("/admin/studio/task/")
+    options = {"runOnly": ["target-size"], "resultTypes": ["violations"]}
+
+    found = Axe().run(person, options=options).response["violations"]
+
+    nodes = [n["target"] for v in found for n in v["nodes"]]
+    assert not nodes, f"{len(nodes)} targets under 24 px: {nodes[:5]}"
 
 
 @contextlib.contextmanager
