@@ -112,3 +112,20 @@ def test_a_rename_read_before_a_change_of_the_choice_still_lands():
 
     assert AvatarSet.objects.get().name == "Holiday"
     assert AvatarSet.objects.get().items.count() == 2, "the choice made meanwhile is kept"
+
+
+def test_it_says_when_another_set_has_the_same_name(signed_in: Client):
+    first = engine.create_set(name="Best of Bo", asset_ids=[stored_asset(1).pk])
+    other = engine.create_set(name="Holiday", asset_ids=[stored_asset(2).pk])
+
+    made = signed_in.post(
+        "/sets/", {"name": "best of bo", "assets": [stored_asset(3).pk]}, follow=True
+    )
+    renamed = signed_in.post(f"/sets/{other.pk}/rename/", {"name": "Best of Bo"}, follow=True)
+    alone = signed_in.post(f"/sets/{first.pk}/rename/", {"name": "Bo's best"}, follow=True)
+
+    twice = "Another set is also named {}: rename one of them to tell them apart."
+    assert twice.format("best of bo") in messages_of(made)
+    assert twice.format("Best of Bo") in messages_of(renamed)
+    assert not any("Another set" in m for m in messages_of(alone)), messages_of(alone)
+    assert AvatarSet.objects.count() == 3, "said, not refused"

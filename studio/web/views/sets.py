@@ -56,6 +56,7 @@ def sets(request: HttpRequest) -> HttpResponse:
         created = _create_set(request, form)
         if created is not None:
             messages.success(request, f"Created the set {created.name}.")
+            _say_if_named_twice(request, created)
             return redirect("studio:set", set_id=created.pk)
         back = _back_to(request, form)
         if back:
@@ -241,7 +242,18 @@ def set_rename(request: HttpRequest, set_id: int) -> HttpResponse:
     else:
         said = f"Renamed the set {old} to {found.name}"
         messages.success(request, said if said.endswith(".") else f"{said}.")
+        _say_if_named_twice(request, found)
     return redirect("studio:set", set_id=found.pk)
+
+
+def _say_if_named_twice(request: HttpRequest, named: AvatarSet) -> None:
+    """Say so when another set has the same name: the sets list could not tell them apart
+    (a browser review made two of one name, one published, unawares)."""
+    if AvatarSet.objects.filter(name__iexact=named.name).exclude(pk=named.pk).exists():
+        messages.warning(
+            request,
+            f"Another set is also named {named.name}: rename one of them to tell them apart.",
+        )
 
 
 @login_required
