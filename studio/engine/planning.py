@@ -78,9 +78,7 @@ def recent_twin(request: dict[str, Any], user: User | None, *, key: str = "") ->
 
 def planned_by(user: User, key: str) -> Batch | None:
     """Return the batch `user`'s `key` planned within its lifetime, whatever it asked for."""
-    row = BatchKey.objects.filter(
-        user=user, key=key, created_at__gt=timezone.now() - BatchKey.LIFETIME
-    ).first()
+    row = _key_row(user, key)
     return row.batch if row is not None else None
 
 
@@ -160,16 +158,19 @@ def canonical_sha256(request: object) -> str:
 
 def _keyed_batch(*, user: User, key: str, body_sha256: str) -> Batch | None:
     """Return the batch `key` planned within its lifetime, or None; KeyReused for another body."""
-    row = (
-        BatchKey.objects.select_related("batch")
-        .filter(user=user, key=key, created_at__gt=timezone.now() - BatchKey.LIFETIME)
-        .first()
-    )
+    row = _key_row(user, key)
     if row is None:
         return None
     if row.body_sha256 != body_sha256:
         raise KeyReused(row.batch)
     return row.batch
+
+
+def _key_row(user: User, key: str) -> BatchKey | None:
+    """Return `user`'s record of `key` while it is alive, with its batch."""
+    alive = timezone.now() - BatchKey.LIFETIME
+    rows = BatchKey.objects.select_related("batch")
+    return rows.filter(user=user, key=key, created_at__gt=alive).first()
 
 
 def _record_key(*, user: User, key: str, body_sha256: str, batch: Batch) -> None:
