@@ -64,6 +64,13 @@ def user_of(request: HttpRequest) -> User | None:
     return request.user if isinstance(request.user, User) else None
 
 
+def say_renamed(request: HttpRequest, old: str, new: str) -> None:
+    """Say that `old` (a subject, a photo, "the set …") is now called `new`."""
+    said = f"Renamed {old} to {new}"
+    # One full stop, even when the new name ends with one ("Ada L.").
+    messages.success(request, said if said.endswith(".") else f"{said}.")
+
+
 def posted(request: HttpRequest, *, files: bool = False) -> tuple[Any, ...]:
     """Return the form data of a POST (even an empty one), or nothing for an unbound form."""
     if request.method != "POST":

@@ -17,7 +17,7 @@ from studio.ids import row_id
 from studio.models import Asset, AvatarSet
 from studio.web.forms import ChooseForm, SetForm
 from studio.web.gallery import GalleryFilter
-from studio.web.views.common import LIST_PAGE, login_required, page_of, posted
+from studio.web.views.common import LIST_PAGE, login_required, page_of, posted, say_renamed
 
 GALLERY_PAGE = 60  # thumbnails per gallery page
 PICKER_PAGE = 48  # thumbnails offered per page when adding to a set
@@ -240,8 +240,7 @@ def set_rename(request: HttpRequest, set_id: int) -> HttpResponse:
     except engine.InvalidRequest as exc:
         messages.error(request, str(exc))
     else:
-        said = f"Renamed the set {old} to {found.name}"
-        messages.success(request, said if said.endswith(".") else f"{said}.")
+        say_renamed(request, f"the set {old}", found.name)
         _say_if_named_twice(request, found)
     return redirect("studio:set", set_id=found.pk)
 

@@ -19,7 +19,14 @@ from studio.models import (
     Subject,
 )
 from studio.web.forms import ReferenceForm, SubjectForm
-from studio.web.views.common import LIST_PAGE, Window, login_required, page_of, posted
+from studio.web.views.common import (
+    LIST_PAGE,
+    Window,
+    login_required,
+    page_of,
+    posted,
+    say_renamed,
+)
 
 PHOTOS_PAGE = 48  # reference photos per page of a subject
 ALREADY_THERE = "This photo is already there."
@@ -169,14 +176,8 @@ def subject_rename(request: HttpRequest, subject_id: int) -> HttpResponse:
         curation.rename_subject(subject=found, name=name)
     except engine.InvalidRequest as exc:
         return _subject_page(request, found, renaming=Renaming(value=name, error=str(exc)))
-    _say_renamed(request, old, found.name)
+    say_renamed(request, old, found.name)
     return redirect("studio:subject", subject_id=found.pk)
-
-
-def _say_renamed(request: HttpRequest, old: str, new: str) -> None:
-    said = f"Renamed {old} to {new}"
-    # One full stop, even when the new name ends with one ("Ada L.").
-    messages.success(request, said if said.endswith(".") else f"{said}.")
 
 
 def _photo_of(subject_id: int, asset_id: int) -> tuple[Subject, Asset]:
@@ -204,7 +205,7 @@ def photo_rename(request: HttpRequest, subject_id: int, asset_id: int) -> HttpRe
     except engine.InvalidRequest as exc:
         refused = Renaming(value=name, error=str(exc), photo=photo.pk)
         return _subject_page(request, found, renaming=refused)
-    _say_renamed(request, old, photo.file_name)
+    say_renamed(request, old, photo.file_name)
     return redirect(_subject_url(found, request))
 
 
