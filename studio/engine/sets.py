@@ -5,7 +5,7 @@ transaction with its check (docs/design.md §6.3).
 """
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from django.db import transaction
 from django.db.models import QuerySet
@@ -24,6 +24,8 @@ from studio.engine.errors import (
 from studio.engine.validation import echo, existing_ids, id_list
 from studio.models import Asset, AvatarSet, Origin, SetItem
 from studio.store import Conflict, update
+
+T = TypeVar("T")  # what a write of a draft set (`_while_a_draft`) returns
 
 MAX_NAME = 120  # characters of a set's name (the studio's form says so too)
 MAX_ITEMS = 1000  # assets one set may hold
@@ -52,13 +54,11 @@ def _set_name(name: str) -> str:
 def rename_set(*, avatar_set: AvatarSet, name: str) -> AvatarSet:
     """Rename a draft set; a published one keeps the name sibling apps read it by."""
     name = _set_name(name)
-    while True:
-        if avatar_set.published_at is not None:
-            raise InvalidRequest(SET_PUBLISHED_NAME)
-        try:
-            return update(avatar_set, expected=avatar_set.version, name=name)
-        except Conflict:  # a change or a publish landed first: look again
-            avatar_set.refresh_from_db(fields=["version", "published_at"])
+    return _while_a_draft(
+        avatar_set,
+        SET_PUBLISHED_NAME,
+        lambda: update(avatar_set, expected=avatar_set.version, name=name),
+    )
 
 
 def delete_set(*, avatar_set: AvatarSet) -> list[int]:
@@ -67,16 +67,26 @@ def delete_set(*, avatar_set: AvatarSet) -> list[int]:
     A published set is for good: sibling apps read it. The delete claims the set's
     version first, so a publish landing at the same moment either wins or finds it gone.
     """
+
+    def delete() -> list[int]:
+        with transaction.atomic():
+            update(avatar_set, expected=avatar_set.version)
+            held = list(avatar_set.items.values_list("asset_id", flat=True))
+            avatar_set.delete()
+        return held
+
+    return _while_a_draft(avatar_set, SET_PUBLISHED_NAME, delete)
+
+
+def _while_a_draft(avatar_set: AvatarSet, refusal: str, write: Callable[[], T]) -> T:
+    """Run `write` (a versioned write of the set) while the set is a draft, again each time
+    a change or a publish landed first; refuse with `refusal` once it is published."""
     while True:
         if avatar_set.published_at is not None:
-            raise InvalidRequest(SET_PUBLISHED_NAME)
+            raise InvalidRequest(refusal)
         try:
-            with transaction.atomic():
-                update(avatar_set, expected=avatar_set.version)
-                held = list(avatar_set.items.values_list("asset_id", flat=True))
-                avatar_set.delete()
-            return held
-        except Conflict:
+            return write()
+        except Conflict:  # nothing was written: look at the set as it is now
             avatar_set.refresh_from_db(fields=["version", "published_at"])
 
 
@@ -99,32 +109,30 @@ def change_choice(
     tabs adding photos lost nine of thirty, and a removed one came back). A publish or
     another change that lands first moves the version, and the change is applied again.
     """
-    while True:
-        if avatar_set.published_at is not None:
-            raise InvalidRequest(SET_PUBLISHED)
-        try:
-            with transaction.atomic():
-                # Claim the version first: another change's or a publish's own versioned
-                # write cannot land until this transaction ends, and then finds it moved.
-                read = avatar_set.version
-                update(avatar_set, expected=avatar_set.version)
-                before = list(avatar_set.items.values_list("asset_id", flat=True))
-                ids = id_list(change(before), "Assets", most=MAX_ITEMS)
-                if ids == before:  # the version stays: an open publish page need not ask
-                    transaction.set_rollback(True)
-                    avatar_set.version = read
-                    return before, ids
-                # With the rows locked: a photo's removal (which locks its row first) may
-                # have committed since the change was asked for; once locked, none can.
-                _check_assets(ids, lock=True)
-                avatar_set.items.all().delete()
-                SetItem.objects.bulk_create(
-                    SetItem(avatar_set=avatar_set, asset_id=asset_id, position=position)
-                    for position, asset_id in enumerate(ids)
-                )
-            return before, ids
-        except Conflict:
-            avatar_set.refresh_from_db(fields=["version", "published_at"])
+
+    def write() -> tuple[list[int], list[int]]:
+        with transaction.atomic():
+            # Claim the version first: another change's or a publish's own versioned
+            # write cannot land until this transaction ends, and then finds it moved.
+            read = avatar_set.version
+            update(avatar_set, expected=avatar_set.version)
+            before = list(avatar_set.items.values_list("asset_id", flat=True))
+            ids = id_list(change(before), "Assets", most=MAX_ITEMS)
+            if ids == before:  # the version stays: an open publish page need not ask
+                transaction.set_rollback(True)
+                avatar_set.version = read
+                return before, ids
+            # With the rows locked: a photo's removal (which locks its row first) may
+            # have committed since the change was asked for; once locked, none can.
+            _check_assets(ids, lock=True)
+            avatar_set.items.all().delete()
+            SetItem.objects.bulk_create(
+                SetItem(avatar_set=avatar_set, asset_id=asset_id, position=position)
+                for position, asset_id in enumerate(ids)
+            )
+        return before, ids
+
+    return _while_a_draft(avatar_set, SET_PUBLISHED, write)
 
 
 def _check_assets(ids: list[Any], *, lock: bool = False) -> None:
