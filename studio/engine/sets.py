@@ -193,14 +193,19 @@ def _check_originals(avatar_set: AvatarSet) -> None:
     """
     missing = lost_originals(avatar_set)
     if missing:
-        named = ", ".join(str(n) for n in missing[:-1]) + (" and " if missing[:-1] else "")
-        which = "image" if len(missing) == 1 else "images"
         verb = "is" if len(missing) == 1 else "are"
         raise PublishRefused(
-            f"Publishing waits until every chosen image's original is in the store: {which} "
-            f"{named}{missing[-1]} of the set {verb} missing (an operator puts originals back "
-            "with manage.py check_originals --repair)."
+            "Publishing waits until every chosen image's original is in the store: "
+            f"{images_at(missing).lower()} of the set {verb} missing (an operator puts "
+            "originals back with manage.py check_originals --repair)."
         )
+
+
+def images_at(places: list[int]) -> str:
+    """Name chosen images by their places in a set: "Image 2", "Images 2, 3 and 5"."""
+    if len(places) == 1:
+        return f"Image {places[0]}"
+    return f"Images {', '.join(str(n) for n in places[:-1])} and {places[-1]}"
 
 
 def lost_originals(avatar_set: AvatarSet) -> list[int]:

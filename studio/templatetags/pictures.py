@@ -5,6 +5,7 @@ from typing import Any
 from django import template
 
 from studio import thumbs
+from studio.engine import sets
 from studio.models import Asset, Batch, Origin
 from studio.web.views.results import results_context
 
@@ -20,6 +21,12 @@ def caption(asset: Asset) -> str:
     names = ", ".join(subject.name for subject in asset.subjects.all())
     what = asset.file_name if asset.origin == Origin.UPLOADED else str(asset)
     return " · ".join(part for part in (names, what) if part)
+
+
+@register.filter
+def images_at(places: list[int]) -> str:
+    """Name chosen images by their places in a set: "Image 2", "Images 2, 3 and 5"."""
+    return sets.images_at(places)
 
 
 @register.filter
