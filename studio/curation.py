@@ -190,13 +190,12 @@ def let_go(ids: Iterable[int]) -> list[Asset]:
     return gone
 
 
-def let_go_by(avatar_set: AvatarSet, photo_id: int) -> Asset | None:
-    """Return the photo `let_go` would delete were `avatar_set` to let go of it, else None.
+def let_go_by(avatar_set: AvatarSet, photo_ids: Iterable[int]) -> list[Asset]:
+    """Return the photos `let_go` would delete were `avatar_set` to let go of `photo_ids`.
 
     Read to ask first (a review: the set page's Remove deleted such a photo unasked).
     """
-    found = _needless({photo_id}, besides=avatar_set)
-    return found[0] if found else None
+    return _needless(set(photo_ids), besides=avatar_set)
 
 
 def _needless(

@@ -174,10 +174,10 @@ def _ask_before_deleting(request: HttpRequest, found: AvatarSet) -> HttpResponse
     asset_id = row_id(request.POST.get("asset", ""))
     if asset_id is None or not found.items.filter(asset_id=asset_id).exists():
         return None
-    photo = curation.let_go_by(found, asset_id)
-    if photo is None:
+    photos = curation.let_go_by(found, [asset_id])
+    if not photos:
         return None
-    return render(request, "studio/set_remove.html", {"set": found, "photo": photo})
+    return render(request, "studio/set_remove.html", {"set": found, "photo": photos[0]})
 
 
 def _change_choice(request: HttpRequest, found: AvatarSet) -> str:
@@ -266,7 +266,7 @@ def set_delete(request: HttpRequest, set_id: int) -> HttpResponse:
     found = get_object_or_404(AvatarSet, pk=set_id)
     if request.method == "GET" or request.POST.get("confirm") != "yes":
         chosen = list(found.items.values_list("asset_id", flat=True))
-        photos = [p for p in (curation.let_go_by(found, i) for i in chosen) if p is not None]
+        photos = curation.let_go_by(found, chosen)  # one look for them all, not one each
         context = {"set": found, "count": len(chosen), "photos": photos}
         return render(request, "studio/set_delete.html", context)
     try:
