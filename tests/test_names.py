@@ -17,20 +17,39 @@ pytestmark = pytest.mark.django_db
 def test_a_name_keeps_what_shows_and_never_a_control_that_reorders_text(text):
     name = names.cleaned(text)
 
-    assert not set(name) & {chr(c) for c in names.BIDI_CONTROLS}
+    assert not set(name) & {chr(c) for c in names.BIDI_CONTROLS | names.SPACERS}
     assert not [c for c in name if unicodedata.category(c) in names.BREAKS], repr(name)
     shows = [c for c in name if unicodedata.category(c) not in names.UNSEEN]
     assert bool(name) == bool(shows), repr(name)
-    if name:  # nothing but the controls and the ends' spaces went; breaks became spaces
-        kept = text.translate(names.BIDI_CONTROLS)
+    assert names.cleaned(name) == name, repr(name)  # a name, cleaned again, stays itself
+    if name:  # nothing but the controls, the spacers and the ends' blanks went
+        kept = unicodedata.normalize("NFC", text.translate(names.BIDI_CONTROLS | names.SPACERS))
         spaced = "".join(" " if unicodedata.category(c) in names.BREAKS else c for c in kept)
-        assert name == spaced.strip()
+        assert name in spaced, repr(name)
+        assert unicodedata.normalize("NFC", name) == name
+        for end in (name[0], name[-1]):
+            assert not end.isspace() and unicodedata.category(end) not in ("Cf", "Zs")
+
+
+@given(
+    st.text(min_size=1, max_size=20),
+    st.lists(st.sampled_from(["\u200b", "\u2060", "\ufeff", "\u200d", " ", "\u00a0"])),
+)
+def test_what_does_not_show_at_a_names_ends_changes_nothing(text, unseen):
+    """Found by a review: "Holiday" and "Holiday" with a zero-width space were two names."""
+    padding = "".join(unseen)
+
+    assert names.cleaned(padding + text + padding) == names.cleaned(text)
+
+
+def test_a_name_typed_decomposed_is_the_name_typed_composed():
+    assert names.cleaned("Cafe\u0301") == names.cleaned("Caf\u00e9") == "Caf\u00e9"
 
 
 def test_a_family_emoji_keeps_its_joiners_and_an_override_goes():
     family = "\U0001f468\u200d\U0001f469\u200d\U0001f467"
 
-    subject = engine.create_subject(name=f"\u202eOur {family}")
+    subject = engine.create_subject(name=f"\u202eOur {family}\u200d\u200b")
 
     assert subject.name == f"Our {family}"
     assert Subject.objects.get().name == f"Our {family}"
