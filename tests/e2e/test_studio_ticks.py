@@ -147,3 +147,20 @@ def test_a_sets_picker_keeps_ticks_across_its_pages(page: Page):
     expect(page.locator("[data-testid=chosen] > li")).to_have_count(3)
     assert chosen_in(page) == [start, first, second]
     expect(page.get_by_test_id(COUNT)).to_have_text("Nothing ticked yet")
+
+
+def test_a_choose_box_is_a_target_a_finger_can_hit(person: Page):
+    """Found by a browser review: the boxes were 13 px (the label around them 22 px tall).
+
+    The box itself is at least 18 px and its label, which ticks it too, at least 24 px
+    tall (WCAG 2.5.8's minimum), at both sizes.
+    """
+    go(person, "Gallery")
+    first = person.locator('label.choose:has(input[name="assets"])').first
+    tick = first.locator("input").bounding_box()
+    label = first.bounding_box()
+    assert tick and label
+    assert min(tick["width"], tick["height"]) >= 18, f"the box is {tick} px"
+    assert label["height"] >= 24, f"the label is {label['height']:.1f} px tall"
+    first.click(position={"x": label["width"] - 2, "y": label["height"] / 2})  # its words
+    expect(first.locator("input")).to_be_checked()
