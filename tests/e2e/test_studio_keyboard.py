@@ -282,19 +282,19 @@ def test_a_move_comes_back_to_the_moved_image_with_its_button_focused(person: Pa
     chosen = person.locator("[data-testid=chosen] > li")
     asset = chosen.nth(9).get_attribute("data-asset")
 
-    chosen.nth(9).get_by_role("button", name=re.compile(r" down$")).press("Enter")
+    chosen.nth(9).get_by_role("button", name=re.compile(r" later$")).press("Enter")
 
     moved = chosen.nth(10)
     expect(moved).to_have_attribute("data-asset", str(asset))
     expect(moved).to_be_in_viewport()
-    expect(moved.get_by_role("button", name=re.compile(r" down$"))).to_be_focused()
+    expect(moved.get_by_role("button", name=re.compile(r" later$"))).to_be_focused()
 
-    # Down again: last now, and Down is off, so its Up button has the focus.
+    # Later again: last now, and Later is off, so its Earlier button has the focus.
     person.keyboard.press("Enter")
     expect(chosen.last).to_have_attribute("data-asset", str(asset))
-    expect(chosen.last.get_by_role("button", name=re.compile(r" up$"))).to_be_focused()
+    expect(chosen.last.get_by_role("button", name=re.compile(r" earlier$"))).to_be_focused()
 
     person.keyboard.press("Enter")
     expect(chosen.nth(10)).to_have_attribute("data-asset", str(asset))
-    expect(chosen.nth(10).get_by_role("button", name=re.compile(r" up$"))).to_be_focused()
+    expect(chosen.nth(10).get_by_role("button", name=re.compile(r" earlier$"))).to_be_focused()
     audit(person)
