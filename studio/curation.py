@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 from django.db import transaction
 from django.db.models import F, Q
 
-from studio import names, originals, removals, thumbs
+from studio import originals, removals, thumbs
 from studio.engine import InvalidRequest
+from studio.engine.library import subject_name
 from studio.models import Asset, AvatarSet, Batch, Origin, SetItem, Subject, Task
 from studio.store import update
 
@@ -83,11 +84,7 @@ class SubjectRemoval:
 
 def rename_subject(*, subject: Subject, name: str) -> Subject:
     """Give `subject` a new name (its slug, used in URLs elsewhere, stays)."""
-    name = names.cleaned(name)
-    if not name:
-        raise InvalidRequest("A subject needs a name.")
-    if len(name) > 120:
-        raise InvalidRequest("A subject's name must be at most 120 characters.")
+    name = subject_name(name)
     old = subject.name
     with transaction.atomic():
         update(subject, name=name)

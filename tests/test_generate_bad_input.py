@@ -1,5 +1,7 @@
 """generate() refuses a bad request with a clear message and plans nothing."""
 
+import json
+
 import pytest
 from django.db import IntegrityError, transaction
 
@@ -40,7 +42,7 @@ pytestmark = pytest.mark.django_db
         pytest.param({"subjects": [987654]}, "Unknown subject: 987654.", id="unknown-subject"),
         pytest.param(
             {"subjects": ["ada"]},
-            "Subjects must be a list of ids; 'ada' is not one.",
+            'Subjects must be a list of ids; "ada" is not one.',
             id="subject-not-an-id",
         ),
         pytest.param(
@@ -61,7 +63,7 @@ pytestmark = pytest.mark.django_db
         ),
         pytest.param(
             {"providers": [{"provider": "midjourney", "candidates": 1}]},
-            "Unknown provider: 'midjourney'.",
+            'Unknown provider: "midjourney".',
             id="unknown-provider",
         ),
         pytest.param(
@@ -96,12 +98,12 @@ pytestmark = pytest.mark.django_db
         ),
         pytest.param(
             {"providers": [{"provider": "openai"}, {"provider": "openai"}]},
-            "Provider 'openai' is listed twice.",
+            'Provider "openai" is listed twice.',
             id="provider-twice",
         ),
         pytest.param(
             {"frames": ["portrait"]},
-            "Unknown frame: 'portrait'. Frames are image, headshot, full-body, clip.",
+            'Unknown frame: "portrait". Frames are image, headshot, full-body, clip.',
             id="unknown-frame",
         ),
         pytest.param({"frames": []}, "Choose at least one frame.", id="no-frames"),
@@ -119,22 +121,22 @@ pytestmark = pytest.mark.django_db
         # Found by a review: a 2 MB model name came back whole in the refusal.
         pytest.param(
             {"providers": [{"provider": "openai", "model": "m" * 2_000_000}]},
-            f"Unknown model for provider 'openai': '{'m' * 98}…. Its models are gpt-image-1.",
+            f'Unknown model for provider "openai": "{"m" * 98}…. Its models are gpt-image-1.',
             id="huge-model",
         ),
         pytest.param(
             {"providers": [{"provider": "p" * 2_000_000}]},
-            f"Unknown provider: '{'p' * 98}….",
+            f'Unknown provider: "{"p" * 98}….',
             id="huge-provider",
         ),
         pytest.param(
             {"frames": ["f" * 2_000_000]},
-            f"Unknown frame: '{'f' * 98}…. Frames are image, headshot, full-body, clip.",
+            f'Unknown frame: "{"f" * 98}…. Frames are image, headshot, full-body, clip.',
             id="huge-frame",
         ),
         pytest.param(
             {"subjects": ["s" * 2_000_000]},
-            f"Subjects must be a list of ids; '{'s' * 98}… is not one.",
+            f'Subjects must be a list of ids; "{"s" * 98}… is not one.',
             id="huge-subject-id",
         ),
         pytest.param(
@@ -273,5 +275,5 @@ def test_it_refuses_a_subject_id_that_only_truncates_to_one(subject, make_id):
     with pytest.raises(InvalidRequest) as refused:
         engine.generate(request=batch_request(subject, subjects=[bad]))
 
-    assert str(refused.value) == f"Subjects must be a list of ids; {bad!r} is not one."
+    assert str(refused.value) == f"Subjects must be a list of ids; {json.dumps(bad)} is not one."
     assert nothing_created()

@@ -86,12 +86,12 @@ def test_it_accepts_a_batch_exactly_at_the_batch_setting(subject, settings):
     [
         pytest.param(
             [{"provider": "flux", "model": "flux-max", "candidates": 1}],
-            "Unknown model for provider 'flux': 'flux-max'. Its models are flux-dev, flux-pro.",
+            'Unknown model for provider "flux": "flux-max". Its models are flux-dev, flux-pro.',
             id="unknown-model",
         ),
         pytest.param(
             [{"provider": "openai", "model": f"model-{i}", "candidates": 8} for i in range(7)],
-            "Unknown model for provider 'openai': 'model-0'. Its models are gpt-image-1.",
+            'Unknown model for provider "openai": "model-0". Its models are gpt-image-1.',
             id="made-up-models",
         ),
         pytest.param(
@@ -99,7 +99,7 @@ def test_it_accepts_a_batch_exactly_at_the_batch_setting(subject, settings):
                 {"provider": "flux", "model": "flux-dev", "candidates": 5},
                 {"provider": "flux", "model": "flux-pro", "candidates": 4},
             ],
-            "Provider 'flux' has 9 candidates across its rows; the limit is 8 per provider.",
+            'Provider "flux" has 9 candidates across its rows; the limit is 8 per provider.',
             id="candidates-split-by-model",
         ),
         pytest.param(
@@ -108,7 +108,7 @@ def test_it_accepts_a_batch_exactly_at_the_batch_setting(subject, settings):
                 {"provider": "openai", "candidates": 1},
                 {"provider": "flux", "model": "flux-pro", "candidates": 1},
             ],
-            "Provider 'flux' has 9 candidates across its rows; the limit is 8 per provider.",
+            'Provider "flux" has 9 candidates across its rows; the limit is 8 per provider.',
             id="candidates-split-around-another-provider",
         ),
     ],

@@ -84,3 +84,43 @@ def test_a_prompt_that_shows_nothing_is_empty_and_nothing_is_planned(unseen, mak
 
     with pytest.raises(InvalidRequest, match=r"^The prompt must not be empty\.$"):
         engine.generate(request=request)
+
+
+@pytest.mark.parametrize(
+    ("prompt", "title"),
+    [
+        ("a\u0007b\u202eevil", "a bevil"),
+        ("x" * 79 + "e\u0301 and more", "x" * 79 + "\u00e9"),
+        ("x" * 79 + "\U0001f468\u200d\U0001f469 and more", "x" * 79),
+        ("x" * 78 + "\U0001f44b\U0001f3fd and more", "x" * 78 + "\U0001f44b\U0001f3fd"),
+        ("x" * 79 + "\U0001f44b\U0001f3fd and more", "x" * 79),
+    ],
+)
+def test_a_batch_named_by_its_prompt_gets_a_name_cut_between_letters(prompt, title, subject):
+    """Found by a review: a prompt's start kept a bell and a direction override in the
+    batch's title, and its cut at 80 characters could take an accent off its letter."""
+    request = {
+        "prompt": prompt,
+        "subjects": [subject.pk],
+        "providers": [{"provider": "openai", "candidates": 1}],
+    }
+
+    assert engine.generate(request=request).title == title
+
+
+@pytest.mark.parametrize("value", [1, True, [], {}, ["Ada"]])
+def test_a_name_or_a_prompt_of_another_type_is_told_it_must_be_text(value, subject):
+    """Found by a review: `{"name": 1}` was told "A subject needs a name."."""
+    request = {"prompt": value, "subjects": [subject.pk], "providers": [{"provider": "openai"}]}
+    for call, sentence in [
+        (lambda: engine.create_subject(name=value), "A subject's name must be text."),
+        (
+            lambda: curation.rename_subject(subject=subject, name=value),
+            "A subject's name must be text.",
+        ),
+        (lambda: engine.create_set(name=value, asset_ids=[]), "A set's name must be text."),
+        (lambda: engine.generate(request=request), "The prompt must be text."),
+    ]:
+        with pytest.raises(InvalidRequest) as refused:
+            call()
+        assert str(refused.value) == sentence

@@ -19,13 +19,21 @@ log = logging.getLogger(__name__)
 SLUG_TRIES = 3  # numbered slugs tried before a random suffix; a concurrent create costs one
 
 
-def create_subject(*, name: str) -> Subject:
-    """Create a subject with a unique slug derived from `name`."""
-    name = names.cleaned(name)
+def subject_name(value: object) -> str:
+    """Return `value` as a subject's name, or InvalidRequest: not text, empty or too long."""
+    if value is not None and not isinstance(value, str):
+        raise InvalidRequest("A subject's name must be text.")
+    name = names.cleaned(value)
     if not name:
         raise InvalidRequest("A subject needs a name.")
     if len(name) > 120:
         raise InvalidRequest("A subject's name must be at most 120 characters.")
+    return name
+
+
+def create_subject(*, name: str) -> Subject:
+    """Create a subject with a unique slug derived from `name`."""
+    name = subject_name(name)
     base = slugify(name)[:120] or "subject"
     for _ in range(SLUG_TRIES):
         subject = _create_subject_as(name=name, slug=_free_slug(base))

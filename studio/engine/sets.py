@@ -42,7 +42,9 @@ def create_set(*, name: str, asset_ids: list[Any]) -> AvatarSet:
 
 
 def _set_name(name: str) -> str:
-    """Return `name` as a set keeps it, or InvalidRequest when it is empty or too long."""
+    """Return `name` as a set keeps it, or InvalidRequest: not text, empty or too long."""
+    if name is not None and not isinstance(name, str):
+        raise InvalidRequest("A set's name must be text.")
     name = names.cleaned(name)
     if not name:
         raise InvalidRequest("A set needs a name.")

@@ -4,6 +4,8 @@ Nothing here writes: `validate` reads the subjects, reference photos and the pro
 catalogue, and checks the request against the caps.
 """
 
+import json
+import unicodedata
 from typing import Any
 
 from django.conf import settings
@@ -19,6 +21,9 @@ MAX_PROMPT = 4000
 MAX_TITLE = 200
 MAX_SUBJECTS = 100  # subjects one batch names: a family's, with room to spare
 MAX_LISTED = 1000  # items of a list of reference photos read at all
+UNSHOWN = ("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp")  # said back as escapes, as JSON may
+TITLE_CUT = 80  # characters of the prompt a batch without a title is named by
+JOINERS = ("\u200c", "\u200d")
 ECHOED = 100  # characters of a caller's own value said back in a refusal, the ellipsis included
 NO_PHOTOS_OF_SUBJECTS = (
     "The subjects have no reference photos yet: upload a photo of them before planning a batch."
@@ -27,8 +32,10 @@ NO_PHOTOS_CHOSEN = "Choose at least one reference photo."
 
 
 def _prompt(value: object) -> str:
-    """Return the prompt trimmed, or InvalidRequest when it is empty or too long."""
-    if not isinstance(value, str) or not value.strip():
+    """Return the prompt trimmed, or InvalidRequest: not text, empty or too long."""
+    if value is not None and not isinstance(value, str):
+        raise InvalidRequest("The prompt must be text.")
+    if value is None or not value.strip():
         raise InvalidRequest("The prompt must not be empty.")
     prompt = value.strip()
     if len(prompt) > MAX_PROMPT:
@@ -40,6 +47,31 @@ def _prompt(value: object) -> str:
     return prompt
 
 
+def _title_from(prompt: str) -> str:
+    """Return a batch's title made of its prompt's start: a name, at most TITLE_CUT long.
+
+    It is cleaned as any name is (a review's prompt gave a title with a bell and a
+    direction override in it), and cut before an accent, a joiner or a variation
+    selector rather than after it, so no letter loses its accent and no emoji its half.
+    """
+    title = names.cleaned(prompt)
+    cut = min(len(title), TITLE_CUT)
+    while 0 < cut < len(title) and _joins_before(title[cut - 1], title[cut]):
+        cut -= 1
+    return names.cleaned(title[:cut]) or title[:TITLE_CUT]
+
+
+def _joins_before(before: str, after: str) -> bool:
+    """Say whether a cut between `before` and `after` would split one thing that shows."""
+    return (
+        unicodedata.category(after) in ("Mn", "Mc", "Me")
+        or after in JOINERS
+        or before in JOINERS
+        or 0xFE00 <= ord(after) <= 0xFE0F
+        or 0x1F3FB <= ord(after) <= 0x1F3FF  # a skin tone
+    )
+
+
 def validate(request: object) -> dict[str, Any]:
     """Return the plan for `request` (its tasks, and the request to store), or InvalidRequest."""
     if not isinstance(request, dict):
@@ -48,7 +80,7 @@ def validate(request: object) -> dict[str, Any]:
     title = request.get("title")
     if title is not None and not isinstance(title, str):
         raise InvalidRequest("The title must be text.")
-    title = names.cleaned(title) or prompt[:80]  # none, or none that shows: the prompt's start
+    title = names.cleaned(title) or _title_from(prompt)  # none, or none that shows
     if len(title) > MAX_TITLE:
         raise InvalidRequest(f"The title is too long (at most {MAX_TITLE} characters).")
     subjects = _subjects(request.get("subjects"))
@@ -85,13 +117,23 @@ def validate(request: object) -> dict[str, Any]:
 
 
 def echo(value: object) -> str:
-    """Return `value` as a refusal says it back: its repr, cut to ECHOED characters.
+    """Return `value` as a refusal says it back: written as JSON, cut to ECHOED characters.
 
     Every refusal that quotes a caller's value says it through here (the API's 404 for an
-    id included). A caller's mistake may be megabytes long (a model's name, a frame, an id
-    in a URL); the refusal only needs to show which value it was.
+    id included). The caller wrote JSON or a URL, so `null`, `true` and `"openai"` read
+    back as written, not as Python's None, True and 'openai' (a review found those). A
+    character that does not show (a control, a direction override) is written as its
+    escape, so the refusal shows it and it cannot reorder the sentence around it. A
+    caller's mistake may be megabytes long (a model's name, a frame, an id in a URL);
+    the refusal only needs to show which value it was.
     """
-    said = repr(value)
+    try:
+        said = json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError):  # not JSON's, or an int past Python's digits limit
+        said = f"a {type(value).__name__} too long to show" if isinstance(value, int) else "?"
+    said = "".join(
+        f"\\u{ord(char):04x}" if unicodedata.category(char) in UNSHOWN else char for char in said
+    )
     return said if len(said) <= ECHOED else said[: ECHOED - 1] + "…"
 
 
@@ -207,14 +249,14 @@ def _providers(value: object) -> list[dict[str, Any]]:
         provider = _provider(entry)
         name, model = provider["provider"], provider["model"]
         if any(p["provider"] == name and p["model"] == model for p in providers):
-            raise InvalidRequest(f"Provider {name!r} is listed twice.")
+            raise InvalidRequest(f"Provider {echo(name)} is listed twice.")
         providers.append(provider)
     # Rows of one provider split by model still spend that provider's candidates.
     for name in dict.fromkeys(p["provider"] for p in providers):
         count = sum(p["candidates"] for p in providers if p["provider"] == name)
         if count > MAX_CANDIDATES:
             raise InvalidRequest(
-                f"Provider {name!r} has {count} candidates across its rows; "
+                f"Provider {echo(name)} has {count} candidates across its rows; "
                 f"the limit is {MAX_CANDIDATES} per provider.",
                 field="providers",
                 provider=name,
@@ -243,7 +285,7 @@ def _provider(entry: object) -> dict[str, Any]:
     if model and model not in models:
         known = ", ".join(models) or "none"
         raise InvalidRequest(
-            f"Unknown model for provider {name!r}: {echo(model)}. Its models are {known}.",
+            f"Unknown model for provider {echo(name)}: {echo(model)}. Its models are {known}.",
             field="providers",
             provider=name,
         )

@@ -166,7 +166,7 @@ def test_it_cancels_a_batch_and_reports_the_cancelled_and_the_kept(api, subject)
         (lambda s: batch_request(s, providers=[]), "Choose at least one provider."),
         (
             lambda s: batch_request(s, providers=[{"provider": "midjourney"}]),
-            "Unknown provider: 'midjourney'.",
+            'Unknown provider: "midjourney".',
         ),
         (
             lambda s: batch_request(s, providers=[{"provider": "openai", "candidates": 0}]),
@@ -185,12 +185,12 @@ def test_it_cancels_a_batch_and_reports_the_cancelled_and_the_kept(api, subject)
                 frames=["image", "headshot", "full-body", "clip"],
             ),
             # Made-up models no longer multiply one provider's candidates past the caps.
-            "Unknown model for provider 'openai': 'model-0'. Its models are gpt-image-1.",
+            'Unknown model for provider "openai": "model-0". Its models are gpt-image-1.',
         ),
         (lambda s: batch_request(s, references=[999_999]), "Unknown reference photo: 999999."),
         (
             lambda s: batch_request(s, frames=["portrait"]),
-            "Unknown frame: 'portrait'. Frames are image, headshot, full-body, clip.",
+            'Unknown frame: "portrait". Frames are image, headshot, full-body, clip.',
         ),
         (lambda s: ["a list, not a batch"], "The request body must be a JSON object."),
         (lambda s: '{"prompt": "a portrait", ', "The request body is not valid JSON."),
@@ -253,7 +253,7 @@ def test_it_refuses_a_list_of_ids_too_long_to_look_up_with_a_400(api, subject, o
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        ({"providers": [{"provider": ["openai"]}]}, "Unknown provider: ['openai']."),
+        ({"providers": [{"provider": ["openai"]}]}, 'Unknown provider: ["openai"].'),
         ({"subjects": [10**30]}, f"Unknown subject: {10**30}."),
         ({"subjects": [1.5]}, "Subjects must be a list of ids; 1.5 is not one."),
     ],
@@ -325,7 +325,7 @@ def test_it_refuses_one_provider_split_past_eight_candidates_with_400(api, subje
 
     assert response.status_code == 400
     assert error(response)["message"] == (
-        "Provider 'flux' has 9 candidates across its rows; the limit is 8 per provider."
+        'Provider "flux" has 9 candidates across its rows; the limit is 8 per provider.'
     ), "4 + 5 > 8"
     assert not Batch.objects.exists()
 

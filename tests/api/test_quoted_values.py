@@ -88,7 +88,7 @@ def test_it_names_a_set_it_does_not_have_by_the_id_cut_to_100_characters(api):
 
     assert error(response) == {
         "code": "not_found",
-        "message": f"No avatar set with id '{'a' * 98}….",
+        "message": f'No avatar set with id "{"a" * 98}….',
     }
 
 
@@ -96,3 +96,37 @@ def test_it_still_quotes_a_short_unknown_id_whole(api, subject):
     response = post_json(api, f"{API}/sets", {"name": "Favourites", "assets": [987654321]})
 
     assert error(response)["message"] == "Unknown asset: 987654321."
+
+
+@pytest.mark.parametrize(
+    ("value", "said"),
+    [
+        (None, "null"),
+        (True, "true"),
+        ([], "[]"),
+        ({}, "{}"),
+        ("ada", '"ada"'),
+        ("Zoë", '"Zoë"'),
+        ("a\u202eb", '"a\\u202eb"'),
+    ],
+)
+def test_it_says_a_value_back_as_json_writes_it(api, subject, value, said):
+    """Found by a review over uvicorn: "None is not one.", "Unknown frame: True." (Python's
+    words for JSON's null and true) and a direction override quoted raw, which reordered
+    the rest of the sentence on screen."""
+    for path, body, sentence in [
+        ("batches", batch(subject, subjects=[value]), f"Subjects must be a list of ids; {said}"),
+        ("batches", batch(subject, frames=[value]), f"Unknown frame: {said}. Frames are"),
+    ]:
+        response = post_json(api, f"{API}/{path}", body)
+
+        assert response.status_code == 400
+        assert error(response)["message"].startswith(sentence), error(response)["message"]
+
+
+@pytest.mark.parametrize(("given", "said"), [("%00", '"\\u0000"'), ("%E2%80%8F1", '"\\u200f1"')])
+def test_it_says_an_id_in_a_path_that_does_not_show_as_its_escape(api, given, said):
+    response = api.get(f"{API}/tasks/{given}")
+
+    assert response.status_code == 404
+    assert error(response)["message"] == f"No task with id {said}.", error(response)["message"]
