@@ -8,7 +8,6 @@ route's view is wrapped in `token_first`, and every exception is stated by a han
 """
 
 import functools
-import json
 from collections.abc import Callable, Collection
 from typing import Any
 
@@ -25,7 +24,7 @@ from ninja.parser import Parser
 from ninja.security import HttpBearer
 
 from studio import uploads
-from studio.api import auth
+from studio.api import auth, bodies
 from studio.api.http import (
     READ_ONLY,
     REFUSED,
@@ -33,13 +32,11 @@ from studio.api.http import (
     ApiError,
     error_response,
     refusal,
-    storable_text,
 )
 from studio.models import ApiToken
 
 View = Callable[..., HttpResponse]
 METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")  # the order in which `Allow` names them
-NOT_JSON = "The request body is not valid JSON."
 BAD_UPLOAD = "The upload is not a valid multipart form."
 # Django reads at most 1,024 bytes of a part's headers; a long file name is what fills them.
 TOO_MANY_FILES = "The upload has more than one file: send one photo at a time, as `file`."
@@ -65,38 +62,11 @@ class BearerToken(HttpBearer):
         return row
 
 
-UNSTORABLE = "Text in the request must not contain NUL characters or unpaired surrogates."
-
-
 class JsonObject(Parser):
-    """Read a body as a JSON object, saying what is wrong with one that is not."""
+    """Read a body as a JSON object, saying what is wrong with one that is not (bodies.py)."""
 
     def parse_body(self, request: HttpRequest) -> dict[str, Any]:
-        try:
-            body = json.loads(request.body)
-        # RecursionError: a body nested thousands deep is not a request, whatever it parses to.
-        except (ValueError, RecursionError):
-            raise ApiError(400, "invalid_json", NOT_JSON) from None
-        if not isinstance(body, dict):
-            raise ApiError(400, "invalid_request", "The request body must be a JSON object.")
-        try:
-            storable = _storable(body)
-        except RecursionError:  # parsed, but too deep to walk: as one too deep to parse
-            raise ApiError(400, "invalid_json", NOT_JSON) from None
-        if not storable:
-            raise ApiError(400, "invalid_request", UNSTORABLE)
-        return body
-
-
-def _storable(value: object) -> bool:
-    """Say whether every text in `value` can be stored (`storable_text`)."""
-    if isinstance(value, str):
-        return storable_text(value)
-    if isinstance(value, dict):
-        return all(_storable(k) and _storable(v) for k, v in value.items())
-    if isinstance(value, list):
-        return all(_storable(item) for item in value)
-    return True
+        return bodies.read_object(request)
 
 
 def token_first(view: View, *, methods: Collection[str] = ()) -> View:
@@ -238,7 +208,7 @@ def _invalid(request: HttpRequest, exc: Any) -> HttpResponse:
     """State a request ninja could not read; the engine judges what it can read."""
     for error in exc.errors:
         if error.get("type") == "missing" and tuple(error.get("loc", ()))[:1] == ("body",):
-            return error_response(400, "invalid_json", NOT_JSON)
+            return error_response(400, "invalid_json", bodies.NOT_JSON)
     first = exc.errors[0] if exc.errors else {}
     where = ".".join(str(part) for part in first.get("loc", ()))
     message = f"{where}: {first.get('msg', 'invalid')}" if where else "The request is invalid."

@@ -195,8 +195,14 @@ def test_it_cancels_a_batch_and_reports_the_cancelled_and_the_kept(api, subject)
         (lambda s: ["a list, not a batch"], "The request body must be a JSON object."),
         (lambda s: '{"prompt": "a portrait", ', "The request body is not valid JSON."),
         # Deep enough to parse, too deep to walk: ninja's own "Cannot parse request body".
-        (lambda s: '{"x": ' + "[" * 600 + "]" * 600 + "}", "The request body is not valid JSON."),
-        (lambda s: '{"x": ' + "[" * 5000 + "]" * 5000 + "}", "The request body is not valid JSON."),
+        (
+            lambda s: '{"x": ' + "[" * 600 + "]" * 600 + "}",
+            "The request body is nested too deeply to read.",
+        ),
+        (
+            lambda s: '{"x": ' + "[" * 5000 + "]" * 5000 + "}",
+            "The request body is nested too deeply to read.",
+        ),
         (lambda s: batch_request(s, prompt="\u202e\u200b"), "The prompt must not be empty."),
     ],
     ids=[
@@ -392,3 +398,31 @@ def test_a_result_named_as_a_reference_photo_is_refused_saying_what_it_is(api, s
         f"Asset {result.pk} is a result, not a reference photo: a batch sends only uploaded photos."
     )
     assert not Batch.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("body", "content_type", "status", "message"),
+    [
+        (b'{"name": NaN}', "application/json", 400, "The request body holds NaN, which JSON"),
+        (b'{"name": -Infinity}', "application/json", 400, "The request body holds -Infinity,"),
+        (b'{"name": "one", "name": "two"}', "application/json", 400, 'names "name" twice'),
+        ('{"name": "Ada"}'.encode("utf-16"), "application/json", 400, "must be JSON in UTF-8."),
+        (b'{"name": "Ada"}', "text/plain", 415, 'this one was sent as "text/plain"'),
+        (b'{"name": "Ada"}', "application/x-www-form-urlencoded", 415, "application/json"),
+    ],
+    ids=["nan", "infinity", "key-twice", "utf-16", "text-plain", "form"],
+)
+def test_it_refuses_a_body_that_is_not_json_said_as_json(api, body, content_type, status, message):
+    """Found by a review over uvicorn: each of these was read as JSON and a subject made."""
+    response = api.post(f"{API}/subjects", body, content_type=content_type)
+
+    assert response.status_code == status, response.content
+    assert message in error(response)["message"], error(response)["message"]
+    assert not Subject.objects.exists()
+
+
+@pytest.mark.parametrize("content_type", ["application/json; charset=utf-8", "application/ld+json"])
+def test_it_reads_json_said_with_a_charset_or_as_a_json_type(api, content_type):
+    response = api.post(f"{API}/subjects", b'{"name": "Ada"}', content_type=content_type)
+
+    assert response.status_code == 201, response.content
