@@ -141,7 +141,7 @@ pytestmark = pytest.mark.django_db
         ),
         pytest.param(
             {"frames": "image"},
-            "The frames must be a list, of image, headshot, full-body, clip.",
+            "The frames must be a list of these: image, headshot, full-body, clip.",
             id="frames-not-a-list",
         ),
     ],
@@ -277,3 +277,13 @@ def test_it_refuses_a_subject_id_that_only_truncates_to_one(subject, make_id):
 
     assert str(refused.value) == f"Subjects must be a list of ids; {json.dumps(bad)} is not one."
     assert nothing_created()
+
+
+def test_frames_of_null_are_the_default_as_any_optional_field_of_null_is(subject):
+    """Found by a review: `"frames": null` was refused while a null title, references or
+    model each meant the default."""
+    request = batch_request(subject) | {"frames": None, "title": None, "references": None}
+
+    batch = engine.generate(request=request)
+
+    assert {task.frame for task in batch.tasks.all()} == {"image"}

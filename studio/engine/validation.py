@@ -86,7 +86,7 @@ def validate(request: object) -> dict[str, Any]:
     subjects = _subjects(request.get("subjects"))
     references = _references(request.get("references"), subjects)
     providers = _providers(request.get("providers"))
-    frames = _frames(request.get("frames", ["image"]))
+    frames = _frames(request.get("frames"))
     total = sum(p["candidates"] for p in providers) * len(frames)
     limit = settings.AVATARS_MAX_TASKS_PER_BATCH
     if total > limit:
@@ -305,9 +305,14 @@ def _provider_models(name: str) -> list[str]:
 
 
 def _frames(value: object) -> list[str]:
-    """Return the distinct frames `value` names, in its order; at least one, every one known."""
+    """Return the distinct frames `value` names, in its order; at least one, every one known.
+
+    None (absent, or null as any optional field may be) is the default, `["image"]`.
+    """
+    if value is None:
+        return ["image"]
     if not isinstance(value, list):
-        raise InvalidRequest(f"The frames must be a list, of {', '.join(FRAMES)}.")
+        raise InvalidRequest(f"The frames must be a list of these: {', '.join(FRAMES)}.")
     if not value:
         raise InvalidRequest("Choose at least one frame.")
     for frame in value:
