@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from studio import curation, engine, names
 from studio.engine import InvalidRequest
 from studio.models import Subject
+from tests.factories import png_bytes
 
 pytestmark = pytest.mark.django_db
 
@@ -124,3 +125,12 @@ def test_a_name_or_a_prompt_of_another_type_is_told_it_must_be_text(value, subje
         with pytest.raises(InvalidRequest) as refused:
             call()
         assert str(refused.value) == sentence
+
+
+def test_a_photos_file_name_is_kept_as_a_name_without_controls_or_overrides(subject):
+    """Django's upload parser drops them; a photo added any other way went unchecked."""
+    asset = engine.add_reference(
+        subject=subject, data=png_bytes(5), file_name="\u202eab\u0007c.png"
+    )
+
+    assert asset.file_name == "ab c.png"

@@ -86,6 +86,14 @@ def create_subject(request: HttpRequest, body: SubjectIn) -> Status:
     return Status(201, subject_json(engine.create_subject(name=body.fields().get("name", ""))))
 
 
+SEND_FILE = "Send the photo as the multipart field `file`."
+# A part named `file` without a file name is a form's text field, not a file (a review's).
+NO_FILE = (
+    "The multipart field `file` has no file name, so it is text, not a file: send the photo "
+    'as a file (its part\'s Content-Disposition names a filename="…").'
+)
+
+
 @api.post(
     "/subjects/{subject_id}/references",
     response={201: AssetOut, **errors(403, 404, 411, 503)},  # 411: sent in chunks
@@ -99,7 +107,7 @@ def references(
     if file is None:
         if uploads.dropped_for_size(request):
             raise ApiError(400, "too_large", originals.too_large())
-        raise ApiError(400, "invalid_upload", "Send the photo as the multipart field `file`.")
+        raise ApiError(400, "invalid_upload", NO_FILE if "file" in request.POST else SEND_FILE)
     data = uploads.take(file)
     asset = engine.add_reference(subject=subject, data=data, file_name=file.name or "")
     return Status(201, asset_json(asset))
