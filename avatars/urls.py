@@ -9,6 +9,7 @@ from django.urls import include, path
 from django.views import defaults
 
 from studio import uploads
+from studio.api.door import not_found
 from studio.api.http import BAD_REQUEST, INTERNAL_ERROR, INVALID_HOST, error_response
 from studio.web import metrics, signing_in
 from studio.web.refusals import form_page
@@ -55,5 +56,15 @@ def bad_request(request: HttpRequest, exception: Exception) -> HttpResponse:
     return defaults.bad_request(request, exception)
 
 
+def page_not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
+    """Answer a path nothing serves (DEBUG off): JSON under /api/ (an /api/v2/ a client
+    guessed at, found by a review answered the HTML page), the studio's page elsewhere.
+    Paths under /api/v1/ never come here: the API answers its own (after the token)."""
+    if request.path.startswith("/api/"):
+        return not_found()
+    return defaults.page_not_found(request, exception)
+
+
 handler400 = bad_request
+handler404 = page_not_found
 handler500 = server_error

@@ -159,6 +159,15 @@ def test_it_accepts_the_scheme_in_any_case(db):
     assert response.status_code == 200
 
 
+def test_it_accepts_more_than_one_space_after_the_scheme(db):
+    """Found by a review: RFC 7235 allows one or more; two were a 401."""
+    token = new_token()
+
+    response = Client(headers={"Authorization": f"Bearer   {token}"}).get(f"{API}/subjects")
+
+    assert response.status_code == 200
+
+
 # --- how tokens are kept --------------------------------------------------------
 
 

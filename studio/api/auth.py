@@ -63,10 +63,12 @@ def _token_row(header: str) -> ApiToken | None:
 
 
 def _bearer_token(header: str) -> str | None:
-    scheme, _, token = header.partition(" ")
-    if scheme.lower() != "bearer" or not token or " " in token:
+    """Return the token of `Bearer <token>`: the scheme in any case, one or more spaces."""
+    parts = header.split(" ")
+    words = [part for part in parts if part]
+    if len(words) != 2 or parts[0].lower() != "bearer":
         return None
-    return token
+    return words[1]
 
 
 def _touch(row: ApiToken) -> None:

@@ -59,6 +59,23 @@ def test_it_answers_a_path_it_does_not_have_with_a_json_404(api):
     assert error(response) == {"code": "not_found", "message": "The API has no such route."}
 
 
+@pytest.mark.parametrize("path", ["/api/v2/subjects", "/api/", "/api/v1x/batches"])
+def test_it_answers_a_path_under_api_outside_its_version_with_a_json_404(path):
+    """Found by a review over uvicorn: /api/v2/subjects answered Django's HTML page."""
+    response = Client().get(path)
+
+    assert response.status_code == 404
+    assert response["Content-Type"].startswith("application/json")
+    assert error(response) == {"code": "not_found", "message": "The API has no such route."}
+
+
+def test_a_studio_path_nothing_serves_still_answers_the_studios_page():
+    response = Client().get("/no-such-page/")
+
+    assert response.status_code == 404
+    assert response["Content-Type"].startswith("text/html")
+
+
 @pytest.mark.parametrize(
     ("method", "route", "allowed"),
     [
