@@ -281,4 +281,10 @@ def _idempotency_key(request: HttpRequest) -> str:
             "invalid_idempotency_key",
             f"The Idempotency-Key must be at most {BatchKey.MAX_LENGTH} characters.",
         )
+    if not all(" " <= char <= "~" for char in key):  # a control character, or not ASCII
+        raise ApiError(
+            400,
+            "invalid_idempotency_key",
+            "The Idempotency-Key must be printable ASCII (a UUID is a good one).",
+        )
     return key

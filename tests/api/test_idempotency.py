@@ -121,8 +121,11 @@ def test_it_still_remembers_an_idempotency_key_just_inside_24_hours(api, subject
     [
         ("k" * 201, "The Idempotency-Key must be at most 200 characters."),
         ("", "The Idempotency-Key must not be empty."),
+        ("k\x01", "The Idempotency-Key must be printable ASCII (a UUID is a good one)."),
+        ("k\x7f", "The Idempotency-Key must be printable ASCII (a UUID is a good one)."),
+        ("kl\u00e9", "The Idempotency-Key must be printable ASCII (a UUID is a good one)."),
     ],
-    ids=["too-long", "empty"],
+    ids=["too-long", "empty", "control", "delete", "not-ascii"],
 )
 def test_it_refuses_an_unusable_idempotency_key_and_plans_nothing(api, subject, key, message):
     response = post_keyed(api, batch_request(subject), key)
