@@ -23,7 +23,8 @@ before its 401. Here, before the body is read:
 - any other body without a length is counted as it streams and cut off with a 413 as
   soon as it passes its limit;
 - a body that stops arriving for `AVATARS_BODY_IDLE_SECONDS` is answered 408: a client
-  that trickles its body holds a connection, not the server, for ever;
+  that trickles its body holds a connection, not the server, for ever; and so is one
+  slower on average than `AVATARS_BODY_MIN_BYTES_PER_SECOND` after that grace;
 - a read-only path (`/metrics`) answers anything but GET or HEAD with a 405, unread;
 - an API request that fails before anything answers it is answered the API's JSON 500.
 
@@ -178,6 +179,8 @@ class BodyLimit:
                 return
         # A signed-in person's upload past the limit is answered with a page of the studio.
         page = form_data and deadline is None and not api
+        if deadline is None and has_body:
+            deadline = _slowest(int(length) if length is not None else limit)
         await self._run_counting(scope, receive, send, Rule(limit, too_large, deadline, page))
 
     async def _run_counting(self, scope: Scope, receive: Receive, send: Send, rule: Rule) -> None:
@@ -224,6 +227,16 @@ class BodyLimit:
             await _refuse_too_large(send, scope, too_large, page=page)
         elif cut_off == "slow" and not started:
             await _answer(send, scope, 408, "too_slow", TOO_SLOW)
+
+
+def _slowest(size: int) -> float:
+    """Return the seconds a body of `size` bytes may take in all, from anyone at all.
+
+    The idle limit alone let a token's holder (or a signed-in page) keep a connection for
+    as long as it sent a byte a minute (a review's finding); so every body must also
+    arrive at `AVATARS_BODY_MIN_BYTES_PER_SECOND` on average, after the idle limit's grace.
+    """
+    return settings.AVATARS_BODY_IDLE_SECONDS + size / settings.AVATARS_BODY_MIN_BYTES_PER_SECOND
 
 
 def signed_in(cookie_header: str) -> bool:

@@ -112,6 +112,8 @@ AVATARS_MAX_BODY_BYTES = env_int(
 AVATARS_ANONYMOUS_BODY_BYTES = env_int("AVATARS_ANONYMOUS_BODY_BYTES", 64 * 1024, minimum=1)
 AVATARS_ANONYMOUS_BODY_SECONDS = env_int("AVATARS_ANONYMOUS_BODY_SECONDS", 10, minimum=1)
 AVATARS_BODY_IDLE_SECONDS = env_int("AVATARS_BODY_IDLE_SECONDS", 60, minimum=1)
+# The slowest a body may arrive on average (after the idle limit's grace): 25 MB in 42 min.
+AVATARS_BODY_MIN_BYTES_PER_SECOND = env_int("AVATARS_BODY_MIN_BYTES_PER_SECOND", 10_000, minimum=1)
 # Every frame of an animation is decoded onto the whole canvas: cap the frames and the
 # pixels decoded across all of them, so a tiny file cannot cost minutes of CPU.
 AVATARS_MAX_FRAMES = env_int("AVATARS_MAX_FRAMES", 300, minimum=1)

@@ -27,6 +27,7 @@ from tests.processes import Stack, Template, Web
 HUGE = 300 * MB
 ANONYMOUS_SECONDS = 2  # AVATARS_ANONYMOUS_BODY_SECONDS for this module's server
 IDLE_SECONDS = 2  # AVATARS_BODY_IDLE_SECONDS for this module's server
+SLOWEST = 1000  # AVATARS_BODY_MIN_BYTES_PER_SECOND for this module's server
 
 
 @pytest.fixture(scope="module")
@@ -40,6 +41,7 @@ def served(
         template,
         AVATARS_ANONYMOUS_BODY_SECONDS=str(ANONYMOUS_SECONDS),
         AVATARS_BODY_IDLE_SECONDS=str(IDLE_SECONDS),
+        AVATARS_BODY_MIN_BYTES_PER_SECOND=str(SLOWEST),
     ) as served:
         yield served
 
@@ -256,6 +258,28 @@ def test_a_body_trickled_by_someone_not_signed_in_is_cut_off_at_its_deadline(ser
     assert status.split()[1] == "408", status
     bound = ANONYMOUS_SECONDS + 1.5
     assert seconds < bound, f"408 after {seconds:.1f} s (bound: {bound} s)"
+
+
+def test_a_tokens_body_trickled_a_byte_at_a_time_is_cut_off_at_its_deadline(served):
+    """Found by a review: only the idle limit bounded a token's body, so a byte a minute
+    held the connection for as long as its sender liked. Its deadline: the idle limit plus
+    its length at the slowest rate, 2 s + 2000 bytes ÷ 1000 bytes/s here."""
+    web, _stack, _spool, token, _subject_id = served
+
+    status, seconds = trickle(
+        web,
+        "/api/v1/subjects",
+        {
+            "Authorization": f"Bearer {token}",
+            "Content-Length": "2000",
+            "Content-Type": "application/json",
+        },
+        b'{"name": "',
+    )
+
+    assert status.split()[1] == "408", status
+    deadline = IDLE_SECONDS + 2000 / SLOWEST
+    assert deadline - 0.5 < seconds < deadline + 1.5, f"408 after {seconds:.1f} s ({deadline} s)"
 
 
 def test_a_signed_in_body_that_stops_arriving_is_answered_408(served):
