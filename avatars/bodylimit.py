@@ -166,7 +166,7 @@ class BodyLimit:
             )
             await _refuse_too_large(send, scope, too_large, page=page)
             return
-        deadline = None
+        deadline: float | None = None
         if has_body and not api and not await _as_a_request(signed_in)(headers.get("cookie", "")):
             limit = min(limit, settings.AVATARS_ANONYMOUS_BODY_BYTES)
             too_large = SIGN_IN_FIRST.format(kb=limit / 1024)
