@@ -473,3 +473,20 @@ def test_a_job_ember_names_again_for_a_persons_resubmit_is_not_followed(subject,
     assert "job job_77, which attempt 1 of this task already has" in task.error
     assert [a.outcome for a in task.attempts.order_by("number")] == ["failed", "unknown"]
     assert not any(path.startswith("GET /api/v1/api-generators/jobs/") for path in seen(ember))
+
+
+def test_the_same_trouble_polling_is_logged_once_not_at_every_poll(subject, ember, worker, caplog):
+    """Left from a review: a job whose every poll was answered with an HTML page logged a
+    WARNING at each poll (hundreds in an hour); its phase was already written once."""
+    fake = FakeEmber(ember)
+    plan(subject, candidates=1)
+    fake.poll_route.mock(return_value=HTML_PAGE)
+
+    with caplog.at_level("DEBUG", logger="studio.worker"):
+        drain(impatient(worker))
+
+    troubles = [r for r in caplog.records if "poll failed" in r.getMessage()]
+    assert fake.poll_route.call_count > 2, fake.poll_route.call_count
+    assert len(troubles) == fake.poll_route.call_count  # each poll is still on record
+    warned = [r for r in troubles if r.levelname == "WARNING"]
+    assert len(warned) == 1, f"{len(warned)} warnings for {len(troubles)} failed polls"

@@ -12,6 +12,7 @@ import logging
 from collections import deque
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
+from logging import DEBUG, WARNING
 from typing import Any
 
 from django.utils import timezone
@@ -260,8 +261,9 @@ class Steps:
                 await db(_rest_unknown)(task)
                 return False
             except EmberError as exc:
-                log.warning("task=%s poll failed: %s", task.pk, exc.message)
-                if task.error != exc.message:  # one write per new problem, not per poll
+                new = task.error != exc.message  # one warning and write per new problem
+                log.log(WARNING if new else DEBUG, "task=%s poll failed: %s", task.pk, exc.message)
+                if new:
                     await db(update)(task, phase=_poll_trouble(exc), error=exc.message)
             else:
                 if job.status in ("succeeded", "failed"):
