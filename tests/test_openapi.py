@@ -83,6 +83,8 @@ def test_it_documents_what_any_route_may_answer_before_its_view_runs(db):
             assert not missing, (method, path, missing)
     upload = served["paths"]["/api/v1/subjects/{subject_id}/references"]["post"]
     assert "411" in upload["responses"]
+    for path in ("/api/v1/subjects", "/api/v1/batches", "/api/v1/sets"):  # a JSON body's
+        assert "415" in served["paths"][path]["post"]["responses"], path
 
 
 def test_it_documents_the_bearer_token_and_the_upload_field(db):

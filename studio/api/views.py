@@ -80,7 +80,9 @@ def list_subjects(request: HttpRequest, cursor: str | None = None) -> dict[str, 
     return {"items": [subject_json(s) for s in listed], "next": next_url}
 
 
-@api.post("/subjects", response={201: SubjectOut, **errors(400, 403, 413)}, url_name="subjects")
+@api.post(
+    "/subjects", response={201: SubjectOut, **errors(400, 403, 413, 415)}, url_name="subjects"
+)
 def create_subject(request: HttpRequest, body: SubjectIn) -> Status:
     """Create a subject from `{"name"}`."""
     return Status(201, subject_json(engine.create_subject(name=body.fields().get("name", ""))))
@@ -115,7 +117,7 @@ def references(
 
 @api.post(
     "/batches",
-    response={202: BatchOut, **errors(400, 403, 413, 422, 429)},
+    response={202: BatchOut, **errors(400, 403, 413, 415, 422, 429)},
     url_name="batches",
     # The key is read by `_idempotency_key`, which states the API's own refusals.
     openapi_extra={
@@ -238,7 +240,7 @@ def asset_original(request: HttpRequest, asset_id: str) -> HttpResponseBase:
     return response
 
 
-@api.post("/sets", response={201: SetOut, **errors(400, 403, 413)}, url_name="sets")
+@api.post("/sets", response={201: SetOut, **errors(400, 403, 413, 415)}, url_name="sets")
 def sets(request: HttpRequest, body: SetIn) -> Status:
     """Create a set from `{"name", "assets": [ids]}`, in that order."""
     fields = body.fields()
