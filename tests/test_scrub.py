@@ -90,6 +90,29 @@ def test_it_says_when_the_originals_folder_itself_is_gone(tmp_path):
     ) in out
 
 
+def test_it_repairs_nothing_while_the_originals_folder_itself_is_gone(ember, tmp_path):
+    """Found by a review: with the folder gone, --repair made a new one (on the mount point
+    of a disk not mounted) and fetched every generated original into it from Ember, then
+    said to put the folder back first."""
+    asset = generated(1, "img_7")
+    fetched = ember_sends(ember, png_bytes(1))
+    folder = originals.originals_dir()
+    folder.rename(tmp_path / "aside")
+    try:
+        code, out = check("--repair")
+        made = folder.exists()
+    finally:
+        if folder.exists():
+            folder.rename(tmp_path / "made")
+        (tmp_path / "aside").rename(folder)
+
+    assert code == 1
+    assert not made, "a new originals folder was made"
+    assert not fetched.called, "Ember was asked for the original"
+    assert f"Nothing was repaired: the folder {folder} itself is not there" in out
+    assert file_of(asset).read_bytes() == png_bytes(1)  # the real folder, untouched
+
+
 BOUND = 5.0  # seconds for a check of two originals, whatever stands in one's place
 
 

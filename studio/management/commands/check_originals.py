@@ -39,12 +39,20 @@ class Command(BaseCommand):
         if refusal:
             raise CommandError(refusal, returncode=2)
         result = scrub.check()
-        if options["repair"]:
+        # Not into a folder made anew where a disk is not mounted: its files would hide.
+        gone = options["repair"] and result.folder_gone is not None
+        if options["repair"] and not gone:
             scrub.repair(result, backup=backup)
         scrub.record(result)
         for line in result.lines():
             self.stdout.write(line)
         self.stdout.write(result.summary())
+        if gone:
+            raise CommandError(
+                f"Nothing was repaired: the folder {result.folder_gone} itself is not there. "
+                "Put it back (mount its disk), then run this again.",
+                returncode=1,
+            )
         if not result.passed:
             raise CommandError(
                 "Some originals are missing or corrupt (see docs/operations.md).", returncode=1
