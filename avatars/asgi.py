@@ -14,7 +14,13 @@ except ImproperlyConfigured as exc:
     sys.exit(f"Avatars cannot start: {exc}")
 
 from avatars.bodylimit import BodyLimit  # needs the apps loaded above
-from studio import heap
+from studio import heap, restoring
+
+try:
+    # A half-restored install served pages over half its rows (found by a review).
+    restoring.unfinished()
+except restoring.RestoreUnfinished as exc:
+    sys.exit(f"Avatars cannot start: {exc}")
 
 heap.give_back_large_blocks()  # decoded images' memory goes back when freed (studio/heap.py)
 application = BodyLimit(django_application)

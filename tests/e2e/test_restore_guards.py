@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from studio.serving import studio_command
 from tests.pausepoints import finish, start, wait_paused
-from tests.processes import Simulator, Stack, seed, server_url
+from tests.processes import Simulator, Stack, free_port, seed, server_url
 
 PROVIDERS = [{"provider": "openai", "candidates": 1}]
 FILLING = "studio.restoring:fill_sqlite"  # the originals are in place, the database not yet
@@ -151,12 +152,21 @@ def test_a_restore_killed_midway_is_named_by_every_command_until_run_again(
         ["check_originals"],
         ["reconcile", "--all"],
         ["backup", str(tmp_path / "again")],
+        ["migrate"],  # found by a review: it applied every migration to the half-filled db
     ):
         done = restored.run(sys.executable, "manage.py", *command)
         said = done.stdout + done.stderr
         assert done.returncode == 1, (command, said)
         assert UNFINISHED in said, (command, said)
         assert "migrate" not in said, (command, said)
+    # And the web server, which served the sign-in page over half the rows.
+    served = restored.run(*studio_command(sys.executable, free_port()), timeout=60)
+    said = served.stdout + served.stderr
+    assert served.returncode != 0, said
+    assert f"Avatars cannot start: {UNFINISHED}" in said, said
+    with closing(sqlite3.connect(restored.data_dir / "db.sqlite3")) as db:
+        tables = db.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
+    assert tables == [], f"migrate made {len(tables)} tables in the half-filled database"
 
     code, said = restore(restored, backup)  # the killed run's lock died with it
     assert code == 0, said

@@ -1,0 +1,23 @@
+"""`manage.py migrate`, refused while a restore into this data dir has not finished.
+
+A half-filled database lacks migrations, so Django's own `migrate` would go ahead and
+apply them all to it (found by a review): the install would then look set up with half
+its rows. The restore, run again, finishes it; that is what this says instead.
+"""
+
+from typing import Any
+
+from django.core.management.base import CommandError
+from django.core.management.commands import migrate
+
+from studio import restoring
+from studio.restoring import RestoreUnfinished
+
+
+class Command(migrate.Command):
+    def handle(self, *args: Any, **options: Any) -> None:
+        try:
+            restoring.unfinished()
+        except RestoreUnfinished as exc:
+            raise CommandError(str(exc)) from None
+        super().handle(*args, **options)
