@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from django.conf import settings
 from django.db import DatabaseError, connection
 from django.utils import timezone
 
@@ -214,6 +215,13 @@ def start_empty(dest: Path) -> None:
     store = originals.originals_dir().resolve()
     if dest.resolve().is_relative_to(store):
         raise BackupError(f"{dest} is inside the originals store {store}: back up elsewhere.")
+    data_dir = Path(settings.AVATARS_DATA_DIR).resolve()
+    if dest.resolve().is_relative_to(data_dir):
+        # It would die with the data dir's disk; inside thumbs/, a cache, it would be cleared.
+        raise BackupError(
+            f"{dest} is inside the data dir {data_dir}: a backup there goes with the "
+            "install's own disk. Back up elsewhere, best onto another disk."
+        )
     if dest.exists() and not dest.is_dir():
         raise BackupError(f"{dest} is not a folder: back up into a new folder.")
     if dest.exists() and any(dest.iterdir()):

@@ -266,6 +266,8 @@ def read_manifest(src: Path) -> dict[str, Any]:
     try:
         manifest = json_object((src / MANIFEST).read_text())
     except FileNotFoundError:
+        if not src.is_dir():
+            raise BackupError(f"There is no folder {src}: name the backup's folder.") from None
         raise BackupError(
             f"{src} has no {MANIFEST}: it is not a finished backup "
             "(a backup writes its manifest last)."

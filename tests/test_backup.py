@@ -7,6 +7,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from django.conf import settings
 
 from studio import backups, originals
 from studio.models import Asset, Origin
@@ -233,3 +234,29 @@ def test_a_backup_into_a_folder_that_cannot_be_made_says_so(tmp_path):
 
     assert code == 1
     assert "The backup stopped: Not a directory" in out, out
+
+
+@pytest.mark.parametrize("inside", ["backup", "thumbs", "thumbs/backup"])
+def test_it_refuses_to_back_up_into_the_data_dir(inside):
+    """Found by a review: a backup into data/thumbs (the thumbnail cache, which an operator
+    may clear) was written, and the studio then cached thumbnails beside it."""
+    stored(1)
+    dest = Path(settings.AVATARS_DATA_DIR) / inside
+
+    code, out = run("backup", str(dest))
+
+    assert code == 1
+    assert f"{dest} is inside the data dir" in out, out
+    assert not (dest / "manifest.json").exists()
+
+
+def test_a_backup_that_could_not_make_its_folder_says_nothing_was_written(tmp_path):
+    """Found by a review: it said to remove a folder that what it wrote was in; none was."""
+    stored(1)
+    (tmp_path / "file").write_text("")
+    dest = tmp_path / "file" / "backup"  # under a file: the folder cannot be made
+
+    code, out = run("backup", str(dest))
+
+    assert code == 1
+    assert f"Nothing was written ({dest} could not be made)" in out, out

@@ -87,6 +87,14 @@ def test_it_refuses_a_folder_without_a_manifest(tmp_path):
     assert "has no manifest.json: it is not a finished backup" in out
 
 
+def test_it_says_a_backup_folder_that_is_not_there_is_not_there(tmp_path):
+    """Found by a review: a mistyped folder was said to be "not a finished backup"."""
+    code, out = run("restore", str(tmp_path / "nothere"))
+
+    assert code == 1
+    assert f"There is no folder {tmp_path / 'nothere'}: name the backup's folder." in out
+
+
 @sqlite_only
 def test_it_reports_an_original_that_fails_its_hash_in_the_backup(tmp_path, monkeypatch):
     asset = stored(1)

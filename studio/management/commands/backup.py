@@ -35,6 +35,12 @@ class Command(BaseCommand):
             raise CommandError(str(exc), returncode=1) from None
         except STOPPED_BY as exc:
             # A full disk, a folder that cannot be made, a Ctrl-C or SIGTERM: a sentence.
+            if not dest.exists():
+                raise CommandError(
+                    f"The backup stopped: {cause(exc)}. Nothing was written ({dest} could "
+                    "not be made): deal with the cause and back up again.",
+                    returncode=1,
+                ) from None
             raise CommandError(
                 f"The backup stopped: {cause(exc)}. What it wrote in {dest} is not a backup "
                 "(it has no manifest, and restore refuses it): remove that folder, deal with "
