@@ -234,6 +234,26 @@ def test_it_creates_the_user_when_asked_and_the_token_works(db):
     assert bearing(last_line(out.getvalue())).get(f"{API}/subjects").status_code == 200
 
 
+@pytest.mark.parametrize("username", ["bad user", "u" * 151, ""])
+def test_it_creates_no_user_django_would_refuse_the_name_of(db, username):
+    """Found by a review: "bad user" and a 200-character name were created silently."""
+    with pytest.raises(CommandError, match="Not a username: "):
+        call_command("api_token", username, "--create-user", stdout=StringIO())
+
+    assert not User.objects.exists()
+    assert not ApiToken.objects.exists()
+
+
+def test_it_issues_no_token_for_a_user_who_is_not_active(db):
+    """Found by a review: the token was printed, and answered 401 at once."""
+    User.objects.create_user(username="newbie", is_active=False)
+
+    with pytest.raises(CommandError, match="The user newbie is not active"):
+        call_command("api_token", "newbie", stdout=StringIO())
+
+    assert not ApiToken.objects.exists()
+
+
 def test_it_refuses_an_unknown_user_without_create_user_and_creates_nothing(db):
     with pytest.raises(CommandError, match="Unknown user: nobody"):
         call_command("api_token", "nobody", stdout=StringIO())
