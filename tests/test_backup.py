@@ -259,4 +259,4 @@ def test_a_backup_that_could_not_make_its_folder_says_nothing_was_written(tmp_pa
     code, out = run("backup", str(dest))
 
     assert code == 1
-    assert f"Nothing was written ({dest} could not be made)" in out, out
+    assert f"Nothing was written ({dest} was not made)" in out, out

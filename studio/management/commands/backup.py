@@ -37,8 +37,8 @@ class Command(BaseCommand):
             # A full disk, a folder that cannot be made, a Ctrl-C or SIGTERM: a sentence.
             if not dest.exists():
                 raise CommandError(
-                    f"The backup stopped: {cause(exc)}. Nothing was written ({dest} could "
-                    "not be made): deal with the cause and back up again.",
+                    f"The backup stopped: {cause(exc)}. Nothing was written ({dest} was "
+                    "not made): deal with the cause and back up again.",
                     returncode=1,
                 ) from None
             raise CommandError(
