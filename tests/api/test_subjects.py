@@ -482,27 +482,3 @@ def test_it_refuses_a_json_body_where_an_upload_is_expected(api, subject):
 
     assert response.status_code == 400
     assert error(response)["code"] == "invalid_upload"
-
-
-def multipart(disposition: str, data: bytes) -> tuple[bytes, str]:
-    """Return a one-part multipart body whose part has `disposition`, and its Content-Type."""
-    boundary = "avatars-test-boundary"
-    body = (
-        (
-            f"--{boundary}\r\nContent-Disposition: form-data; {disposition}\r\n"
-            f"Content-Type: image/png\r\n\r\n"
-        ).encode()
-        + data
-        + f"\r\n--{boundary}--\r\n".encode()
-    )
-    return body, f"multipart/form-data; boundary={boundary}"
-
-
-def test_a_file_part_without_a_file_name_is_told_it_is_text_not_a_file(api, subject):
-    """Found by a review: it was told to send the photo as the field `file`, which it was."""
-    body, content_type = multipart('name="file"', png_bytes(3))
-
-    response = api.post(f"{API}/subjects/{subject.pk}/references", body, content_type=content_type)
-
-    assert response.status_code == 400
-    assert error(response)["message"].startswith("The multipart field `file` has no file name")
