@@ -22,11 +22,16 @@ def require_migrated(using: str = DEFAULT_DB_ALIAS) -> None:
     An unfinished restore is said first: its half-filled database lacks migrations too,
     and `migrate` is then the wrong advice (a review); the restore, run again, finishes.
     """
-    try:
-        restoring.unfinished()
-    except RestoreUnfinished as exc:
-        raise CommandError(str(exc)) from None
+    require_restore_finished()
     executor = MigrationExecutor(connections[using])
     plan = executor.migration_plan(executor.loader.graph.leaf_nodes())
     if plan:
         raise CommandError(NOT_MIGRATED.format(count=len(plan)))
+
+
+def require_restore_finished() -> None:
+    """Raise CommandError when a restore into the data dir has not finished (its sentence)."""
+    try:
+        restoring.unfinished()
+    except RestoreUnfinished as exc:
+        raise CommandError(str(exc)) from None

@@ -7,17 +7,12 @@ its rows. The restore, run again, finishes it; that is what this says instead.
 
 from typing import Any
 
-from django.core.management.base import CommandError
 from django.core.management.commands import migrate
 
-from studio import restoring
-from studio.restoring import RestoreUnfinished
+from studio.management.ready import require_restore_finished
 
 
 class Command(migrate.Command):
     def handle(self, *args: Any, **options: Any) -> None:
-        try:
-            restoring.unfinished()
-        except RestoreUnfinished as exc:
-            raise CommandError(str(exc)) from None
+        require_restore_finished()
         super().handle(*args, **options)
