@@ -12,6 +12,7 @@ from django.utils.text import slugify
 
 from studio import metadata, names, originals
 from studio.engine.errors import InvalidRequest
+from studio.engine.validation import text_or_none
 from studio.models import Asset, Origin, Subject, stored_facts
 
 log = logging.getLogger(__name__)
@@ -21,9 +22,7 @@ SLUG_TRIES = 3  # numbered slugs tried before a random suffix; a concurrent crea
 
 def subject_name(value: object) -> str:
     """Return `value` as a subject's name, or InvalidRequest: not text, empty or too long."""
-    if value is not None and not isinstance(value, str):
-        raise InvalidRequest("A subject's name must be text.")
-    name = names.cleaned(value)
+    name = names.cleaned(text_or_none(value, "A subject's name must be text."))
     if not name:
         raise InvalidRequest("A subject needs a name.")
     if len(name) > 120:

@@ -21,7 +21,7 @@ from studio.engine.errors import (
     InvalidRequest,
     PublishRefused,
 )
-from studio.engine.validation import echo, existing_ids, id_list
+from studio.engine.validation import echo, existing_ids, id_list, text_or_none
 from studio.models import Asset, AvatarSet, Origin, SetItem
 from studio.store import Conflict, update
 
@@ -43,9 +43,7 @@ def create_set(*, name: str, asset_ids: list[Any]) -> AvatarSet:
 
 def _set_name(name: str) -> str:
     """Return `name` as a set keeps it, or InvalidRequest: not text, empty or too long."""
-    if name is not None and not isinstance(name, str):
-        raise InvalidRequest("A set's name must be text.")
-    name = names.cleaned(name)
+    name = names.cleaned(text_or_none(name, "A set's name must be text."))
     if not name:
         raise InvalidRequest("A set needs a name.")
     if len(name) > MAX_NAME:

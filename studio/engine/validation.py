@@ -31,10 +31,20 @@ NO_PHOTOS_OF_SUBJECTS = (
 NO_PHOTOS_CHOSEN = "Choose at least one reference photo."
 
 
+def text_or_none(value: object, refusal: str) -> str | None:
+    """Return `value` when it is text or absent (None); refuse anything else with `refusal`.
+
+    A name, a prompt or a model of another type (`1`, `[]`) is told what it must be, not
+    that it is empty (a review's).
+    """
+    if value is not None and not isinstance(value, str):
+        raise InvalidRequest(refusal)
+    return value
+
+
 def _prompt(value: object) -> str:
     """Return the prompt trimmed, or InvalidRequest: not text, empty or too long."""
-    if value is not None and not isinstance(value, str):
-        raise InvalidRequest("The prompt must be text.")
+    value = text_or_none(value, "The prompt must be text.")
     if value is None or not value.strip():
         raise InvalidRequest("The prompt must not be empty.")
     prompt = value.strip()
@@ -77,9 +87,7 @@ def validate(request: object) -> dict[str, Any]:
     if not isinstance(request, dict):
         raise InvalidRequest("The request must be a JSON object.")
     prompt = _prompt(request.get("prompt"))
-    title = request.get("title")
-    if title is not None and not isinstance(title, str):
-        raise InvalidRequest("The title must be text.")
+    title = text_or_none(request.get("title"), "The title must be text.")
     title = names.cleaned(title) or _title_from(prompt)  # none, or none that shows
     if len(title) > MAX_TITLE:
         raise InvalidRequest(f"The title is too long (at most {MAX_TITLE} characters).")
@@ -278,9 +286,7 @@ def _provider(entry: object) -> dict[str, Any]:
     if not 1 <= candidates <= MAX_CANDIDATES:
         raise InvalidRequest(f"Candidates must be between 1 and {MAX_CANDIDATES}.")
     default = catalogue[name].get("model") or ""
-    model = entry.get("model") or default
-    if not isinstance(model, str):
-        raise InvalidRequest("A provider's model must be text.")
+    model = text_or_none(entry.get("model") or default, "A provider's model must be text.")
     models = _provider_models(name)
     if model and model not in models:
         known = ", ".join(models) or "none"
