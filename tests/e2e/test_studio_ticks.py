@@ -8,7 +8,7 @@ both, in the order ticked.
 import re
 
 import pytest
-from playwright.sync_api import Page, expect
+from playwright.sync_api import Page, Route, expect
 
 from tests.e2e.studio import Studio, audit, go, sign_in
 
@@ -164,3 +164,42 @@ def test_a_choose_box_is_a_target_a_finger_can_hit(person: Page):
     assert label["height"] >= 24, f"the label is {label['height']:.1f} px tall"
     first.click(position={"x": label["width"] - 2, "y": label["height"] / 2})  # its words
     expect(first.locator("input")).to_be_checked()
+
+
+def test_a_tick_made_before_the_script_arrives_stands(page: Page):
+    """Found by CI: a box ticked while the page's script was still on its way was unticked
+    by it, since the script took what the tab had kept as the whole truth. On a slow line
+    a person would see their tick vanish; the count said nothing was ticked."""
+    sign_in(page)
+    held: list[Route] = []
+    page.route("**/studio/pictures*.js", lambda route: held.append(route), times=1)
+    go(page, "Gallery")
+    expect(page).to_have_url(re.compile(r"/gallery/$"))
+    first = tick_first(page)
+    expect(box(page, first)).to_be_checked()
+    assert held, "the script was not held back"
+    held[0].continue_()
+
+    expect(page.get_by_test_id(COUNT)).to_have_text("1 image ticked")
+    expect(box(page, first)).to_be_checked()
+    second = tick_first(page)
+    page.get_by_label("Set name").fill("Ticked early")
+    page.get_by_role("button", name="Create set").click()
+    expect(page.get_by_text("Created the set Ticked early.")).to_be_visible()
+    assert chosen_in(page) == [first, second]
+
+
+def test_going_back_does_not_bring_back_ticks_let_go_of(page: Page):
+    """The page gone back to shows its boxes as they were left; what the tab kept since
+    (here: nothing, after Untick all) is what counts."""
+    sign_in(page)
+    go(page, "Gallery")
+    first = tick_first(page)
+    older(page)
+    page.get_by_role("button", name="Untick all").click()
+    expect(page.get_by_test_id(COUNT)).to_have_text("Nothing ticked yet")
+
+    page.go_back()
+    expect(page).to_have_url(re.compile(r"/gallery/$"))
+    expect(box(page, first)).not_to_be_checked()
+    expect(page.get_by_test_id(COUNT)).to_have_text("Nothing ticked yet")

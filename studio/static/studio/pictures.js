@@ -75,6 +75,16 @@
     });
   }
 
+  // The page's first set-up, once opened by a link or a form: not from the tab's history,
+  // not reloaded, and not shown again from the back-forward cache (where the browser may
+  // put back ticks of its own).
+  var opening = true;
+  function freshlyOpened() {
+    var entry = window.performance && performance.getEntriesByType &&
+      performance.getEntriesByType("navigation")[0];
+    return opening && Boolean(entry) && entry.type === "navigate";
+  }
+
   function setUpSelection(form) {
     var key = keptUnder(form);
     if (key) {
@@ -86,9 +96,16 @@
         }
       }
       // What this tab kept is the truth: a page the browser kept in its history may
-      // show ticks from before others were ticked, or before the form was sent.
+      // show ticks from before others were ticked, or before the form was sent. A page
+      // freshly opened has none of those, so a box ticked there is the person's, ticked
+      // before this script arrived (the server ticks none): it stands.
       form.querySelectorAll("input[data-elsewhere]").forEach(function (field) { field.remove(); });
       var ids = kept(key);
+      if (freshlyOpened()) {
+        ticks(form).forEach(function (box) {
+          if (box.checked && ids.indexOf(box.value) === -1) ids.push(box.value);
+        });
+      }
       form.querySelector("[data-order]").value = ids.join(",");
       ticks(form).forEach(function (box) { box.checked = ids.indexOf(box.value) !== -1; });
     }
@@ -362,6 +379,7 @@
 
   document.addEventListener("DOMContentLoaded", function () {
     setUp(document);
+    opening = false;
     focusTheFragment();
     sayProgress();
   });
