@@ -183,8 +183,10 @@ def sign_in(page: Page) -> None:
 
 
 def go(page: Page, name: str) -> None:
-    """Follow a link in the studio's navigation."""
+    """Follow a link in the studio's navigation, to the page's script having run (what a
+    test does next is meant for the page as set up, not for the moments before)."""
     page.get_by_role("navigation", name="Studio").get_by_role("link", name=name, exact=True).click()
+    page.wait_for_load_state("domcontentloaded")
 
 
 def portrait_png(path: Path) -> Path:
