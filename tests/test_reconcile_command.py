@@ -8,7 +8,9 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from studio.models import TaskState
-from tests.factories import a_task, history_route, history_row, uncertain
+from studio.phrases import GONE_PHASE
+from studio.store import move
+from tests.factories import a_task, ember_result, history_route, history_row, uncertain
 from tests.task_rows import row_of
 
 pytestmark = pytest.mark.django_db
@@ -115,3 +117,35 @@ def test_all_with_nothing_to_reconcile_says_so_and_asks_ember_nothing(subject, e
         "No task needs reconciling (none is uncertain, history_missing or copy_failed)."
     )
     assert len(ember.calls) == 0
+
+
+def copy_failed(subject, phase: str):
+    task = a_task(subject)
+    return move(task, TaskState.COPY_FAILED, phase=phase, result=ember_result(), ember_job_id="j1")
+
+
+def test_it_exits_non_zero_when_it_hands_back_a_copy_ember_said_it_no_longer_has(subject, ember):
+    """Found by the operators' review: a nightly `reconcile --all` handed back a paid
+    original Ember had said it no longer has and exited 0; the worker failed it again at
+    once, so an alert on the exit code never heard of the lost original."""
+    gone = copy_failed(subject, GONE_PHASE)
+    failed = copy_failed(subject, "The copy from Ember failed; reconcile to retry")
+
+    said, ended = run_reconcile("--all")
+
+    assert row_of(gone).state == row_of(failed).state == TaskState.COPYING  # tried again
+    assert said.splitlines()[-1].startswith("2 tasks: 2 handed back to the worker")
+    assert ended is not None and ended.returncode == 1, said
+    assert str(ended) == (
+        "1 task handed back had last failed because Ember said it no longer has its image: "
+        "it is copied only if Ember has it back; check its image id with Ember."
+    )
+    assert len(ember.calls) == 0  # a saved answer is copied again, not looked up
+
+
+def test_a_copy_that_failed_otherwise_is_handed_back_and_exits_zero(subject, ember):
+    copy_failed(subject, "The copy from Ember failed; reconcile to retry")
+
+    said, ended = run_reconcile("--all")
+
+    assert ended is None, said

@@ -1,8 +1,9 @@
 """`manage.py reconcile`: ask Ember's history about tasks that need a person (docs/design.md §8).
 
-It exits 1 when a named task is not reconcilable or Ember could not be asked about a task
-(unreachable, or refusing us), so a scheduled run can alert; a task left where it is
-because Ember's history says so is not an error.
+It exits 1 when a named task is not reconcilable, Ember could not be asked about a task
+(unreachable, or refusing us), or it handed back a copy whose image Ember had said it no
+longer has (a paid original that may be lost), so a scheduled run can alert; a task left
+where it is because Ember's history says so is not an error.
 """
 
 import uuid
@@ -14,9 +15,11 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from studio.engine.recovery import reconcile_outcome
 from studio.management.ready import require_migrated
 from studio.models import RECONCILABLE, Task, TaskState
+from studio.phrases import GONE_PHASE
 from studio.store import Conflict
 
 HANDED_BACK = "handed back to the worker"
+GONE = "handed back, Ember had said it no longer has"  # counted apart, within HANDED_BACK
 LEFT = "left as Ember's history says"
 MOVED = "moved meanwhile"
 UNASKED = "Ember could not be asked about"
@@ -43,6 +46,9 @@ class Command(BaseCommand):
                 "and copy_failed are); left as it is"
             )
         counts = Counter(self._reconcile(task) for task in found if task not in refused)
+        gone = counts.pop(GONE, 0)
+        if gone:
+            counts[HANDED_BACK] += gone
         if counts:
             asked = sum(counts.values())
             parts = ", ".join(f"{counts[what]} {what}" for what in (HANDED_BACK, LEFT, MOVED))
@@ -57,6 +63,14 @@ class Command(BaseCommand):
         if counts[UNASKED]:
             failures.append(
                 f"{UNASKED} {_tasks(counts[UNASKED])}: run reconcile again when Ember answers."
+            )
+        if gone:
+            # The worker will most likely fail it again at once: a paid original may be
+            # lost, which a scheduled run must not keep quiet about (docs/operations.md).
+            failures.append(
+                f"{_tasks(gone)} handed back had last failed because Ember said it no "
+                "longer has its image: it is copied only if Ember has it back; check its image "
+                "id with Ember."
             )
         if failures:
             raise CommandError(" ".join(failures), returncode=1)
@@ -82,7 +96,7 @@ class Command(BaseCommand):
 
     def _reconcile(self, task: Task) -> str:
         """Reconcile one task, print its line, and return which count it adds to."""
-        before = task.state
+        before, gone = task.state, task.phase == GONE_PHASE
         try:
             outcome = reconcile_outcome(task=task)
         except Conflict:
@@ -94,5 +108,5 @@ class Command(BaseCommand):
         if outcome.unasked is not None:
             return UNASKED
         if task.state == TaskState.COPYING:
-            return HANDED_BACK
+            return GONE if gone and before == TaskState.COPY_FAILED else HANDED_BACK
         return LEFT if task.state in RECONCILABLE else MOVED
