@@ -80,8 +80,9 @@ def test_it_says_so_when_embers_history_cannot_be_read(admin_client, subject, em
 
     response = run_action(admin_client, Task, "reconcile_tasks", [task])
 
-    assert row_of(task).state == TaskState.UNCERTAIN
-    assert "still uncertain: Ember's history could not be read" in one_message_about(response, task)
+    assert (row_of(task).state, row_of(task).phase) == (task.state, task.phase)  # as it was
+    said = one_message_about(response, task)
+    assert "Ember could not be asked: Ember answered HTTP 503." in said, said
 
 
 def test_it_retries_only_the_copy_of_a_copy_failed_task(admin_client, subject, ember):

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from studio import engine
 from studio.ember.client import EmberClient
+from studio.ember.errors import EmberError
 from studio.models import Asset, Attempt, TaskState
 from studio.store import Conflict, move, update
 from tests.factories import (
@@ -81,15 +82,14 @@ def test_it_ignores_history_rows_without_a_usable_result(subject, ember):
     assert row_of(task).state == TaskState.UNCERTAIN
 
 
-def test_it_says_so_when_embers_history_cannot_be_read(subject, ember):
+def test_it_leaves_the_task_as_it_was_when_ember_cannot_be_asked(subject, ember):
+    """Found by the operators' review: the look-up's failure was written over the phase."""
     task = uncertain(a_task(subject))
     ember.get(HISTORY).respond(500)
-
-    engine.reconcile(task=task)
-
+    with pytest.raises(EmberError, match=r"^Ember answered HTTP 500\.$"):
+        engine.reconcile(task=task)
     saved = row_of(task)
-    assert saved.state == TaskState.UNCERTAIN
-    assert saved.phase == "Ember's history could not be read: Ember answered HTTP 500."
+    assert (saved.state, saved.phase, saved.version) == (task.state, task.phase, task.version)
 
 
 def test_it_hands_a_history_missing_task_with_a_row_back_to_copying(subject, ember):

@@ -31,6 +31,8 @@ from studio.api.schemas import (
     TaskOut,
 )
 from studio.api.serializers import asset_json, batch_json, set_json, subject_json, task_json
+from studio.ember.errors import EmberError
+from studio.engine.recovery import HISTORY_UNREAD
 from studio.models import RECONCILABLE, Asset, AvatarSet, Batch, BatchKey, Subject, Task
 
 # A year: an original never changes under its URL (it is named by its hash).
@@ -191,7 +193,10 @@ def task_reconcile(request: HttpRequest, task_id: str) -> dict[str, Any]:
     task = find(Task.objects.all(), task_id)
     if task.state not in RECONCILABLE:  # said, not a 200 with the task as it was (a review's)
         raise ApiError(409, "not_reconcilable", NOT_RECONCILABLE.format(state=task.state))
-    return task_json(engine.reconcile(task=task))
+    try:
+        return task_json(engine.reconcile(task=task))
+    except EmberError as exc:  # nothing learned: the task is as it was
+        raise ApiError(503, "ember_unavailable", f"{HISTORY_UNREAD}: {exc.message}") from None
 
 
 @api.get("/assets/{asset_id}", response={200: AssetOut, **READ}, url_name="asset")

@@ -28,6 +28,7 @@ from studio.store import move, update
 REFUSED_SHOWN = 3  # unsafe ids a reconcile names on the task; the rest are counted
 
 COPYING = "Copying the original from Ember"
+HISTORY_UNREAD = "Ember's history could not be read"
 RECORDING_HISTORY = "Recording Ember's history entry (the original is already held)"
 
 
@@ -42,9 +43,14 @@ class Reconciled:
 def reconcile(*, task: Task, client: EmberClient | None = None) -> Task:
     """Record what Ember's history says about a RECONCILABLE task and hand it back to the worker.
 
-    Reconciliation never copies (the worker owns every copy) and never resubmits.
+    Reconciliation never copies (the worker owns every copy) and never resubmits. When
+    Ember could not be asked (unreachable, or refusing us) the task is left as it was and
+    that EmberError is raised.
     """
-    return reconcile_outcome(task=task, client=client).task
+    outcome = reconcile_outcome(task=task, client=client)
+    if outcome.unasked is not None:
+        raise outcome.unasked
+    return outcome.task
 
 
 def reconcile_outcome(*, task: Task, client: EmberClient | None = None) -> Reconciled:
@@ -53,8 +59,12 @@ def reconcile_outcome(*, task: Task, client: EmberClient | None = None) -> Recon
 
 
 async def areconcile(*, task: Task, client: EmberClient | None = None) -> Task:
-    """Reconcile `task` (see `reconcile`); read Ember's history outside any transaction."""
-    return (await _reconcile(task, client)).task
+    """Reconcile `task` (see `reconcile`, raising as it does); read Ember's history outside
+    any transaction."""
+    outcome = await _reconcile(task, client)
+    if outcome.unasked is not None:
+        raise outcome.unasked
+    return outcome.task
 
 
 async def _reconcile(task: Task, client: EmberClient | None) -> Reconciled:
@@ -69,11 +79,15 @@ async def _reconcile(task: Task, client: EmberClient | None) -> Reconciled:
     client = client or EmberClient()
     try:
         rows = await client.history(str(task.pk))
+    except EmberBadAnswer as exc:
+        # An answer that cannot be used was still Ember's answer: it was asked, and the
+        # task says what came back.
+        phase = f"{HISTORY_UNREAD}: {exc.message}"
+        return Reconciled(await sync_to_async(update)(task, expected=task.version, phase=phase))
     except EmberError as exc:
-        phase = f"Ember's history could not be read: {exc.message}"
-        task = await sync_to_async(update)(task, expected=task.version, phase=phase)
-        # An answer that cannot be used was still Ember's answer: it was asked.
-        return Reconciled(task, None if isinstance(exc, EmberBadAnswer) else exc)
+        # Ember unreachable or refusing us: nothing learned about the task, so it stays as it
+        # is (its phase says how far it got, not how a look-up went); the caller says why.
+        return Reconciled(task, exc)
     finally:
         if own_client:
             await client.aclose()

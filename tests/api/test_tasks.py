@@ -202,3 +202,20 @@ def test_it_answers_409_to_a_reconcile_of_a_task_that_needs_none_and_asks_ember_
     }
     assert len(ember.calls) == 0
     assert Task.objects.get(pk=task.pk).state == state
+
+
+def test_it_answers_503_when_ember_cannot_be_asked_and_leaves_the_task_as_it_was(
+    staff_api, subject, ember
+):
+    """Found by the operators' review: the look-up's failure came back as a 200 whose
+    phase, written over the task's own, said Ember's history could not be read."""
+    task = uncertain(a_task(subject))
+    ember.get("/api/v1/history").respond(401, json={"error": {"message": "Wrong token."}})
+
+    response = staff_api.post(f"{API}/tasks/{task.pk}/reconcile")
+
+    assert response.status_code == 503, response.content
+    assert error(response)["code"] == "ember_unavailable"
+    assert error(response)["message"].startswith("Ember's history could not be read: ")
+    saved = Task.objects.get(pk=task.pk)
+    assert (saved.state, saved.phase, saved.version) == (task.state, task.phase, task.version)

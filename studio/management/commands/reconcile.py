@@ -12,7 +12,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from studio.engine.recovery import reconcile_outcome
+from studio.engine.recovery import HISTORY_UNREAD, reconcile_outcome
 from studio.management.ready import require_migrated
 from studio.models import RECONCILABLE, Task, TaskState
 from studio.phrases import GONE_PHASE
@@ -104,9 +104,11 @@ class Command(BaseCommand):
             self.stdout.write(f"{task.pk} moved while reconciling; left as it is")
             return MOVED
         task = outcome.task
-        self.stdout.write(f"{task.pk} {before} -> {task.state}: {task.phase}")
         if outcome.unasked is not None:
+            said = f"{HISTORY_UNREAD}: {outcome.unasked.message}"
+            self.stdout.write(f"{task.pk} {before}: {said}; left as it is")
             return UNASKED
+        self.stdout.write(f"{task.pk} {before} -> {task.state}: {task.phase}")
         if task.state == TaskState.COPYING:
             return GONE if gone and before == TaskState.COPY_FAILED else HANDED_BACK
         return LEFT if task.state in RECONCILABLE else MOVED
