@@ -59,6 +59,8 @@ def test_it_holds_back_the_images_the_backup_holds_as_waiting_to_be_sent(tmp_pat
     )  # fmt: skip
     assert code == 0, out
     assert "Held back 2 task(s)" in out
+    # Found by the operators' review: "Resubmit those it does not find." read as "now".
+    assert "Do not resubmit them before the poll bound (30 minutes) has passed" in out, out
 
 
 @sqlite_only
