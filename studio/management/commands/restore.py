@@ -42,9 +42,9 @@ class Command(BaseCommand):
                 f"Held back {result.held_back} task(s) the lost install may have sent after "
                 "the backup (images waiting to be sent, and tasks that had failed with nothing "
                 "sent, which a person may have queued again): they rest uncertain and the "
-                "worker looks for the images in Ember's history. Do not resubmit them before the poll "
-                f"bound ({POLL_BOUND / 60:.0f} minutes) has passed: a send of the lost install may "
-                "still be running."
+                "worker looks for the images in Ember's history. Do not resubmit them before "
+                f"the poll bound ({POLL_BOUND / 60:.0f} minutes) has passed: a send of the lost "
+                "install may still be running."
             )
         self.stdout.write(
             "Next: manage.py migrate, manage.py check_originals, then start the web server "
