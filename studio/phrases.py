@@ -9,6 +9,11 @@ recognise them. Those quoted from the contract are word for word.
 GONE_PHASE = (
     "Ember says it no longer has this image; a reconcile copies it only if Ember has it back"
 )
+# What the admin says when such a task's copy is retried: it is tried again all the same.
+GONE_ADVICE = (
+    "Ember had said it no longer has this image: it is copied only if Ember has it back; "
+    "check its image id with Ember."
+)
 # The phase of an `uncertain` task: a person (or the history search) finds out first.
 RECONCILE_PHASE = "Reconcile before retry"
 # A task's error when a frozen reference no longer matches (the contract's sentence):

@@ -9,6 +9,7 @@ from django.utils import timezone
 
 from studio.engine import RESUBMIT_STALE
 from studio.models import Attempt, Batch, Task, TaskState
+from studio.phrases import GONE_PHASE
 from studio.store import move
 from tests.admin_pages import (
     NOT_RECEIVED,
@@ -111,6 +112,23 @@ def test_it_retries_only_the_copy_of_a_copy_failed_task(admin_client, subject, e
     assert not history.called  # a retry is not a reconcile: nothing was asked of Ember
     assert "copy_failed → copying" in one_message_about(response, broken)
     assert "only a copy_failed task's copy can be retried" in one_message_about(response, unsure)
+
+
+def test_a_retried_copy_ember_said_it_no_longer_has_is_warned_of(admin_client, subject):
+    """The retry is made (Ember may have the image back), but the message does not promise
+    a copy: like `reconcile`'s exit code, it says the original may be lost."""
+    [gone] = plan(subject)
+    move(gone, TaskState.COPY_FAILED, ember_job_id="j", result=ember_result(), phase=GONE_PHASE)
+
+    response = run_action(admin_client, Task, "retry_copy", [gone])
+
+    assert row_of(gone).state == TaskState.COPYING
+    said = one_message_about(response, gone)
+    assert "the worker will copy" not in said, said
+    assert (
+        "copy_failed → copying, but Ember had said it no longer has this image: it is copied "
+        "only if Ember has it back; check its image id with Ember." in said
+    ), said
 
 
 def test_it_cancels_what_was_not_sent_and_keeps_what_ember_has(admin_client, subject):
