@@ -88,6 +88,17 @@ def many_segment_jpeg(segments: int = 5000) -> bytes:
     return data[:2] + b"\xff\xfe\x00\x02" * segments + data[2:]
 
 
+def exif_parts_jpeg(parts: int = 399) -> bytes:
+    """Return a 64 x 64 JPEG whose header holds `parts` full EXIF segments (64 KB each).
+
+    Pillow joins them into one, copying what it has each time: 26 MB of them cost each
+    open seconds (a review, over uvicorn: every view of its page, every thumbnail).
+    """
+    data = _jpeg(Image.new("RGB", (64, 64), (30, 60, 90)))
+    body = b"Exif\x00\x00II*\x00\x08\x00\x00\x00".ljust(65533, b"\x00")
+    return data[:2] + (b"\xff\xe1\xff\xff" + body) * parts + data[2:]
+
+
 def app1_trailer_jpeg(copies: int = 2_600_000) -> bytes:
     """Return an 8 x 8 JPEG followed by `copies` headers of empty EXIF segments (10 bytes each).
 
