@@ -11,7 +11,9 @@ for a 25 MB file), an animated one adds two a frame; a WebP has a handful, and o
 frame; a GIF's encoder fills its sub-blocks (about 100,000 for 25 MB).
 """
 
+import io
 import struct
+from typing import BinaryIO
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 MAX_PNG_CHUNKS = 100_000
@@ -54,6 +56,25 @@ def _count_png(data: bytes) -> None:
         pos += CHUNK_HEAD + length + PNG_CRC
     if pos + CHUNK_HEAD <= size:
         raise TooManyChunks(f"The PNG has more than {MAX_PNG_CHUNKS:,} parts.")
+
+
+def png_exif(file: BinaryIO) -> bytes | None:
+    """Return the body of a PNG's eXIf chunk, before or after its image data, or None.
+
+    Only the chunks' heads are read, at most MAX_PNG_CHUNKS of them (a stored PNG has no
+    more): Pillow decodes the whole image to find one after the image data.
+    """
+    file.seek(len(PNG_SIGNATURE))
+    for _chunk in range(MAX_PNG_CHUNKS):
+        head = file.read(CHUNK_HEAD)
+        if len(head) < CHUNK_HEAD or head[4:] == b"IEND":
+            return None
+        (length,) = struct.unpack_from(">I", head)
+        if head[4:] == b"eXIf":
+            body = file.read(length)
+            return body if len(body) == length else None
+        file.seek(length + PNG_CRC, io.SEEK_CUR)
+    return None
 
 
 def _count_webp(data: bytes) -> None:

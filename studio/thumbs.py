@@ -9,12 +9,13 @@ the original, never data.
 
 import io
 import stat
+import struct
 from pathlib import Path
 
 from django.conf import settings
 from PIL import Image, ImageOps
 
-from studio import originals
+from studio import chunks, originals
 
 SIZES = (128, 256, 512)  # pixels on the longer side; the only sizes pages ask for
 MIME = "image/webp"
@@ -150,9 +151,20 @@ def _profile(icc: object) -> bytes | None:
 
 def turned(sha256: str, mime: str) -> bool:
     """Say whether an original is shown turned a quarter (its EXIF Orientation), so that its
-    width and height swap; False when that cannot be read. Only its header is read."""
+    width and height swap; False when that cannot be read. Its pixels are never decoded.
+
+    Pillow's own `getexif()` of a PNG decodes the whole image when the PNG has no eXIf
+    chunk before its image data (most have none), to look for one after it: a 116 KB PNG
+    of 6320 x 6320 then cost a page view 0.35 s and 150 MB (a review). The chunks' heads
+    are walked instead, and the EXIF read as any other format's.
+    """
     try:
-        with Image.open(originals.path_of(sha256, mime)) as img:
-            return img.getexif().get(ORIENTATION, 1) in QUARTER_TURNS
-    except (OSError, ValueError, SyntaxError):
+        with originals.path_of(sha256, mime).open("rb") as file, Image.open(file) as img:
+            if img.format == "PNG" and "exif" not in img.info:
+                found = chunks.png_exif(file)
+                if found is not None:
+                    img.info["exif"] = found
+            # Image's getexif, not the PNG plugin's: it reads what open() found, no pixels.
+            return Image.Image.getexif(img).get(ORIENTATION, 1) in QUARTER_TURNS
+    except (OSError, ValueError, SyntaxError, struct.error):
         return False
