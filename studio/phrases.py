@@ -14,6 +14,9 @@ GONE_ADVICE = (
     "Ember had said it no longer has this image: it is copied only if Ember has it back; "
     "check its image id with Ember."
 )
+# The phase of a `copying` task (the worker's, and a reconcile's that hands one back);
+# a failed try adds which it was and why.
+COPYING_PHASE = "Copying the original from Ember"
 # The phase of an `uncertain` task: a person (or the history search) finds out first.
 RECONCILE_PHASE = "Reconcile before retry"
 # A task's error when a frozen reference no longer matches (the contract's sentence):

@@ -104,6 +104,13 @@ def test_a_stop_asked_while_a_copy_waits_leaves_it_copying_for_the_next_start(
 
     task.refresh_from_db()
     assert (task.state, len(fetches)) == (TaskState.COPYING, 1), (task.phase, task.error)
+    # Found by a hostile-files review: a copy that kept failing (an Ember trickling its
+    # bytes, each try cut at 300 s) showed only "Copying the original from Ember" for 41
+    # minutes. The task says which try failed, why, and when the next is.
+    assert task.phase == (
+        f"Copying the original from Ember. Try 1 of {FETCH_TRIES_EMBER_AWAY} failed: Ember "
+        "could not be reached (ConnectError). Trying again in 30 s."
+    ), task.phase
     fake.file_route.mock(side_effect=fake._file)
     drain(worker)  # the next start
     task.refresh_from_db()

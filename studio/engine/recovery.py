@@ -23,11 +23,12 @@ from studio.ember.client import (
 )
 from studio.engine.errors import RESUBMIT_STALE, RESUBMIT_TOO_EARLY, ResubmitRefused
 from studio.models import RECONCILABLE, Asset, Attempt, Kind, Task, TaskState
+from studio.phrases import COPYING_PHASE
 from studio.store import move, update
 
 REFUSED_SHOWN = 3  # unsafe ids a reconcile names on the task; the rest are counted
 
-COPYING = "Copying the original from Ember"
+COPYING = COPYING_PHASE
 HISTORY_UNREAD = "Ember's history could not be read"
 RECORDING_HISTORY = "Recording Ember's history entry (the original is already held)"
 

@@ -31,7 +31,7 @@ from studio.ember.client import (
     encode_payload,
 )
 from studio.models import ACTIVE, Asset, Attempt, Task, TaskState
-from studio.phrases import GONE_PHASE
+from studio.phrases import COPYING_PHASE, GONE_PHASE
 from studio.store import Conflict, move, update
 from studio.worker import turns
 from studio.worker.pacing import Pacing
@@ -361,7 +361,7 @@ class Steps:
         """Copy the image (over `over`'s file), or rest the task where the failure says and
         return None."""
         try:
-            return await self._copy(image, over=over)
+            return await self._copy(task, image, over=over)
         except _CopyPaused:
             return None  # left `copying`: the next start copies it
         except EmberUnsafeId as exc:
@@ -377,15 +377,17 @@ class Steps:
         return None
 
     async def _copy(
-        self, image: dict[str, Any], *, over: Asset | None = None
+        self, task: Task, image: dict[str, Any], *, over: Asset | None = None
     ) -> originals.Original:
-        """Fetch the image and save it as an original, retrying a few times; over `over`'s
-        file (missing or damaged), the bytes must be its own and replace what is there."""
+        """Fetch the image and save it as an original, retrying a few times (the task says
+        which try failed and why); over `over`'s file (missing or damaged), the bytes must
+        be its own and replace what is there."""
         if "id" not in image:
             raise EmberUnsafeId("Ember's saved answer names no image to copy.")
         delay, attempt = self.fetch_retry_delay, 0
         while True:
             attempt += 1
+            tries = FETCH_TRIES
             try:
                 data, _content_type = await self.client.fetch(
                     image["id"], sha256=image.get("sha256"), size=image.get("bytes")
@@ -399,18 +401,29 @@ class Steps:
                 # second fsync proves nothing (the kernel may have dropped the pages it
                 # failed to write).
                 raise
-            except originals.NotAnImage:
+            except originals.NotAnImage as exc:
                 # Bytes that hash to Ember's own claim are what Ember holds: asked again,
                 # it sends them again, and each try decodes them again (a review's GIF).
                 if attempt == FETCH_TRIES or image.get("sha256") is not None:
                     raise
+                trouble: Exception = exc
             except (EmberError, originals.ChecksumFailed, OSError) as exc:
-                if attempt >= (FETCH_TRIES_EMBER_AWAY if _ember_away(exc) else FETCH_TRIES):
+                tries = FETCH_TRIES_EMBER_AWAY if _ember_away(exc) else FETCH_TRIES
+                if attempt >= tries:
                     raise
+                trouble = exc
+            phase = f"{COPYING_PHASE}. Try {attempt} of {tries} failed: {_said(trouble)}."
+            await db(update)(task, phase=f"{phase} Trying again in {delay:.0f} s.")
             await self._sleep(delay)
             if self.stopping:
                 raise _CopyPaused
             delay = min(delay * 2, FETCH_RETRY_MOST)
+
+
+def _said(exc: Exception) -> str:
+    """Say a failed try's cause for the task's phase, without its closing full stop."""
+    said = getattr(exc, "message", None) or str(exc) or type(exc).__name__
+    return said.rstrip(".")
 
 
 class _CopyPaused(Exception):

@@ -256,7 +256,7 @@ def _record_ended(task: Task, job: Job) -> bool:
             task,
             TaskState.COPYING,
             result=job.result,
-            phase="Copying the original from Ember",
+            phase=phrases.COPYING_PHASE,
             error="",
         )
         return True
