@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from django.db import transaction
 from django.db.models import F, Q
 
-from studio import originals, removals, thumbs
+from studio import names, originals, removals, thumbs
 from studio.engine import InvalidRequest
 from studio.engine.library import subject_name
 from studio.models import Asset, AvatarSet, Batch, Origin, SetItem, Subject, Task
@@ -101,10 +101,10 @@ def rename_photo(*, photo: Asset, file_name: str) -> Asset:
     The name is the photo's, so every subject that has the photo sees the new one; the
     batches that froze it keep the name they were planned with.
     """
-    file_name = file_name.strip() if isinstance(file_name, str) else ""
+    file_name = names.file_name(file_name)
     if not file_name:
         raise InvalidRequest("A photo needs a file name.")
-    return update(photo, file_name=file_name[:255])
+    return update(photo, file_name=file_name)
 
 
 def plan_photo_removal(*, photo: Asset, subject: Subject) -> PhotoRemoval:

@@ -12,6 +12,7 @@ and the warning about two sets of one name missed them. A name is kept composed 
 an "é" typed as "e" and an accent is the "é" typed as one character.
 """
 
+import os
 import unicodedata
 
 # Embeddings, overrides and isolates (and their ends): they reorder what follows them.
@@ -19,6 +20,8 @@ BIDI_CONTROLS = dict.fromkeys([*range(0x202A, 0x202F), *range(0x2066, 0x206A)])
 # Invisible, and never needed to write a name (unlike the joiners, U+200C and U+200D).
 SPACERS = dict.fromkeys([0x200B, 0x2060, 0xFEFF])
 BREAKS = ("Cc", "Zl", "Zp")  # controls (tab, new line, bell, …) and line/paragraph separators
+JOINERS = ("\u200c", "\u200d")
+EXTENSION_MOST = 16  # characters of a file name's extension kept when the name is cut
 UNSEEN = ("Cc", "Cf", "Cs", "Co", "Cn", "Zs", "Zl", "Zp", "Mn", "Me")  # no glyph of their own
 
 
@@ -48,3 +51,37 @@ def _trimmed(name: str) -> str:
 
 def _at_an_end(char: str) -> bool:
     return char.isspace() or unicodedata.category(char) in ("Cf", "Zs")
+
+
+def cut(name: str, most: int) -> str:
+    """Return the start of a cleaned `name`, at most `most` long, cut before an accent, a
+    joiner or a variation selector rather than after it, so no letter loses its accent
+    and no emoji its half; still a name (cleaned again)."""
+    end = min(len(name), most)
+    while 0 < end < len(name) and _joins_before(name[end - 1], name[end]):
+        end -= 1
+    return cleaned(name[:end]) or name[:most]
+
+
+def file_name(value: object, most: int = 255) -> str:
+    """Return `value` as a file name: cleaned as a name, and, when longer than `most`, its
+    start cut (as `cut` does) before its extension, which stays: a 300-character
+    "….png" was stored cut to 255 without its ".png" (a review)."""
+    name = cleaned(value)
+    if len(name) <= most:
+        return name
+    stem, extension = os.path.splitext(name)
+    if not stem or len(extension) > EXTENSION_MOST:
+        return cut(name, most)
+    return cut(stem, most - len(extension)) + extension
+
+
+def _joins_before(before: str, after: str) -> bool:
+    """Say whether a cut between `before` and `after` would split one thing that shows."""
+    return (
+        unicodedata.category(after) in ("Mn", "Mc", "Me")
+        or after in JOINERS
+        or before in JOINERS
+        or 0xFE00 <= ord(after) <= 0xFE0F
+        or 0x1F3FB <= ord(after) <= 0x1F3FF  # a skin tone
+    )

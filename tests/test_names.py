@@ -134,3 +134,30 @@ def test_a_photos_file_name_is_kept_as_a_name_without_controls_or_overrides(subj
     )
 
     assert asset.file_name == "ab c.png"
+
+
+@given(
+    st.text(min_size=1, max_size=300),
+    st.sampled_from([".png", ".jpeg", ".webp", ""]),
+    st.integers(min_value=20, max_value=255),
+)
+def test_a_file_name_cut_to_fit_keeps_its_extension(stem, extension, most):
+    """Found by a hostile-files review: a 300-character "….png" was stored cut to 255
+    characters, without its ".png"."""
+    name = names.file_name(stem + extension, most)
+
+    assert len(name) <= most, len(name)
+    assert names.cleaned(name) == name, repr(name)
+    whole = names.cleaned(stem + extension)
+    if len(whole) <= most:
+        assert name == whole
+    elif extension and names.cleaned(stem) and whole.endswith(extension):
+        assert name.endswith(extension), repr(name)
+
+
+def test_a_renamed_photo_keeps_its_extension_and_loses_its_controls(subject):
+    photo = engine.add_reference(subject=subject, data=png_bytes(6), file_name="a.png")
+
+    renamed = curation.rename_photo(photo=photo, file_name="\u202e" + "n\u0007" * 200 + ".png")
+
+    assert len(renamed.file_name) == 255 and renamed.file_name.endswith("n n.png")

@@ -109,8 +109,7 @@ def upload_reference(*, subject: Subject, data: bytes, file_name: str) -> Upload
             origin=Origin.UPLOADED,
             defaults={
                 **stored_facts(original),
-                "file_name": names.cleaned(file_name)[:255]
-                or f"reference{original.info.extension}",
+                "file_name": names.file_name(file_name) or f"reference{original.info.extension}",
                 "label": subject.name,
             },
         )

@@ -23,7 +23,6 @@ MAX_SUBJECTS = 100  # subjects one batch names: a family's, with room to spare
 MAX_LISTED = 1000  # items of a list of reference photos read at all
 UNSHOWN = ("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp")  # said back as escapes, as JSON may
 TITLE_CUT = 80  # characters of the prompt a batch without a title is named by
-JOINERS = ("\u200c", "\u200d")
 ECHOED = 100  # characters of a caller's own value said back in a refusal, the ellipsis included
 NO_PHOTOS_OF_SUBJECTS = (
     "The subjects have no reference photos yet: upload a photo of them before planning a batch."
@@ -61,25 +60,9 @@ def _title_from(prompt: str) -> str:
     """Return a batch's title made of its prompt's start: a name, at most TITLE_CUT long.
 
     It is cleaned as any name is (a review's prompt gave a title with a bell and a
-    direction override in it), and cut before an accent, a joiner or a variation
-    selector rather than after it, so no letter loses its accent and no emoji its half.
+    direction override in it), and cut between two things that show (`names.cut`).
     """
-    title = names.cleaned(prompt)
-    cut = min(len(title), TITLE_CUT)
-    while 0 < cut < len(title) and _joins_before(title[cut - 1], title[cut]):
-        cut -= 1
-    return names.cleaned(title[:cut]) or title[:TITLE_CUT]
-
-
-def _joins_before(before: str, after: str) -> bool:
-    """Say whether a cut between `before` and `after` would split one thing that shows."""
-    return (
-        unicodedata.category(after) in ("Mn", "Mc", "Me")
-        or after in JOINERS
-        or before in JOINERS
-        or 0xFE00 <= ord(after) <= 0xFE0F
-        or 0x1F3FB <= ord(after) <= 0x1F3FF  # a skin tone
-    )
+    return names.cut(names.cleaned(prompt), TITLE_CUT)
 
 
 def validate(request: object) -> dict[str, Any]:
