@@ -90,7 +90,9 @@ def create_subject(request: HttpRequest, body: SubjectIn) -> Status:
     return Status(201, subject_json(engine.create_subject(name=body.fields().get("name", ""))))
 
 
-SEND_FILE = "Send the photo as the multipart field `file`."
+# Django's parser leaves out a part whose file name is none once cleaned ("." or ".."),
+# so a part sent as `file` may be missing too (a review's).
+SEND_FILE = "Send the photo as the multipart field `file`, under a file name (such as photo.jpg)."
 # A part named `file` without a file name is a form's text field, not a file (a review's).
 NO_FILE = (
     "The multipart field `file` has no file name, so it is text, not a file: send the photo "

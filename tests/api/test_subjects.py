@@ -399,7 +399,8 @@ def test_it_refuses_an_upload_without_a_file_field(api, subject):
     assert response.status_code == 400
     assert error(response) == {
         "code": "invalid_upload",
-        "message": "Send the photo as the multipart field `file`.",
+        "message": "Send the photo as the multipart field `file`, under a file name (such as "
+        "photo.jpg).",
     }
     assert Asset.objects.count() == 1
 

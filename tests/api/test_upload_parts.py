@@ -30,3 +30,18 @@ def test_a_file_part_without_a_file_name_is_told_it_is_text_not_a_file(api, subj
 
     assert response.status_code == 400
     assert error(response)["message"].startswith("The multipart field `file` has no file name")
+
+
+@pytest.mark.parametrize("name", [".", "..", "/"])
+def test_a_file_part_whose_name_is_no_file_name_is_told_so(api, subject, name):
+    """Found by a hostile-files review: a part named "." was told to send the photo as the
+    field `file`, which it was. Django's parser leaves out a part whose file name is none
+    once cleaned, so the answer says a file name is needed too."""
+    body, content_type = multipart(f'name="file"; filename="{name}"', png_bytes(4))
+
+    response = api.post(f"{API}/subjects/{subject.pk}/references", body, content_type=content_type)
+
+    assert response.status_code == 400
+    assert error(response)["message"] == (
+        "Send the photo as the multipart field `file`, under a file name (such as photo.jpg)."
+    )
