@@ -329,3 +329,29 @@ def test_a_small_rgb_profile_is_kept_and_one_of_another_colour_space_is_not():
         assert img.info.get("icc_profile") == srgb
     with Image.open(thumb_of(left_out, 128)) as img:  # its pixels are RGB now
         assert img.mode == "RGB" and "icc_profile" not in img.info
+
+
+def test_requests_for_one_missing_thumbnail_at_once_draw_it_once(data_dir: Path, monkeypatch):
+    """Found by a hostile-files review: 8 requests at once for one uncached thumbnail each
+    decoded the original (9.3 s of CPU for a heavy one); the others now wait and take it."""
+    original = stored(png_bytes(7, size=(900, 600)))
+    drawn: list[int] = []
+    draw = thumbs.render
+
+    def slow(data: bytes, size: int) -> bytes:
+        drawn.append(size)
+        time.sleep(0.2)  # long enough that every request arrives while it draws
+        return draw(data, size)
+
+    monkeypatch.setattr(thumbs, "render", slow)
+    paths: list[Path] = []
+    threads = [
+        threading.Thread(target=lambda: paths.append(thumb_of(original, 256))) for _ in range(8)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    assert len(paths) == 8 and len(set(paths)) == 1
+    assert drawn == [256], f"drawn {len(drawn)} times for 8 requests at once"
