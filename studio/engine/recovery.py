@@ -28,7 +28,6 @@ from studio.store import move, update
 
 REFUSED_SHOWN = 3  # unsafe ids a reconcile names on the task; the rest are counted
 
-COPYING = COPYING_PHASE
 HISTORY_UNREAD = "Ember's history could not be read"
 RECORDING_HISTORY = "Recording Ember's history entry (the original is already held)"
 
@@ -362,7 +361,7 @@ def _back_to_copying(task: Task, result: dict[str, Any], job_id: str, *, note: s
             # A job id the task already has is never replaced by another row's.
             ember_job_id=task.ember_job_id or job_id,
             # With the bytes already held, only the history entry is left to record.
-            phase=RECORDING_HISTORY if task.asset_id is not None else COPYING,
+            phase=RECORDING_HISTORY if task.asset_id is not None else COPYING_PHASE,
             error=note,
         )
 
