@@ -260,3 +260,28 @@ def test_a_backup_that_could_not_make_its_folder_says_nothing_was_written(tmp_pa
 
     assert code == 1
     assert f"Nothing was written ({dest} was not made)" in out, out
+
+
+def test_a_backup_stopped_once_its_manifest_is_written_says_it_is_whole(tmp_path, monkeypatch):
+    """Found by the operators' review: a SIGTERM in the moment after the manifest was
+    written ended the command saying what it wrote "is not a backup (it has no
+    manifest)", or, once its handler was gone, with 143 and no sentence at all."""
+    stored(1)
+    fsync_dir = originals.fsync_dir
+    stopped: list[Path] = []
+
+    def stopped_after_the_manifest(path: Path) -> None:
+        if (path / backups.MANIFEST).exists() and not stopped:
+            stopped.append(path)
+            raise backups.Terminated()  # as the SIGTERM handler raises it
+        fsync_dir(path)
+
+    monkeypatch.setattr(originals, "fsync_dir", stopped_after_the_manifest)
+    dest = tmp_path / "backup"
+    code, out = run("backup", str(dest))
+
+    assert stopped == [dest]
+    assert code == 0, out
+    assert f"The backup in {dest} is whole: it was stopped (SIGTERM) only after its " in out
+    assert "not a backup" not in out
+    assert manifest(dest)["originals"], "the manifest names the original"

@@ -5,7 +5,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from studio import backups
+from studio import backups, originals
 from studio.backups import STOPPED_BY, cause
 from studio.management.ready import require_migrated
 
@@ -29,24 +29,16 @@ class Command(BaseCommand):
         require_migrated()
         dest = options["dest"].resolve()
         try:
+            # Until the last line is said: a SIGTERM then is a sentence too, not 143.
             with backups.stopped_by_sigterm():
-                result = backups.backup(dest, link=options["link"])
+                self._report(dest, backups.backup(dest, link=options["link"]))
         except backups.BackupError as exc:
             raise CommandError(str(exc), returncode=1) from None
         except STOPPED_BY as exc:
             # A full disk, a folder that cannot be made, a Ctrl-C or SIGTERM: a sentence.
-            if not dest.exists():
-                raise CommandError(
-                    f"The backup stopped: {cause(exc)}. Nothing was written ({dest} was "
-                    "not made): deal with the cause and back up again.",
-                    returncode=1,
-                ) from None
-            raise CommandError(
-                f"The backup stopped: {cause(exc)}. What it wrote in {dest} is not a backup "
-                "(it has no manifest, and restore refuses it): remove that folder, deal with "
-                "the cause, and back up into a new folder.",
-                returncode=1,
-            ) from None
+            self._stopped(dest, exc)
+
+    def _report(self, dest: Path, result: backups.Backup) -> None:
         kind = "SQLite (online backup API)" if result.database == "sqlite" else "pg_dump"
         self.stdout.write(f"Database: {dest / result.database_file}, by {kind}.")
         self.stdout.write(result.placer.counts("Backed up"))
@@ -59,3 +51,35 @@ class Command(BaseCommand):
                 "are not in it: run check_originals on this install.",
                 returncode=1,
             )
+
+    def _stopped(self, dest: Path, exc: BaseException) -> None:
+        """Say what a backup stopped part way left; return only if it is whole."""
+        interrupted = isinstance(exc, KeyboardInterrupt | backups.Terminated)
+        if interrupted and (dest / backups.MANIFEST).is_file() and _synced(dest):
+            # The manifest is written last, once everything it names is: a whole backup.
+            self.stdout.write(
+                f"The backup in {dest} is whole: {cause(exc)} only after its manifest was written."
+            )
+            return
+        if not dest.exists():
+            raise CommandError(
+                f"The backup stopped: {cause(exc)}. Nothing was written ({dest} was "
+                "not made): deal with the cause and back up again.",
+                returncode=1,
+            ) from None
+        raise CommandError(
+            f"The backup stopped: {cause(exc)}. What it wrote in {dest} is not a backup "
+            "(it has no manifest, and restore refuses it): remove that folder, deal with "
+            "the cause, and back up into a new folder.",
+            returncode=1,
+        ) from None
+
+
+def _synced(dest: Path) -> bool:
+    """Make the names in `dest` durable, as the backup's last step would have; say if so."""
+    try:
+        with backups.not_stopped():
+            originals.fsync_dir(dest)
+    except OSError:
+        return False
+    return True
