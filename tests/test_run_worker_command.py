@@ -7,6 +7,7 @@ import pytest
 from django.core.management import call_command
 
 from studio.worker.loop import SWITCH_INTERVAL
+from tests.processes import run_snippet
 
 # The worker's database thread runs on its own connection: real commits, no test transaction.
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -23,3 +24,38 @@ def test_the_worker_hands_the_interpreter_between_its_threads_every_half_millise
 
     assert asked == [SWITCH_INTERVAL] and SWITCH_INTERVAL == 0.0005, asked
     assert "Avatars worker running" in out.getvalue()
+
+
+STOPPED_AS_IT_STARTS = """
+import os, signal, sys
+import django
+django.setup()
+from django.core.management import call_command
+call_command("migrate", verbosity=0)
+from studio.management.commands import run_worker
+checked = run_worker.require_migrated
+
+def stopped_as_it_starts():  # a service manager's stop in the worker's first second
+    checked()
+    os.kill(os.getpid(), signal.SIGTERM)
+
+run_worker.require_migrated = stopped_as_it_starts
+call_command("run_worker", *sys.argv[1:])  # without --once: it would run until stopped
+print("exited")
+"""
+
+
+@pytest.mark.parametrize("standby", [False, True], ids=["owner", "standby"])
+def test_a_sigterm_while_it_starts_stops_it_with_a_sentence_and_exit_0(tmp_path, standby):
+    """Found by a review's kills: a SIGTERM in the worker's first second ended it with -15,
+    which a service manager logs as a crash, before its stop handler was installed."""
+    flags = ["--standby"] if standby else []
+    # On its own SQLite file in either suite: what is tested is the signal, not the database.
+    done = run_snippet(STOPPED_AS_IT_STARTS, *flags, data_dir=tmp_path / "data", DATABASE_URL="")
+
+    said = (
+        "Stopped while standing by: this worker never owned the database."
+        if standby
+        else "Stopped while starting: nothing was sent to Ember."
+    )
+    assert done.stdout.splitlines()[-2:] == [said, "exited"], done.stdout + done.stderr

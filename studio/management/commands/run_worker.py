@@ -1,7 +1,9 @@
 """`manage.py run_worker`: drive Avatars' tasks through Ember (docs/design.md §6)."""
 
 import asyncio
+import contextlib
 import signal
+from collections.abc import Iterator
 from types import FrameType
 from typing import Any
 
@@ -15,6 +17,7 @@ from studio.worker import Worker
 from studio.worker.loop import tune_interpreter
 
 STOPPED_STANDING_BY = "Stopped while standing by: this worker never owned the database."
+STOPPED_STARTING = "Stopped while starting: nothing was sent to Ember."
 
 
 class Command(BaseCommand):
@@ -32,6 +35,11 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        with _sigterm_noted() as asked:
+            self._start(asked, **options)
+
+    def _start(self, asked: list[int], **options: Any) -> None:
+        """Start as `handle` says; a SIGTERM noted in `asked` stops it as soon as it can."""
         require_migrated()
         heap.give_back_large_blocks()  # its copies decode Ember's images (studio/heap.py)
         workers = options["workers"]
@@ -39,8 +47,8 @@ class Command(BaseCommand):
             raise CommandError("--workers must be at least 1")
         worker = Worker(workers=workers)
         try:
-            if not self._lock(worker, standby=options["standby"]):
-                self.stdout.write(STOPPED_STANDING_BY)
+            if asked or not self._lock(worker, standby=options["standby"]):
+                self.stdout.write(STOPPED_STANDING_BY if options["standby"] else STOPPED_STARTING)
                 return
         except (AlreadyRunning, NotDurable) as exc:
             raise CommandError(str(exc)) from None
@@ -50,7 +58,7 @@ class Command(BaseCommand):
             # have waited hours since, and the owner it replaces has just ended.
             metrics.forget_dead_processes()
             tune_interpreter()
-            asyncio.run(self._run(worker, once=options["once"]))
+            asyncio.run(self._run(worker, once=options["once"], asked=asked))
         except (OwnershipLost, RestoreUnfinished) as exc:
             # A non-zero exit: the lock is gone, or a restore must be finished first.
             raise CommandError(str(exc)) from None
@@ -73,11 +81,13 @@ class Command(BaseCommand):
             signal.signal(signal.SIGTERM, previous)
         return True
 
-    async def _run(self, worker: Worker, *, once: bool) -> None:
+    async def _run(self, worker: Worker, *, once: bool, asked: list[int]) -> None:
         loop = asyncio.get_running_loop()
         # A signal only asks the loop to stop; a second one forces it.
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, worker.request_stop)
+        if asked:  # a SIGTERM while it started (the locks taken): it stops at once
+            worker.request_stop()
         self.stdout.write(f"Avatars worker running ({worker.workers} at once)")
         self.stdout.flush()
         await worker.run(once=once)
@@ -85,3 +95,16 @@ class Command(BaseCommand):
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def _sigterm_noted() -> Iterator[list[int]]:
+    """While the worker starts, a SIGTERM is noted (in the list yielded), not the end of the
+    process: it stops as soon as it can, with a sentence and exit 0, as a service manager's
+    stop should. It ended the process with -15 in its first second (a review's kills)."""
+    asked: list[int] = []
+    previous = signal.signal(signal.SIGTERM, lambda signum, _frame: asked.append(signum))
+    try:
+        yield asked
+    finally:
+        signal.signal(signal.SIGTERM, previous)
