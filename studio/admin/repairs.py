@@ -26,8 +26,9 @@ from django.utils import timezone
 from studio import engine
 from studio.admin.base import VersionedAdmin
 from studio.ember.client import EmberError
+from studio.engine.recovery import copy_gone
 from studio.models import POLL_BOUND, RECONCILABLE, Task, TaskState
-from studio.phrases import GONE_ADVICE, GONE_PHASE
+from studio.phrases import GONE_ADVICE
 from studio.store import Conflict
 
 NOT_RECEIVED = "I checked Ember and it did not receive this"
@@ -154,7 +155,7 @@ class TaskRepairs(VersionedAdmin):
             self._reconcile(request, task)
 
     def _reconcile(self, request: HttpRequest, task: Task) -> None:
-        before, gone = task.state, task.phase == GONE_PHASE
+        before, gone = task.state, copy_gone(task)
         try:
             task = engine.reconcile(task=task)
         except Conflict:
@@ -165,7 +166,7 @@ class TaskRepairs(VersionedAdmin):
         except EmberError as exc:
             self.report(request, task, f"Ember could not be asked: {exc.message}", messages.ERROR)
             return
-        if task.state == TaskState.COPYING and gone and before == TaskState.COPY_FAILED:
+        if task.state == TaskState.COPYING and gone:
             self.report(request, task, f"{before} → copying, but {GONE_ADVICE}", messages.WARNING)
         elif task.state == TaskState.COPYING:
             self.report(

@@ -23,7 +23,7 @@ from studio.ember.client import (
 )
 from studio.engine.errors import RESUBMIT_STALE, RESUBMIT_TOO_EARLY, ResubmitRefused
 from studio.models import RECONCILABLE, Asset, Attempt, Kind, Task, TaskState
-from studio.phrases import COPYING_PHASE
+from studio.phrases import COPYING_PHASE, GONE_PHASE
 from studio.store import move, update
 
 REFUSED_SHOWN = 3  # unsafe ids a reconcile names on the task; the rest are counted
@@ -38,6 +38,12 @@ class Reconciled:
 
     task: Task
     unasked: EmberError | None = None  # Ember unreachable or refusing: its history was not read
+
+
+def copy_gone(task: Task) -> bool:
+    """Say whether a task's copy failed because Ember said it no longer has the image: a
+    reconcile hands it back all the same, and it is copied only if Ember has it back."""
+    return task.state == TaskState.COPY_FAILED and task.phase == GONE_PHASE
 
 
 def reconcile(*, task: Task, client: EmberClient | None = None) -> Task:

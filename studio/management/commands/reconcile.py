@@ -12,10 +12,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from studio.engine.recovery import HISTORY_UNREAD, reconcile_outcome
+from studio.engine.recovery import HISTORY_UNREAD, copy_gone, reconcile_outcome
 from studio.management.ready import require_migrated
 from studio.models import RECONCILABLE, Task, TaskState
-from studio.phrases import GONE_PHASE
 from studio.store import Conflict
 
 HANDED_BACK = "handed back to the worker"
@@ -96,7 +95,7 @@ class Command(BaseCommand):
 
     def _reconcile(self, task: Task) -> str:
         """Reconcile one task, print its line, and return which count it adds to."""
-        before, gone = task.state, task.phase == GONE_PHASE
+        before, gone = task.state, copy_gone(task)
         try:
             outcome = reconcile_outcome(task=task)
         except Conflict:
@@ -110,5 +109,5 @@ class Command(BaseCommand):
             return UNASKED
         self.stdout.write(f"{task.pk} {before} -> {task.state}: {task.phase}")
         if task.state == TaskState.COPYING:
-            return GONE if gone and before == TaskState.COPY_FAILED else HANDED_BACK
+            return GONE if gone else HANDED_BACK
         return LEFT if task.state in RECONCILABLE else MOVED
