@@ -32,7 +32,7 @@ from studio.api.schemas import (
 )
 from studio.api.serializers import asset_json, batch_json, set_json, subject_json, task_json
 from studio.ember.errors import EmberError
-from studio.engine.recovery import HISTORY_UNREAD
+from studio.engine.recovery import history_unread
 from studio.models import RECONCILABLE, Asset, AvatarSet, Batch, BatchKey, Subject, Task
 
 # A year: an original never changes under its URL (it is named by its hash).
@@ -198,7 +198,7 @@ def task_reconcile(request: HttpRequest, task_id: str) -> dict[str, Any]:
     try:
         return task_json(engine.reconcile(task=task))
     except EmberError as exc:  # nothing learned: the task is as it was
-        raise ApiError(503, "ember_unavailable", f"{HISTORY_UNREAD}: {exc.message}") from None
+        raise ApiError(503, "ember_unavailable", history_unread(exc)) from None
 
 
 @api.get("/assets/{asset_id}", response={200: AssetOut, **READ}, url_name="asset")

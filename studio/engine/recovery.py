@@ -28,7 +28,6 @@ from studio.store import move, update
 
 REFUSED_SHOWN = 3  # unsafe ids a reconcile names on the task; the rest are counted
 
-HISTORY_UNREAD = "Ember's history could not be read"
 RECORDING_HISTORY = "Recording Ember's history entry (the original is already held)"
 
 
@@ -38,6 +37,11 @@ class Reconciled:
 
     task: Task
     unasked: EmberError | None = None  # Ember unreachable or refusing: its history was not read
+
+
+def history_unread(exc: EmberError) -> str:
+    """Say, for people, that Ember's history could not be read, and why."""
+    return f"Ember's history could not be read: {exc.message}"
 
 
 def copy_gone(task: Task) -> bool:
@@ -53,10 +57,7 @@ def reconcile(*, task: Task, client: EmberClient | None = None) -> Task:
     Ember could not be asked (unreachable, or refusing us) the task is left as it was and
     that EmberError is raised.
     """
-    outcome = reconcile_outcome(task=task, client=client)
-    if outcome.unasked is not None:
-        raise outcome.unasked
-    return outcome.task
+    return async_to_sync(areconcile)(task=task, client=client)
 
 
 def reconcile_outcome(*, task: Task, client: EmberClient | None = None) -> Reconciled:
@@ -88,7 +89,7 @@ async def _reconcile(task: Task, client: EmberClient | None) -> Reconciled:
     except EmberBadAnswer as exc:
         # An answer that cannot be used was still Ember's answer: it was asked, and the
         # task says what came back.
-        phase = f"{HISTORY_UNREAD}: {exc.message}"
+        phase = history_unread(exc)
         return Reconciled(await sync_to_async(update)(task, expected=task.version, phase=phase))
     except EmberError as exc:
         # Ember unreachable or refusing us: nothing learned about the task, so it stays as it

@@ -12,7 +12,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from studio.engine.recovery import HISTORY_UNREAD, copy_gone, reconcile_outcome
+from studio.engine.recovery import copy_gone, history_unread, reconcile_outcome
 from studio.management.ready import require_migrated
 from studio.models import RECONCILABLE, Task, TaskState
 from studio.store import Conflict
@@ -104,7 +104,7 @@ class Command(BaseCommand):
             return MOVED
         task = outcome.task
         if outcome.unasked is not None:
-            said = f"{HISTORY_UNREAD}: {outcome.unasked.message}"
+            said = history_unread(outcome.unasked)
             self.stdout.write(f"{task.pk} {before}: {said}; left as it is")
             return UNASKED
         self.stdout.write(f"{task.pk} {before} -> {task.state}: {task.phase}")
