@@ -268,3 +268,25 @@ def test_it_resends_a_clip_under_the_same_key_when_the_submit_may_have_arrived(
     assert keys == [task.idempotency_key, task.idempotency_key]
     assert fake.charges(str(task.pk)) == 1
     assert task.attempts.count() == 1
+
+
+# --- the order of sending -----------------------------------------------------------------
+
+
+def test_it_sends_a_batchs_tasks_in_the_order_its_page_lists_them(subject, ember, worker):
+    """All of a batch is due at once; the worker still takes it as the page reads, top down.
+
+    The due query orders by `next_attempt_at` alone: without a tie-break written at planning,
+    PostgreSQL hands equal rows back in any order (its random ids decide), so a person sees
+    the last row of a batch start first.
+    """
+    FakeEmber(ember)
+    tasks = plan(subject, candidates=3, providers=("flux", "openai"), frames=("headshot", "image"))
+    drain(Worker(client=worker.client, workers=1, poll_interval=0, tick=0))
+
+    batch = tasks[0].batch
+    listed = batch.in_form_order(list(batch.tasks.all()))
+    sent = [task.ember_job_id for task in listed]
+    assert sent == [f"job_{n}" for n in range(1, len(listed) + 1)], (
+        f"Ember's job numbers in the page's order: {sent}"
+    )

@@ -202,6 +202,12 @@ def _write_plan(
     _check_references_stand(plan["references"])
     now = timezone.now()
     batch = Batch.objects.create(title=plan["title"], request=plan["request"], created_by=user)
+    rows = [
+        (provider, frame, ordinal)
+        for provider in plan["providers"]
+        for frame in plan["frames"]
+        for ordinal in range(1, provider["candidates"] + 1)
+    ]
     Task.objects.bulk_create(
         Task(
             batch=batch,
@@ -219,11 +225,12 @@ def _write_plan(
             # A clip's key is chosen once, here: every re-send of this
             # intent carries it, so Ember never charges for it twice.
             idempotency_key=uuid.uuid4().hex if frame == "clip" else "",
-            next_attempt_at=now,
+            # Due a microsecond apart, in the page's order, the last one now: the worker
+            # takes a batch top down on every database (PostgreSQL returns equal times in
+            # any order), and all of it is due as soon as it is committed.
+            next_attempt_at=now - timedelta(microseconds=len(rows) - 1 - place),
         )
-        for provider in plan["providers"]
-        for frame in plan["frames"]
-        for ordinal in range(1, provider["candidates"] + 1)
+        for place, (provider, frame, ordinal) in enumerate(rows)
     )
     return batch
 
