@@ -8,6 +8,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.utils import timezone
 
+from studio import engine
 from studio.models import Attempt, Task, TaskState, WorkerHeartbeat
 from studio.store import move, update
 from tests.factories import a_batch, a_clip_sent_once, stored_asset
@@ -48,6 +49,30 @@ def test_it_says_how_many_paid_requests_may_not_have_reached_ember(signed_in: Cl
     page = text(signed_in.get(f"/batches/{batch.pk}/"))
 
     assert "Paid Ember requests: 2 (1 may not have reached Ember)" in page
+
+
+def test_a_send_in_flight_counts_as_paid_and_unsure_before_its_answer(signed_in: Client, subject):
+    """Found by a review (its Ember charged, then answered 5 s late, and the worker was killed
+    meanwhile): the page said "Paid Ember requests: 0" while Ember had charged. A task in
+    `submitting` whose send is not yet an attempt may already be paid; a clip re-sent under
+    its key is the attempt it was sent as before, counted once."""
+    batch = a_batch(subject, candidates=2, frames=("image", "clip"))
+    image = batch.tasks.get(frame="image", ordinal=1)
+    clip = batch.tasks.get(frame="clip", ordinal=1)
+    move(image, TaskState.SUBMITTING, submitted_at=timezone.now(), phase="Sending to Ember")
+    Attempt.objects.create(
+        task=clip,
+        number=1,
+        idempotency_key=clip.idempotency_key,
+        submitted_at=timezone.now(),
+        outcome=Attempt.Outcome.UNKNOWN,
+    )
+    move(clip, TaskState.SUBMITTING, submitted_at=timezone.now(), phase="Sending to Ember")
+
+    page = text(signed_in.get(f"/batches/{batch.pk}/"))
+
+    assert "Paid Ember requests: 2 (2 may not have reached Ember)" in page, page
+    assert engine.progress(batch=batch)["sending"] == 1
 
 
 def test_a_lost_answer_whose_job_was_found_since_is_not_doubted(signed_in: Client, subject):

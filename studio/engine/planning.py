@@ -305,13 +305,27 @@ def _paid_since(user: User, since: datetime) -> QuerySet[Task]:
 
 
 def progress(*, batch: Batch) -> dict[str, int]:
-    """Count the batch's tasks by state, plus `total`, `finished` and `paid_requests`."""
+    """Count the batch's tasks by state, plus `total`, `finished`, `sending` and `paid_requests`.
+
+    `sending`: sends in flight that are no attempt yet (a task `submitting` that was not
+    sent before under its key). Each may already be paid, so `paid_requests` counts them
+    beside the attempts: a review's Ember had charged while the page said 0.
+    """
     counts = {state.value: 0 for state in TaskState}
-    for row in batch.tasks.values("state").annotate(n=Count("pk")):
+    # A clip re-sent under its key is the attempt it was sent as before.
+    under_key = Attempt.objects.filter(
+        task=OuterRef("pk"), idempotency_key=OuterRef("idempotency_key")
+    ).exclude(idempotency_key="")
+    new = Q(state=TaskState.SUBMITTING) & ~Exists(under_key)
+    rows = batch.tasks.values("state").annotate(n=Count("pk"), new=Count("pk", filter=new))
+    counts["sending"] = 0
+    for row in rows:
         counts[row["state"]] = row["n"]
+        counts["sending"] += row["new"]
     counts["total"] = sum(counts[s.value] for s in TaskState)
     counts["finished"] = sum(counts[s.value] for s in FINAL)
-    counts["paid_requests"] = Attempt.objects.filter(task__batch=batch).count()
+    attempts = Attempt.objects.filter(task__batch=batch).count()
+    counts["paid_requests"] = attempts + counts["sending"]
     return counts
 
 

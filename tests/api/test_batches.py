@@ -120,6 +120,16 @@ def test_it_shows_a_batch_with_its_tasks_and_progress(api, subject):
     assert (progress["total"], progress["finished"]) == (3, 1)
 
 
+def test_its_progress_counts_a_send_in_flight_as_paid(api, subject):
+    """Ember may have charged before its answer is read: the count says so at once."""
+    [sending, _queued] = a_batch(subject, candidates=2).tasks.all()
+    move(sending, TaskState.SUBMITTING, submitted_at=timezone.now(), phase="Sending to Ember")
+
+    progress = api.get(f"{API}/batches/{sending.batch_id}").json()["progress"]
+
+    assert (progress["submitting"], progress["sending"], progress["paid_requests"]) == (1, 1, 1)
+
+
 def test_it_reads_a_large_batch_in_as_many_queries_as_a_small_one(
     api, subject, django_assert_max_num_queries
 ):

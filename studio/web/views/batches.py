@@ -185,7 +185,9 @@ def _progress_context(request: HttpRequest, batch: Batch) -> dict[str, Any]:
         # those whose answer was lost and whose job nothing has named since (one the
         # history search or reconcile found reached Ember: a review's page doubted 20 of
         # 32 requests of a batch that was all done).
-        "unsure_requests": Attempt.objects.filter(
+        # A send in flight is one too, until Ember's answer is read.
+        "unsure_requests": counts["sending"]
+        + Attempt.objects.filter(
             task__batch=batch, outcome=Attempt.Outcome.UNKNOWN, ember_job_id=""
         ).count(),
     }
