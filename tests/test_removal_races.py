@@ -18,7 +18,7 @@ from studio import curation, engine, originals, removals
 from studio.engine import library, sets
 from studio.engine.errors import InvalidRequest
 from studio.models import Asset, Origin
-from studio.worker.steps import _held
+from studio.worker import archive
 from tests.factories import png_bytes
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -68,7 +68,7 @@ def test_the_look_before_a_release_never_sees_a_file_a_removal_is_about_to_take(
     removal.start()
     assert checked.wait(5)
     result = Asset.objects.create_stored(saved, file_name="result.png", origin=Origin.GENERATED)
-    held = asyncio.run(_held(result))
+    held = asyncio.run(archive.held(result))
     go.set()
     removal.join(5)
 

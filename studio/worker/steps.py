@@ -33,7 +33,7 @@ from studio.ember.client import (
 from studio.models import ACTIVE, Asset, Attempt, Task, TaskState
 from studio.phrases import COPYING_PHASE, GONE_PHASE
 from studio.store import Conflict, move, update
-from studio.worker import turns
+from studio.worker import archive, turns
 from studio.worker.pacing import Pacing
 from studio.worker.transitions import (
     COPY_FAILED_PHASE,
@@ -325,7 +325,8 @@ class Steps:
             # only while it holds them whole: they may have gone since their row was
             # written (a file removed by hand, an upload's removal racing this copy), or
             # been damaged in place before a later finish (a restart, a reconcile).
-            held = await _held(asset) and (copied or await asyncio.to_thread(_whole, asset))
+            whole = copied or await asyncio.to_thread(archive.whole, asset)
+            held = await archive.held(asset) and whole
             if not held and not await self._copy_again(task, asset):
                 return
             released = await self.client.release(asset.ember_image_id)
@@ -393,9 +394,13 @@ class Steps:
                     image["id"], sha256=image.get("sha256"), size=image.get("bytes")
                 )
                 if over is not None:
-                    return await asyncio.to_thread(_put_back, data, over)
+                    return await asyncio.to_thread(archive.put_back, data, over)
                 return await asyncio.to_thread(originals.save, data)
-            except (EmberNotFound, EmberTooLarge, EmberUnsafeId, originals.NotDurable):
+            except EmberNotFound as gone:
+                if over is not None:
+                    raise
+                return await self._archived(task, image, gone)
+            except (EmberTooLarge, EmberUnsafeId, originals.NotDurable):
                 # The image is gone, too large, or cannot be named safely, or the disk
                 # did not confirm the write: asking again gets the same answer, and a
                 # second fsync proves nothing (the kernel may have dropped the pages it
@@ -419,6 +424,25 @@ class Steps:
                 raise _CopyPaused
             delay = min(delay * 2, FETCH_RETRY_MOST)
 
+    async def _archived(
+        self, task: Task, image: dict[str, Any], gone: EmberNotFound
+    ) -> originals.Original:
+        """Return the archive's original of an image Ember no longer has (released, then
+        removed there), or raise `gone` again.
+
+        A backup's copy put back by a person, or the lost install's file restored, is the
+        same image if it hashes to Ember's own claim.
+        """
+        found = await asyncio.to_thread(archive.found, image)
+        if found is None:
+            raise gone
+        log.info(
+            "task=%s Ember no longer has image %s; its bytes were in the archive",
+            task.pk,
+            image["id"],
+        )
+        return found
+
 
 def _said(exc: Exception) -> str:
     """Say a failed try's cause for the task's phase, without its closing full stop."""
@@ -436,35 +460,6 @@ def _ember_away(exc: Exception) -> bool:
     if isinstance(exc, EmberUnavailable | EmberBusy | EmberUnknownOutcome):
         return True
     return type(exc) is EmberError and (getattr(exc, "status", None) or 0) >= 500
-
-
-async def _held(asset: Asset) -> bool:
-    """Say whether the original of `asset` is in the archive under its name.
-
-    Looked at under the naming lock, so no removal is between its look for rows and its
-    unlink. Usually free, and then a stat on the loop; else from a thread that waits.
-    """
-    held = originals.holds(asset.sha256, asset.mime, wait=False)
-    if held is None:
-        held = await asyncio.to_thread(originals.holds, asset.sha256, asset.mime)
-    return bool(held)
-
-
-def _whole(asset: Asset) -> bool:
-    """Say whether the original of `asset` still hashes to its name (read from a thread)."""
-    try:
-        originals.read(asset.sha256, asset.mime)
-    except (OSError, originals.ChecksumFailed):
-        return False
-    return True
-
-
-def _put_back(data: bytes, asset: Asset) -> originals.Original:
-    """Write the original of `asset` again over what is there, if `data` is its bytes."""
-    path = originals.put_back(data, sha256=asset.sha256, mime=asset.mime)
-    return originals.Original(
-        sha256=asset.sha256, path=path, info=originals.inspect(data), size=len(data)
-    )
 
 
 def _poll_trouble(exc: EmberError) -> str:

@@ -1,0 +1,75 @@
+"""A copy whose image Ember no longer has, while the archive already holds its bytes.
+
+Found by a review of backups: a backup taken while the worker ran held a task `copying`
+whose original the lost install saved and Ember released (and then deleted) during the
+backup. Restored, that task failed "Ember says it no longer has this image" although
+the operator held the very bytes, hashing to Ember's own claim; put into the archive by
+hand, they were still not taken: the worker asked Ember only.
+"""
+
+import httpx
+import pytest
+
+from studio import engine, originals
+from studio.models import Asset, TaskState
+from studio.phrases import GONE_PHASE
+from studio.worker import Worker
+from tests.factories import drain, plan
+from tests.fake_ember import FakeEmber
+
+pytestmark = pytest.mark.django_db
+
+GONE = httpx.Response(404, json={"error": {"code": "not_found", "message": "No such image."}})
+
+
+def quick(worker: Worker) -> Worker:
+    return Worker(client=worker.client, workers=1, poll_interval=0, tick=0, fetch_retry_delay=0)
+
+
+def gone_from_ember(subject, ember, worker):
+    """A task whose job Ember finished, and whose image it no longer has: copy_failed."""
+    fake = FakeEmber(ember)
+    fake.file_route.mock(return_value=GONE)
+    [task] = plan(subject)
+    drain(quick(worker))
+    task.refresh_from_db()
+    assert (task.state, task.phase) == (TaskState.COPY_FAILED, GONE_PHASE)
+    return fake, task
+
+
+def test_a_reconcile_takes_the_bytes_an_operator_put_back_in_the_archive(subject, ember, worker):
+    fake, task = gone_from_ember(subject, ember, worker)
+    image = task.saved("image")
+    placed = originals.save(fake.images[image["id"]])  # as an operator would, from a backup
+    assert placed.sha256 == image["sha256"]
+    fetches = fake.file_route.call_count
+
+    engine.reconcile(task=task, client=worker.client)
+    drain(quick(worker))
+
+    task.refresh_from_db()
+    assert task.state == TaskState.DONE, (task.phase, task.error)
+    asset = Asset.objects.get(task=task)
+    assert (asset.sha256, asset.ember_image_id) == (image["sha256"], image["id"])
+    assert originals.read(asset.sha256, asset.mime) == fake.images[image["id"]]
+    assert fake.file_route.call_count == fetches + 1  # Ember was asked first, once
+    assert len(fake.submits) == 1  # nothing paid again
+
+
+def test_bytes_in_the_archive_that_do_not_hash_to_ember_s_claim_are_not_taken(
+    subject, ember, worker
+):
+    fake, task = gone_from_ember(subject, ember, worker)
+    image = task.saved("image")
+    path = originals.path_of(image["sha256"], image["mime"])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"not the image Ember made")
+
+    engine.reconcile(task=task, client=worker.client)
+    drain(quick(worker))
+
+    task.refresh_from_db()
+    assert (task.state, task.phase) == (TaskState.COPY_FAILED, GONE_PHASE)
+    assert not Asset.objects.filter(task=task).exists()
+    assert fake.release_route.call_count == 0
+    assert path.read_bytes() == b"not the image Ember made"  # left for a person to look at
