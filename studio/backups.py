@@ -4,9 +4,9 @@ Order matters while the worker runs. The database is copied first, as one consis
 snapshot (SQLite's online backup API, or pg_dump); then the originals the snapshot's
 rows name. The worker stores an original before it writes the row naming it, so every
 row in the snapshot names a file already on disk; an original stored after the snapshot
-is only left out, and no restored row names it. The other order could back up a row
-whose original is not in the backup. The manifest is written last: a folder without
-one is not a finished backup.
+names no restored row, though a result among them is kept for its task (`back_up_landed`).
+The other order could back up a row whose original is not in the backup. The manifest is
+written last: a folder without one is not a finished backup.
 """
 
 import contextlib
@@ -29,13 +29,14 @@ from django.db import DatabaseError, connection
 from django.utils import timezone
 
 from studio import originals, removals
-from studio.models import Asset
+from studio.models import Asset, Origin
 
 MANIFEST = "manifest.json"
 SQLITE_FILE = "db.sqlite3"
 PG_DUMP_FILE = "db.pgdump"
 FORMAT = 2  # the manifest's layout (2: it records the database snapshot's sha256 and size)
 # A hard link fails with these where the filesystem allows none (or DEST is on another one).
+LANDED_PASSES = 3  # looks for results stored while a backup ran (`back_up_landed`)
 NO_LINK = {errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EOPNOTSUPP}
 
 
@@ -102,6 +103,7 @@ class Backup:
     missing: list[str] = field(default_factory=list)
     corrupt: list[str] = field(default_factory=list)
     placer: Placer = field(default_factory=Placer)
+    landed: int = 0  # results the worker stored after the snapshot, in it too
 
 
 class Terminated(Exception):
@@ -199,10 +201,42 @@ def _snapshot_and_originals(dest: Path, kind: str, link: bool) -> Backup:
         dump_postgres(dest / PG_DUMP_FILE)
         named = sorted(before | set(_asset_files()))
     (dest / "originals").mkdir(mode=0o700)
+    done: set[tuple[str, str]] = set()
     for sha256, mime in named:
         back_up_original(result, sha256, mime)
+        done.add((sha256, mime))
+    back_up_landed(result, done)
     originals.fsync_dir(dest / "originals")
     return result
+
+
+def back_up_landed(result: Backup, done: set[tuple[str, str]]) -> None:
+    """Put into the backup the results the worker stored while it ran, as far as it can.
+
+    The snapshot holds their tasks `running` or `copying`, and Ember may let go of its copy
+    (then remove it) as soon as the worker has stored one: restored, such a task finds
+    its bytes only here (the worker's copy takes an archived file that hashes to Ember's
+    claim). Read from the live rows, which the worker writes before each release; again
+    while some land during the last pass, a few passes at most. Uploads are left out: no
+    task of the snapshot names them.
+    """
+    for _ in range(LANDED_PASSES):
+        rows = Asset.objects.filter(origin=Origin.GENERATED).values_list("sha256", "mime")
+        landed = sorted(set(rows.distinct().iterator()) - done)
+        if not landed:
+            return
+        for sha256, mime in landed:
+            done.add((sha256, mime))
+            source = originals.path_of(sha256, mime)
+            target = result.dest / "originals" / source.name
+            try:
+                if not result.placer.place(source, target, sha256):
+                    continue  # not named by the snapshot: check_originals says what is wrong
+            except (FileNotFoundError, originals.NotAnOriginal):
+                continue
+            size = target.stat().st_size
+            result.entries.append({"file": source.name, "sha256": sha256, "size": size})
+            result.landed += 1
 
 
 def _asset_files() -> Iterator[tuple[str, str]]:

@@ -166,7 +166,7 @@ def test_it_refuses_to_back_up_into_the_originals_store_itself():
 
 
 @sqlite_only
-def test_it_backs_up_only_what_the_snapshot_names_while_the_worker_writes(tmp_path, monkeypatch):
+def test_its_snapshot_holds_the_rows_before_it_while_the_worker_writes(tmp_path, monkeypatch):
     before = stored(1)
     snapshot = backups.copy_sqlite
 
@@ -181,8 +181,9 @@ def test_it_backs_up_only_what_the_snapshot_names_while_the_worker_writes(tmp_pa
 
     assert code == 0, out
     assert rows_in(dest / "db.sqlite3") == [(before.sha256, "generated")]
-    assert [o["sha256"] for o in manifest(dest)["originals"]] == [before.sha256]
-    assert Asset.objects.count() == 2
+    late = Asset.objects.exclude(pk=before.pk).get()
+    # The result stored after the snapshot is in it too, for its task's copy to finish.
+    assert [o["sha256"] for o in manifest(dest)["originals"]] == [before.sha256, late.sha256]
 
 
 @postgres_only
@@ -285,3 +286,31 @@ def test_a_backup_stopped_once_its_manifest_is_written_says_it_is_whole(tmp_path
     assert f"The backup in {dest} is whole: it was stopped (SIGTERM) only after its " in out
     assert "not a backup" not in out
     assert manifest(dest)["originals"], "the manifest names the original"
+
+
+def test_it_keeps_the_originals_the_worker_stored_while_it_ran(tmp_path, monkeypatch):
+    """Found by a backup review: a result the worker stored (and Ember then released and
+    removed) after the snapshot was left out; restored, its task found it nowhere."""
+    before = stored(1)
+    upload_during = []
+    back_up_original = backups.back_up_original
+
+    def worker_stores_a_result_meanwhile(*args) -> None:
+        if not upload_during:  # as the snapshot's originals are copied
+            stored(2)  # its file, then its row: the worker's order
+            upload_during.append(stored(3, Origin.UPLOADED))
+        back_up_original(*args)
+
+    monkeypatch.setattr(backups, "back_up_original", worker_stores_a_result_meanwhile)
+    dest = tmp_path / "backup"
+
+    code, out = run("backup", str(dest))
+
+    assert code == 0, out
+    late = Asset.objects.get(ember_image_id="img_2")
+    backed_up = {entry["file"] for entry in manifest(dest)["originals"]}
+    assert file_of(late).name in backed_up, out
+    assert originals.file_sha256(dest / "originals" / file_of(late).name) == late.sha256
+    assert file_of(before).name in backed_up
+    assert file_of(upload_during[0]).name not in backed_up  # no task of the snapshot needs it
+    assert "1 original stored while the backup ran is in it too" in out, out

@@ -42,6 +42,16 @@ class Command(BaseCommand):
         kind = "SQLite (online backup API)" if result.database == "sqlite" else "pg_dump"
         self.stdout.write(f"Database: {dest / result.database_file}, by {kind}.")
         self.stdout.write(result.placer.counts("Backed up"))
+        if result.landed:
+            were = (
+                "original stored while the backup ran is"
+                if result.landed == 1
+                else ("originals stored while the backup ran are")
+            )
+            self.stdout.write(
+                f"{result.landed} {were} in it too: a restore finishes their tasks' copies "
+                "from them."
+            )
         for line in result.problems:
             self.stdout.write(line)
         self.stdout.write(f"Manifest: {dest / backups.MANIFEST}.")
