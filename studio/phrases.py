@@ -9,11 +9,14 @@ recognise them. Those quoted from the contract are word for word.
 GONE_PHASE = (
     "Ember says it no longer has this image; a reconcile copies it only if Ember has it back"
 )
-# What the admin says when such a task's copy is retried: it is tried again all the same.
-GONE_ADVICE = (
-    "Ember had said it no longer has this image: it is copied only if Ember has it back; "
-    "check its image id with Ember."
+# What can still bring such a task's original in: the admin's and the reconcile command's.
+GONE_REMEDY = (
+    "it is copied only if Ember has it back, or from the archive once its file is put back "
+    "there (check_originals --repair --from-backup SRC, from a backup that holds it); check "
+    "its image id with Ember."
 )
+# What the admin says when such a task's copy is retried: it is tried again all the same.
+GONE_ADVICE = f"Ember had said it no longer has this image: {GONE_REMEDY}"
 # The phase of a `copying` task (the worker's, and a reconcile's that hands one back);
 # a failed try adds which it was and why.
 COPYING_PHASE = "Copying the original from Ember"

@@ -24,12 +24,15 @@ from django.utils import timezone
 from studio import originals
 from studio.ember.client import EmberClient
 from studio.ember.errors import EmberBadAnswer, EmberError, EmberNotFound, EmberRejected
-from studio.models import Asset, Origin, ScrubReport
+from studio.models import Asset, Origin, ScrubReport, Task, TaskState
+from studio.phrases import GONE_PHASE
 
 MISSING = "missing"
 CORRUPT = "corrupt"
 NO_ROW = "no row"
 TEMPORARY = "temporary"
+UNCOPIED = "not copied"  # a task's original Ember no longer has, and the archive lacks
+UNCOPIED_MANY = "tasks' originals not copied"
 FOLDER = "a folder is in its place"
 SHOWN_IDS = 5  # asset ids named per problem line; the rest are counted
 ROWS_PER_FETCH = 2000  # rows read from the database at a time
@@ -54,6 +57,7 @@ class Finding:
     repaired: bool | None = None  # None: no repair was tried
     outcome: str = ""
     path: Path | None = None  # where the original belongs; None when its row names none
+    task: str = ""  # for UNCOPIED: the task whose copy it is
 
     def line(self) -> str:
         return f"{self.kind}: {self.name}" + (f" ({self.detail})" if self.detail else "")
@@ -104,6 +108,7 @@ class Scrub:
             plural(self.count(CORRUPT), "corrupt", "corrupt"),
             plural(self.count(NO_ROW), "file with no row", "files with no row"),
             plural(self.count(TEMPORARY), "temporary file", "temporary files"),
+            plural(self.count(UNCOPIED), "task's original not copied", UNCOPIED_MANY),
         ]
         found = ", ".join(c for c in counts if c) or "all present and matching their hashes"
         repairs = [f"repaired {self.repaired}"] if self.repaired else []
@@ -140,7 +145,33 @@ def check() -> Scrub:
     if scrub.checked and not folder.is_dir():
         scrub.folder_gone = folder  # every file missing at once: most likely not mounted
     scrub.findings.extend(strays(folder))
+    scrub.findings.extend(uncopied())
     return scrub
+
+
+def uncopied() -> Iterator[Finding]:
+    """Yield the originals of tasks whose copy failed because Ember no longer has the image,
+    that the archive does not hold whole: a backup may (`--repair --from-backup`)."""
+    failed = Task.objects.filter(state=TaskState.COPY_FAILED, phase=GONE_PHASE)
+    for task in failed.only("pk", "result").iterator(chunk_size=ROWS_PER_FETCH):
+        image = task.saved("image")
+        sha256, mime = image.get("sha256"), image.get("mime")
+        try:
+            path = originals.path_of(str(sha256), str(mime))
+        except ValueError:
+            continue  # an answer that names no file: nothing here can bring it back
+        if look(path, str(sha256)) is None:
+            continue  # whole in the archive: the task's next copy takes it
+        said = f"Ember no longer has image {image.get('id')}, and the archive does not hold it"
+        yield Finding(
+            UNCOPIED,
+            path.name,
+            f"the original of task {task.pk}: {said}",
+            sha256=str(sha256),
+            mime=str(mime),
+            path=path,
+            task=str(task.pk),
+        )
 
 
 def check_original(sha256: str, mime: str, rows: list[Row]) -> Finding | None:
@@ -250,6 +281,12 @@ def repair(scrub: Scrub, *, backup: Path | None = None) -> None:
     A backup holds uploaded photos too; Ember only the generated originals it still has.
     """
     scrub.repair = True
+    if backup is not None:
+        for finding in scrub.findings:
+            if finding.kind == UNCOPIED:
+                finding.repaired, finding.outcome = from_backup(finding, backup)
+                if finding.repaired:
+                    finding.outcome += f"; reconcile task {finding.task} to finish its copy"
     damaged = scrub.damaged()
     if not damaged:
         return
@@ -279,9 +316,14 @@ def repair_finding(
             f"then run check_originals --repair{again} again"
         )
     found = from_link(finding, path) if path is not None and path.is_symlink() else None
-    if found is None and backup is not None:
-        found = from_backup(finding, backup)
-    return found or repair_one(finding, runner, client)
+    if found is not None:
+        return found
+    if backup is None:
+        return repair_one(finding, runner, client)
+    put, said = from_backup(finding, backup)
+    if put or not finding.image_ids:
+        return put, said
+    return repair_one(finding, runner, client, instead=said)  # Ember may still have it
 
 
 def from_link(finding: Finding, path: Path) -> tuple[bool, str] | None:
@@ -300,28 +342,31 @@ def from_link(finding: Finding, path: Path) -> tuple[bool, str] | None:
     return True, f"copied into the archive from {target}, the file the link pointed to"
 
 
-def from_backup(finding: Finding, backup: Path) -> tuple[bool, str] | None:
-    """Put one original back from a backup folder; None when the backup cannot (say why later)."""
+def from_backup(finding: Finding, backup: Path) -> tuple[bool, str]:
+    """Put one original back from a backup folder; say whether it worked, and how or why not."""
     try:
         data = originals.read_regular(backup / "originals" / finding.name)
         originals.put_back(data, sha256=finding.sha256, mime=finding.mime)
     except FileNotFoundError:
-        return None if finding.image_ids else (False, f"not in the backup {backup} either")
+        return False, f"not in the backup {backup} either"
     except (
         originals.ChecksumFailed,
         originals.NotAnImage,
         originals.NotAnOriginal,
         OSError,
     ) as exc:
-        return None if finding.image_ids else (False, f"corrupt in the backup {backup}: {exc}")
+        return False, f"corrupt in the backup {backup}: {exc}"
     return True, f"put back from the backup {backup}"
 
 
-def repair_one(finding: Finding, runner: asyncio.Runner, client: EmberClient) -> tuple[bool, str]:
+def repair_one(
+    finding: Finding, runner: asyncio.Runner, client: EmberClient, *, instead: str = ""
+) -> tuple[bool, str]:
     """Put one original back from Ember; return whether it worked and what happened.
 
     A backup is the advice only when Ember said no; when it could not be asked (unreachable,
     busy, refusing our token), asking again later may still bring the original back.
+    `instead`: why the backup named could not put it back, said before another is advised.
     """
     if not finding.image_ids:
         if finding.uploaded:
@@ -342,11 +387,12 @@ def repair_one(finding: Finding, runner: asyncio.Runner, client: EmberClient) ->
             refusals.append(f"{exc} (image {image_id})")
         else:
             return True, f"fetched again from Ember, image {image_id}"
-    advice = (
-        "run check_originals --repair again when Ember answers"
-        if unasked
-        else "restore it from a backup"
-    )
+    if unasked:
+        advice = "run check_originals --repair again when Ember answers"
+    elif instead:
+        advice = f"{instead}: restore it from another backup"
+    else:
+        advice = "restore it from a backup"
     return False, "; ".join([*refusals, advice])
 
 

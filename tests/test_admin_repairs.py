@@ -127,7 +127,9 @@ def test_a_retried_copy_ember_said_it_no_longer_has_is_warned_of(admin_client, s
     assert "the worker will copy" not in said, said
     assert (
         "copy_failed → copying, but Ember had said it no longer has this image: it is copied "
-        "only if Ember has it back; check its image id with Ember." in said
+        "only if Ember has it back, or from the archive once its file is put back there "
+        "(check_originals --repair --from-backup SRC, from a backup that holds it); check its "
+        "image id with Ember." in said
     ), said
 
 

@@ -140,7 +140,9 @@ def test_it_exits_non_zero_when_it_hands_back_a_copy_ember_said_it_no_longer_has
     assert ended is not None and ended.returncode == 1, said
     assert str(ended) == (
         "1 task handed back had last failed because Ember said it no longer has its image: "
-        "it is copied only if Ember has it back; check its image id with Ember."
+        "it is copied only if Ember has it back, or from the archive once its file is put "
+        "back there (check_originals --repair --from-backup SRC, from a backup that holds "
+        "it); check its image id with Ember."
     )
     assert len(ember.calls) == 0  # a saved answer is copied again, not looked up
 

@@ -15,6 +15,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from studio.engine.recovery import copy_gone, history_unread, reconcile_outcome
 from studio.management.ready import require_migrated
 from studio.models import RECONCILABLE, Task, TaskState
+from studio.phrases import GONE_REMEDY
 from studio.store import Conflict
 
 HANDED_BACK = "handed back to the worker"
@@ -68,8 +69,7 @@ class Command(BaseCommand):
             # lost, which a scheduled run must not keep quiet about (docs/operations.md).
             failures.append(
                 f"{_tasks(gone)} handed back had last failed because Ember said it no "
-                "longer has its image: it is copied only if Ember has it back; check its image "
-                "id with Ember."
+                f"longer has its image: {GONE_REMEDY}"
             )
         if failures:
             raise CommandError(" ".join(failures), returncode=1)
