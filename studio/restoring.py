@@ -50,10 +50,21 @@ from studio.models import Asset, Task, WorkerHeartbeat
 NOT_EMPTY = "restore into a new data dir with an empty database."
 MARKER = "RESTORE-UNFINISHED"  # in the data dir while a restore is under way
 LOCK = "restore.lock"  # in the data dir: held (flock) by the one restore that runs
+DONE = "RESTORED"  # in the data dir once a restore finished: which backup it was
 # Beside a SQLite file, what SQLite plays into it when it opens it: a write-ahead log, its
 # index, a rollback journal. Left by another database, they would be played into the
 # restored one: a mix of its rows and theirs, or a damaged file (found by a review).
 SIDE_FILES = ("-wal", "-shm", "-journal")
+
+
+class AlreadyRestored(Exception):
+    """The data dir was restored from this backup already: the restore had finished."""
+
+    def __init__(self, src: Path) -> None:
+        super().__init__(
+            f"This data dir was restored from {src} already: that restore finished (it may "
+            "have been stopped just after). Nothing was changed."
+        )
 
 
 class RestoreUnfinished(Exception):
@@ -107,6 +118,8 @@ def restore_alone(src: Path, data_dir: Path, database: Path | None) -> Restored:
     elif shutil.which("pg_restore") is None:
         raise BackupError(pg_restore_howto(src))
     marker = data_dir / MARKER
+    if not marker.exists() and finished_from(data_dir) == str(src):
+        raise AlreadyRestored(src)  # killed after its end: run again, it is not redone
     # Empty: a run killed while it made the marker (as versions before the atomic one
     # could be), before it placed anything. The target is then as it was before it.
     if not marker.exists() or not marker.read_text().strip():
@@ -128,9 +141,19 @@ def restore_alone(src: Path, data_dir: Path, database: Path | None) -> Restored:
             undo(placed, database)
             marker.unlink(missing_ok=True)
         raise
+    originals.write_atomically(data_dir / DONE, f"restored {src}\n".encode())
     marker.unlink()
     originals.fsync_dir(data_dir)
     return result
+
+
+def finished_from(data_dir: Path) -> str | None:
+    """Return the backup folder a finished restore into `data_dir` came from, if any."""
+    try:
+        said = (data_dir / DONE).read_text()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return said.removeprefix("restored ").rstrip("\n") if said.startswith("restored ") else None
 
 
 def unfinished(data_dir: Path | None = None) -> None:

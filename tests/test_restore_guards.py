@@ -111,3 +111,39 @@ def test_every_command_that_needs_the_database_says_first_that_a_restore_is_unfi
     assert out.startswith("A restore into this data dir has not finished"), out
     assert "run the same `manage.py restore` again" in out
     assert not (tmp_path / "dest").exists()
+
+
+@sqlite_only
+def test_a_restore_run_again_after_it_had_finished_says_so_and_changes_nothing(tmp_path):
+    """Found by a review: killed in the moment after it finished, the restore run again said
+    the target "already holds originals: restore into a new data dir", which is redoing it."""
+    stored(1)
+    run("backup", str(tmp_path / "backup"))
+    target, database = restore_into(tmp_path)
+    restoring.restore(tmp_path / "backup", data_dir=target, database=database)
+    filled = database.read_bytes()
+
+    with pytest.raises(restoring.AlreadyRestored) as again:
+        restoring.restore(tmp_path / "backup", data_dir=target, database=database)
+
+    assert str(again.value) == (
+        f"This data dir was restored from {tmp_path / 'backup'} already: that restore "
+        "finished (it may have been stopped just after). Nothing was changed."
+    )
+    assert database.read_bytes() == filled
+    run("backup", str(tmp_path / "other"))
+    with pytest.raises(backups.BackupError, match="already holds originals"):
+        restoring.restore(tmp_path / "other", data_dir=target, database=database)
+
+
+def test_the_command_says_a_finished_restore_has_finished_and_exits_zero(tmp_path, monkeypatch):
+    def finished(src: Path) -> None:
+        raise restoring.AlreadyRestored(src)
+
+    monkeypatch.setattr(restoring, "restore", finished)
+
+    code, out = run("restore", str(tmp_path))
+
+    assert code == 0, out
+    assert f"This data dir was restored from {tmp_path} already" in out
+    assert "Next: manage.py migrate" in out

@@ -9,6 +9,11 @@ from studio import backups, restoring
 from studio.backups import STOPPED_BY, cause
 from studio.models import POLL_BOUND
 
+NEXT = (
+    "Next: manage.py migrate, manage.py check_originals, then start the web server "
+    "and run_worker (it resumes the jobs the backup holds by their ids)."
+)
+
 
 class Command(BaseCommand):
     help = (
@@ -23,6 +28,10 @@ class Command(BaseCommand):
         try:
             with backups.stopped_by_sigterm():
                 result = restoring.restore(options["src"].resolve())
+        except restoring.AlreadyRestored as exc:
+            self.stdout.write(str(exc))
+            self.stdout.write(NEXT)
+            return
         except backups.BackupError as exc:
             raise CommandError(str(exc), returncode=1) from None
         except STOPPED_BY as exc:
@@ -46,10 +55,7 @@ class Command(BaseCommand):
                 f"the poll bound ({POLL_BOUND / 60:.0f} minutes) has passed: a send of the lost "
                 "install may still be running."
             )
-        self.stdout.write(
-            "Next: manage.py migrate, manage.py check_originals, then start the web server "
-            "and run_worker (it resumes the jobs the backup holds by their ids)."
-        )
+        self.stdout.write(NEXT)
         if result.problems:
             raise CommandError(
                 f"{len(result.problems)} problem(s) above: run check_originals --repair "
