@@ -3,13 +3,16 @@
 import errno
 import os
 import shutil
+import signal
 import sqlite3
 from pathlib import Path
 
 import pytest
 from django.conf import settings
+from django.db import connections
 
 from studio import backups, originals
+from studio.management.commands.backup import Command as BackupCommand
 from studio.models import Asset, Origin
 from tests.backup_parts import (
     cross_device,
@@ -314,3 +317,62 @@ def test_it_keeps_the_originals_the_worker_stored_while_it_ran(tmp_path, monkeyp
     assert file_of(before).name in backed_up
     assert file_of(upload_during[0]).name not in backed_up  # no task of the snapshot needs it
     assert "1 original stored while the backup ran is in it too" in out, out
+
+
+def test_a_backup_stopped_after_its_manifest_still_says_what_it_lacks(tmp_path, monkeypatch):
+    """Found by a backup review: stopped in that moment, a backup whose rows name a missing
+    original would say it is whole and exit 0, keeping the missing original quiet."""
+    file_of(stored(1)).unlink()
+    fsync_dir = originals.fsync_dir
+    stopped: list[Path] = []
+
+    def stopped_after_the_manifest(path: Path) -> None:
+        if (path / backups.MANIFEST).exists() and not stopped:
+            stopped.append(path)
+            raise backups.Terminated()
+        fsync_dir(path)
+
+    monkeypatch.setattr(originals, "fsync_dir", stopped_after_the_manifest)
+    dest = tmp_path / "backup"
+    code, out = run("backup", str(dest))
+
+    assert code == 1, out
+    assert f"The backup in {dest} is whole: it was stopped (SIGTERM) only after its " in out
+    assert "but 1 original its rows name is not in it: run check_originals" in out, out
+
+
+@pytest.mark.parametrize("missing", [False, True], ids=["whole", "lacking an original"])
+def test_a_sigterm_while_the_last_lines_are_said_changes_nothing(tmp_path, missing, monkeypatch):
+    """Found by a backup review: a SIGTERM just after "Manifest: …" ended the process with
+    -15 and no sentence: the handler was gone while its last lines were said."""
+    asset = stored(1)
+    at_the_end = []
+    close_all = connections.close_all
+
+    def closing_at_the_end() -> None:  # what Django does after the command, before exit
+        at_the_end.append(signal.getsignal(signal.SIGTERM))
+        close_all()
+
+    monkeypatch.setattr(connections, "close_all", closing_at_the_end)
+    if missing:
+        file_of(asset).unlink()
+    command = BackupCommand()
+    real_write = command.stdout.write
+
+    def write(line: str, *args, **kwargs) -> None:
+        real_write(line, *args, **kwargs)
+        if line.startswith("Manifest:"):
+            os.kill(os.getpid(), signal.SIGTERM)  # as a service manager's stop would land
+
+    command.stdout.write = write  # type: ignore[method-assign]
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        with pytest.raises(SystemExit) as ended:
+            command.run_from_argv(["manage.py", "backup", str(tmp_path / "backup")])
+            raise SystemExit(0)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+    assert ended.value.code == (1 if missing else 0)
+    assert manifest(tmp_path / "backup")["originals"] or missing
+    assert at_the_end and signal.SIG_DFL not in at_the_end, "a SIGTERM then ends it with -15"

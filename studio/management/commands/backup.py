@@ -1,5 +1,7 @@
 """`manage.py backup DEST`: a consistent snapshot while the worker runs (docs/operations.md)."""
 
+import json
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -25,18 +27,33 @@ class Command(BaseCommand):
             "a write into a file in place then damages both)",
         )
 
+    noted = False  # a SIGTERM came while the backup's own handler was not in place
+
+    def run_from_argv(self, argv: list[str]) -> None:
+        """As a process: a SIGTERM outside the backup's own handler (before it, or while the
+        last lines are said and the process ends) is noted, never an exit with -15."""
+        signal.signal(signal.SIGTERM, self._note)
+        super().run_from_argv(argv)
+
+    def _note(self, _signum: int, _frame: object) -> None:
+        self.noted = True
+
     def handle(self, *args: Any, **options: Any) -> None:
         require_migrated()
         dest = options["dest"].resolve()
         try:
-            # Until the last line is said: a SIGTERM then is a sentence too, not 143.
             with backups.stopped_by_sigterm():
-                self._report(dest, backups.backup(dest, link=options["link"]))
+                if self.noted:
+                    raise backups.Terminated()
+                result = backups.backup(dest, link=options["link"])
         except backups.BackupError as exc:
             raise CommandError(str(exc), returncode=1) from None
         except STOPPED_BY as exc:
             # A full disk, a folder that cannot be made, a Ctrl-C or SIGTERM: a sentence.
             self._stopped(dest, exc)
+            return
+        # Whole, its manifest written: what is left is saying so (a SIGTERM now is noted).
+        self._report(dest, result)
 
     def _report(self, dest: Path, result: backups.Backup) -> None:
         kind = "SQLite (online backup API)" if result.database == "sqlite" else "pg_dump"
@@ -67,10 +84,19 @@ class Command(BaseCommand):
         interrupted = isinstance(exc, KeyboardInterrupt | backups.Terminated)
         if interrupted and (dest / backups.MANIFEST).is_file() and _synced(dest):
             # The manifest is written last, once everything it names is: a whole backup.
-            self.stdout.write(
-                f"The backup in {dest} is whole: {cause(exc)} only after its manifest was written."
+            whole = (
+                f"The backup in {dest} is whole: {cause(exc)} only after its manifest was written"
             )
-            return
+            lacking = _lacking(dest)
+            if not lacking:
+                self.stdout.write(f"{whole}.")
+                return
+            one = lacking == 1
+            raise CommandError(
+                f"{whole}; but {lacking} original{'' if one else 's'} its rows name "
+                f"{'is' if one else 'are'} not in it: run check_originals on this install.",
+                returncode=1,
+            )
         if not dest.exists():
             raise CommandError(
                 f"The backup stopped: {cause(exc)}. Nothing was written ({dest} was "
@@ -83,6 +109,15 @@ class Command(BaseCommand):
             "the cause, and back up into a new folder.",
             returncode=1,
         ) from None
+
+
+def _lacking(dest: Path) -> int:
+    """Count the originals the backup's manifest says its rows name and it does not hold."""
+    try:
+        listed = json.loads((dest / backups.MANIFEST).read_text())
+        return len(listed.get("missing", [])) + len(listed.get("corrupt", []))
+    except (OSError, ValueError, AttributeError, TypeError):
+        return 0  # this run wrote it a moment ago; unreadable now, it says nothing more
 
 
 def _synced(dest: Path) -> bool:
