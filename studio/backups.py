@@ -173,6 +173,14 @@ def backup(dest: Path, *, link: bool = False) -> Backup:
         raise BackupError(pg_dump_howto(dest))
     if kind not in ("sqlite", "postgresql"):
         raise BackupError(f"Backups support SQLite and PostgreSQL, not {kind}.")
+    folder = originals.originals_dir()
+    if not folder.is_dir() and Asset.objects.exists():
+        # Every original "missing" at once is the wrong data dir, or a disk not mounted.
+        raise BackupError(
+            f"The originals folder {folder} is not there, while the database names "
+            "originals: is AVATARS_DATA_DIR this install's, and its disk mounted? Nothing "
+            "was backed up."
+        )
     start_empty(dest)
     # From before the snapshot until its originals are copied, a photo's removal writes
     # down its unlink instead of doing it (removals.py): every file a row names is there.

@@ -376,3 +376,21 @@ def test_a_sigterm_while_the_last_lines_are_said_changes_nothing(tmp_path, missi
     assert ended.value.code == (1 if missing else 0)
     assert manifest(tmp_path / "backup")["originals"] or missing
     assert at_the_end and signal.SIG_DFL not in at_the_end, "a SIGTERM then ends it with -15"
+
+
+def test_it_refuses_a_data_dir_whose_originals_folder_is_not_there(tmp_path, settings):
+    """Found by a backup review: run with the wrong data dir (AVATARS_DATA_DIR unset for a
+    PostgreSQL install), it listed every original as missing and never said why."""
+    stored(1)
+    settings.AVATARS_DATA_DIR = tmp_path / "not-this-install"
+    dest = tmp_path / "backup"
+
+    code, out = run("backup", str(dest))
+
+    assert code == 1
+    folder = tmp_path / "not-this-install" / "originals"
+    assert out.strip() == (
+        f"The originals folder {folder} is not there, while the database names originals: "
+        "is AVATARS_DATA_DIR this install's, and its disk mounted? Nothing was backed up."
+    ), out
+    assert not dest.exists()
