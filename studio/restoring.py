@@ -15,7 +15,8 @@ may have had recorded as unknown, so the worker looks for them in Ember's histor
 before anyone pays again; so do the tasks that had failed with nothing sent, which a
 person may have queued again since (`studio/holdback.py`). Until the restore has
 finished, a marker in the data dir keeps the worker from starting; running the same
-restore again finishes it.
+restore again finishes it. Once it has, `RESTORED` says from which backup, so the same
+restore run again (after a kill in its last moment) says it had finished.
 """
 
 import json

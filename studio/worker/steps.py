@@ -325,8 +325,9 @@ class Steps:
             # only while it holds them whole: they may have gone since their row was
             # written (a file removed by hand, an upload's removal racing this copy), or
             # been damaged in place before a later finish (a restart, a reconcile).
-            whole = copied or await asyncio.to_thread(archive.whole, asset)
-            held = await archive.held(asset) and whole
+            held = await archive.held(asset)
+            if held and not copied:
+                held = await asyncio.to_thread(archive.whole, asset)
             if not held and not await self._copy_again(task, asset):
                 return
             released = await self.client.release(asset.ember_image_id)

@@ -60,14 +60,11 @@ class Command(BaseCommand):
         self.stdout.write(f"Database: {dest / result.database_file}, by {kind}.")
         self.stdout.write(result.placer.counts("Backed up"))
         if result.landed:
-            were = (
-                "original stored while the backup ran is"
-                if result.landed == 1
-                else ("originals stored while the backup ran are")
-            )
+            what = "original" if result.landed == 1 else "originals"
+            were = "is" if result.landed == 1 else "are"
             self.stdout.write(
-                f"{result.landed} {were} in it too: a restore finishes their tasks' copies "
-                "from them."
+                f"{result.landed} {what} stored while the backup ran {were} in it too: a "
+                "restore finishes their tasks' copies from them."
             )
         for line in result.problems:
             self.stdout.write(line)
