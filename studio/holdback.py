@@ -14,14 +14,15 @@ time to finish.
   reconciled, so its original would stay in Ember).
 - A task that had failed with nothing sent rests `uncertain` too: a person may have
   queued it again after the backup (the admin's "queue again"), and the lost install
-  sent it, paid; queued again here it would be paid twice.
+  sent it, paid; queued again here it would be paid twice. A clip among them says
+  "Reconcile before retry": the worker's history search takes images only.
 """
 
 from datetime import UTC, datetime
 from typing import Any
 
 from studio.models import Attempt, Kind, Task, TaskState
-from studio.phrases import MAY_HAVE_REACHED
+from studio.phrases import MAY_HAVE_REACHED, RECONCILE_PHASE
 
 HELD_PHASE = "Restored from a backup: looking for it in Ember's history"
 HELD_ERROR = (
@@ -83,12 +84,26 @@ def hold_back(cursor: Any, *, marker: str) -> int:
 def _rest_uncertain(
     cursor: Any, where: str, args: list[Any], error: str, when: object, marker: str
 ) -> int:
-    """Move the tasks `where` selects to `uncertain`, saying why; return how many."""
+    """Move the tasks `where` selects to `uncertain`, saying why; return how many.
+
+    A clip is not searched for by the worker (docs/design.md §8.1): it waits for a person's
+    reconcile, and says so, where an image says it is being looked for.
+    """
+    m = marker
     cursor.execute(
-        f"UPDATE {Task._meta.db_table} SET state = {marker}, phase = {marker}, "
-        f"error = {marker}, next_attempt_at = NULL, submitted_at = {marker}, "
+        f"UPDATE {Task._meta.db_table} SET state = {m}, "
+        f"phase = CASE WHEN kind = {m} THEN {m} ELSE {m} END, "
+        f"error = {m}, next_attempt_at = NULL, submitted_at = {m}, "
         f"version = version + 1 WHERE {where}",
-        [TaskState.UNCERTAIN.value, HELD_PHASE, error, when, *args],
+        [
+            TaskState.UNCERTAIN.value,
+            Kind.CLIP.value,
+            RECONCILE_PHASE,
+            HELD_PHASE,
+            error,
+            when,
+            *args,
+        ],
     )
     return int(cursor.rowcount)
 

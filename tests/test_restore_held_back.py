@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from studio import engine, holdback, restoring
 from studio.models import Attempt, TaskState, WorkerHeartbeat
-from studio.phrases import REFERENCE_CHANGED
+from studio.phrases import RECONCILE_PHASE, REFERENCE_CHANGED
 from tests.backup_parts import manifest, restore_into, run, run_restore, sqlite_only
 from tests.factories import drain
 from tests.fake_ember import FakeEmber
@@ -216,3 +216,25 @@ def test_a_backup_dated_ahead_of_this_clock_is_searched_for_now(tmp_path, subjec
     with sqlite3.connect(database) as conn:
         [(sent,)] = conn.execute("SELECT submitted_at FROM studio_task").fetchall()
     assert sent < "2099"
+
+
+def test_a_held_back_clip_does_not_say_it_is_being_looked_for(subject):
+    """Noticed in a review's notes: the worker's history search takes images only, so a clip
+    that had failed with nothing sent, held back `uncertain`, said "looking for it in
+    Ember's history" while nothing would look. A person's reconcile does."""
+    from tests.factories import plan
+
+    [image] = plan(subject)
+    [clip] = plan(subject, frames=("clip",))
+    for task in (image, clip):
+        type(task).objects.filter(pk=task.pk).update(
+            state=TaskState.FAILED, next_attempt_at=None, error="Ember said no."
+        )
+    with connection.cursor() as cursor:  # what the restore does to the snapshot's rows
+        restoring.hold_back(cursor, marker="%s")
+    image.refresh_from_db()
+    clip.refresh_from_db()
+
+    assert (image.state, image.phase) == (TaskState.UNCERTAIN, holdback.HELD_PHASE)
+    assert (clip.state, clip.phase) == (TaskState.UNCERTAIN, RECONCILE_PHASE)
+    assert clip.error == image.error == holdback.HELD_FAILED_ERROR
