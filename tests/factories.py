@@ -108,16 +108,21 @@ def a_task(subject: Subject, **knobs: Any) -> Task:
     return a_batch(subject, **knobs).tasks.get()
 
 
-def a_clip_sent_once(subject: Subject) -> Task:
-    """A queued clip whose first send's answer was lost: Ember may have it under its key."""
-    task = a_task(subject, frames=("clip",))
-    Attempt.objects.create(
+def sent_once_under_its_key(task: Task) -> Attempt:
+    """Record a clip's first send under its key, whose answer was lost."""
+    return Attempt.objects.create(
         task=task,
         number=1,
         idempotency_key=task.idempotency_key,
         submitted_at=timezone.now(),
         outcome=Attempt.Outcome.UNKNOWN,
     )
+
+
+def a_clip_sent_once(subject: Subject) -> Task:
+    """A queued clip whose first send's answer was lost: Ember may have it under its key."""
+    task = a_task(subject, frames=("clip",))
+    sent_once_under_its_key(task)
     return move(
         task, TaskState.QUEUED, phase="Ember's answer was lost; re-sending under the same key"
     )

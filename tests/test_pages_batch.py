@@ -11,7 +11,7 @@ from django.utils import timezone
 from studio import engine
 from studio.models import Attempt, Task, TaskState, WorkerHeartbeat
 from studio.store import move, update
-from tests.factories import a_batch, a_clip_sent_once, stored_asset
+from tests.factories import a_batch, a_clip_sent_once, sent_once_under_its_key, stored_asset
 from tests.studio_pages import messages_of, text
 
 pytestmark = pytest.mark.django_db
@@ -60,13 +60,7 @@ def test_a_send_in_flight_counts_as_paid_and_unsure_before_its_answer(signed_in:
     image = batch.tasks.get(frame="image", ordinal=1)
     clip = batch.tasks.get(frame="clip", ordinal=1)
     move(image, TaskState.SUBMITTING, submitted_at=timezone.now(), phase="Sending to Ember")
-    Attempt.objects.create(
-        task=clip,
-        number=1,
-        idempotency_key=clip.idempotency_key,
-        submitted_at=timezone.now(),
-        outcome=Attempt.Outcome.UNKNOWN,
-    )
+    sent_once_under_its_key(clip)
     move(clip, TaskState.SUBMITTING, submitted_at=timezone.now(), phase="Sending to Ember")
 
     page = text(signed_in.get(f"/batches/{batch.pk}/"))
