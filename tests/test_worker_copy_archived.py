@@ -7,14 +7,17 @@ the operator held the very bytes, hashing to Ember's own claim; put into the arc
 hand, they were still not taken: the worker asked Ember only.
 """
 
+import hashlib
+
 import httpx
 import pytest
 
 from studio import engine, originals
 from studio.models import Asset, TaskState
 from studio.phrases import GONE_PHASE
+from studio.store import update
 from studio.worker import Worker
-from tests.factories import drain, plan
+from tests.factories import drain, plan, png_bytes
 from tests.fake_ember import FakeEmber
 
 pytestmark = pytest.mark.django_db
@@ -73,3 +76,21 @@ def test_bytes_in_the_archive_that_do_not_hash_to_ember_s_claim_are_not_taken(
     assert not Asset.objects.filter(task=task).exists()
     assert fake.release_route.call_count == 0
     assert path.read_bytes() == b"not the image Ember made"  # left for a person to look at
+
+
+def test_it_finds_the_bytes_under_their_own_type_when_ember_named_another(subject, ember, worker):
+    _fake, task = gone_from_ember(subject, ember, worker)
+    image = task.saved("image")
+    jpeg = png_bytes(3, fmt="JPEG")
+    sha256 = hashlib.sha256(jpeg).hexdigest()
+    task.result["image"].update(sha256=sha256, mime="image/png")  # Ember's word: a PNG
+    update(task, result=task.result)
+    originals.save(jpeg)  # the archive names it by what it is: .jpg
+
+    engine.reconcile(task=task, client=worker.client)
+    drain(quick(worker))
+
+    task.refresh_from_db()
+    assert task.state == TaskState.DONE, (task.phase, task.error)
+    asset = Asset.objects.get(task=task)
+    assert (asset.sha256, asset.mime, asset.ember_image_id) == (sha256, "image/jpeg", image["id"])

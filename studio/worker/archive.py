@@ -31,14 +31,21 @@ def whole(asset: Asset) -> bool:
 
 def found(image: dict[str, Any]) -> originals.Original | None:
     """Return the archive's original of the image Ember answered with, if it holds its bytes
-    whole (hashing to Ember's `sha256`); None when it does not, or nothing names them."""
-    sha256, mime = image.get("sha256"), image.get("mime")
-    if not isinstance(sha256, str) or not isinstance(mime, str):
+    whole (hashing to Ember's `sha256`); None when it does not, or nothing names them.
+
+    Under the type Ember said first, then the others: the archive names a file by what its
+    bytes are, which Ember's word may not match.
+    """
+    sha256, said = image.get("sha256"), image.get("mime")
+    if not isinstance(sha256, str):
         return None
-    try:
-        return originals.save(originals.read(sha256, mime))
-    except (OSError, ValueError, originals.ChecksumFailed):
-        return None  # missing, damaged, not an image, or named by nothing the archive uses
+    types = [mime for mime, _ext in originals.FORMATS.values()]
+    for mime in sorted(types, key=lambda mime: mime != said):
+        try:
+            return originals.save(originals.read(sha256, mime))
+        except (OSError, ValueError, originals.ChecksumFailed):
+            continue  # missing, damaged, or not an image: under another type, perhaps
+    return None
 
 
 def put_back(data: bytes, asset: Asset) -> originals.Original:
