@@ -14,7 +14,6 @@ import io
 import os
 import stat
 import threading
-import time
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -43,8 +42,6 @@ NAMING_LOCK = "originals.lock"  # in the data dir, beside originals/ (`naming`)
 MAX_SIDE = 16_384  # pixels; a 1 x 100000 strip is within the pixel cap but no photo
 CHECKSUM_FAILED = "Stored original failed its checksum."
 DAMAGED = "The image could not be decoded: the file is damaged or incomplete."
-# A temporary file younger than this may be a write in progress, not a dead process's.
-STALE_AFTER = 10 * 60  # seconds
 _DECODES = threading.BoundedSemaphore(settings.AVATARS_DECODES_AT_ONCE)
 
 
@@ -398,8 +395,10 @@ def write_temp(target: Path, data: bytes) -> Path:
     directory = target.parent
     directory.mkdir(parents=True, exist_ok=True)
     temp = directory / f".{target.name}.{os.urandom(6).hex()}{TEMP_SUFFIX}"
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
+        # Inside: a stop (Ctrl-C, a SIGTERM's handler) is raised as the open returns, and
+        # the file it made must go too (its random name is no other write's).
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
@@ -476,25 +475,3 @@ def read_regular(path: Path, *, links: bool = True) -> bytes:
     if len(data) > limit:
         raise NotAnOriginal(f"over the {limit}-byte cap for an image")
     return data
-
-
-def remove_stale_temp_files(older_than: float = STALE_AFTER) -> int:
-    """Delete temporary files a dead write left in originals/ and thumbs/; return how many.
-
-    Only files not modified for `older_than` seconds: a younger one may be a write
-    still in progress in another process (the web process saving an upload).
-    """
-    from studio.thumbs import thumbs_dir  # thumbs builds on this module
-
-    cutoff = time.time() - older_than
-    removed = 0
-    # Thumbnails are written by write_atomically too, with the same temporary names.
-    for directory in (originals_dir(), thumbs_dir()):
-        if not directory.is_dir():
-            continue
-        for temp in directory.glob(f".*{TEMP_SUFFIX}"):
-            with contextlib.suppress(FileNotFoundError):  # another sweep got there first
-                if temp.stat().st_mtime < cutoff:
-                    temp.unlink()
-                    removed += 1
-    return removed

@@ -32,7 +32,7 @@ from typing import Any
 from django.conf import settings
 from django.db import connection, transaction
 
-from studio import flocks, originals
+from studio import flocks, leftovers, originals
 from studio.backups import (
     MANIFEST,
     PG_DUMP_FILE,
@@ -362,7 +362,9 @@ def check_sqlite(snapshot: Path) -> None:
 def refuse_a_used_target(data_dir: Path, database: Path | None) -> None:
     """Refuse, saying why, a data dir that holds originals or a database with tables."""
     folder = data_dir / "originals"
-    if folder.is_dir() and any(folder.iterdir()):
+    # A temporary file a stopped write left (the store's own, or this restore's) is no
+    # original: the same restore must be able to run again over it.
+    if folder.is_dir() and any(not leftovers.temporary(p.name) for p in folder.iterdir()):
         raise BackupError(f"{folder} already holds originals: {NOT_EMPTY}")
     if database is None:
         if connection.introspection.table_names():

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from django.utils import timezone
 
-from studio import originals
+from studio import leftovers, originals
 from studio.ember.client import EmberClient
 from studio.ember.errors import EmberBadAnswer, EmberError, EmberNotFound, EmberRejected
 from studio.models import Asset, Origin, ScrubReport, Task, TaskState
@@ -253,7 +253,7 @@ def strays(directory: Path) -> Iterator[Finding]:
     with os.scandir(directory) as entries:
         for entry in entries:
             name = entry.name
-            if name.startswith(".") and name.endswith(originals.TEMP_SUFFIX):
+            if leftovers.temporary(name):
                 yield temporary(entry)
                 continue
             stem, dot, ext = name.partition(".")
@@ -268,10 +268,10 @@ def temporary(entry: os.DirEntry[str]) -> Finding:
     except FileNotFoundError:  # the write it belonged to has just finished
         age = 0
     minutes = int(age // 60)
-    if age < originals.STALE_AFTER:
+    if age < leftovers.STALE_AFTER:
         why = "may be a write in progress"
     else:
-        why = f"the worker removes those older than {originals.STALE_AFTER // 60} minutes at start"
+        why = f"the worker removes those older than {leftovers.STALE_AFTER // 60} minutes at start"
     return Finding(TEMPORARY, entry.name, f"{minutes} minutes old; {why}")
 
 

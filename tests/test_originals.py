@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from studio import originals
+from studio import leftovers, originals
 from studio.originals import ChecksumFailed, NotAnImage
 from tests.factories import png_bytes
 
@@ -378,13 +378,13 @@ def age(path: Path, minutes: float) -> None:
 
 def test_it_removes_stale_temporary_files_and_nothing_else(store_dir):
     original = originals.save(png_bytes(seed=14))
-    leftovers = [f".{original.sha256}.a1b2c3d4e5f6.tmp", ".0123abcd.ffffff.tmp"]
+    dead = [f".{original.sha256}.a1b2c3d4e5f6.tmp", ".0123abcd.ffffff.tmp"]
     keepers = ["notes.tmp", ".keep", "draft.tmp.png"]
-    for name in leftovers + keepers:
+    for name in dead + keepers:
         (store_dir / name).write_bytes(b"x")
         age(store_dir / name, minutes=60)
 
-    removed = originals.remove_stale_temp_files()
+    removed = leftovers.remove_stale_temp_files()
 
     assert removed == 2
     assert listing(store_dir) == sorted([original.path.name, *keepers])
@@ -402,14 +402,14 @@ def test_it_sweeps_only_temporary_files_old_enough_to_be_abandoned(data_dir, fol
     stale.write_bytes(b"abandoned")
     age(stale, minutes=15)
 
-    removed = originals.remove_stale_temp_files()
+    removed = leftovers.remove_stale_temp_files()
 
     assert removed == 1
     assert listing(directory) == [fresh.name]
 
 
 def test_it_removes_nothing_when_there_is_no_originals_directory_yet(store_dir):
-    assert originals.remove_stale_temp_files() == 0
+    assert leftovers.remove_stale_temp_files() == 0
     assert not store_dir.exists()
 
 

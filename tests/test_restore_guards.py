@@ -4,13 +4,14 @@ The same guards over real processes, with a stale WAL, a second run, a kill and 
 are in tests/e2e/test_restore_guards.py.
 """
 
+import os
 import sqlite3
 from contextlib import closing
 from pathlib import Path
 
 import pytest
 
-from studio import backups, flocks, restoring
+from studio import backups, flocks, originals, restoring
 from tests.backup_parts import restore_into, run, sqlite_only, stored
 
 # The backup reads the database through a connection of its own: rows must be committed.
@@ -147,3 +148,35 @@ def test_the_command_says_a_finished_restore_has_finished_and_exits_zero(tmp_pat
     assert code == 0, out
     assert f"This data dir was restored from {tmp_path} already" in out
     assert "Next: manage.py migrate" in out
+
+
+def test_a_stop_the_moment_a_temporary_file_is_made_leaves_nothing(tmp_path, monkeypatch):
+    """Found by a re-review: a SIGTERM during the open of a write's temporary file (slow on a
+    busy disk) was raised before the cleanup covered it; the empty file left in originals/
+    then refused the restore run again "already holds originals"."""
+    real_open = os.open
+
+    def opened_then_stopped(path, flags, mode=0o777):
+        os.close(real_open(path, flags, mode))
+        raise backups.Terminated()  # as the SIGTERM handler raises it once the call returns
+
+    monkeypatch.setattr(originals.os, "open", opened_then_stopped)
+
+    with pytest.raises(backups.Terminated):
+        originals.write_atomically(tmp_path / "written" / "a.png", b"bytes")
+
+    assert os.listdir(tmp_path / "written") == []
+
+
+@sqlite_only
+def test_a_temporary_file_a_stopped_write_left_does_not_make_a_target_used(tmp_path):
+    """What a killed write leaves is no original: the same restore may run again."""
+    stored(1)
+    run("backup", str(tmp_path / "backup"))
+    target, database = restore_into(tmp_path)
+    (target / "originals").mkdir()
+    (target / "originals" / ".abc.png.0123456789ab.tmp").write_bytes(b"")
+
+    restored = restoring.restore(tmp_path / "backup", data_dir=target, database=database)
+
+    assert restored.restored == 1 and restored.problems == []

@@ -26,7 +26,7 @@ from django.db import (
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from studio import originals, restoring
+from studio import leftovers, restoring
 from studio.ember.client import EmberClient
 from studio.engine.adoption import adopt_due
 from studio.models import ACTIVE, POLL_BOUND, Task, TaskState
@@ -120,7 +120,7 @@ class Worker(Steps):
 
     def recover(self) -> dict[str, int]:
         """Apply the wake-up table to tasks a dead worker left mid-step; return counts."""
-        counts = {"temp_files": originals.remove_stale_temp_files()}
+        counts = {"temp_files": leftovers.remove_stale_temp_files()}
         counts.update(_wake_stranded(in_hand=[], answers={}))
         # `running` resumes polling its job id; `copying` runs finish() again.
         return counts
