@@ -450,6 +450,22 @@ def read(sha256: str, mime: str) -> bytes:
     return data
 
 
+def held_for(sha256: object, said: object = None) -> tuple[bytes, str] | None:
+    """Return the bytes the archive holds whole under `sha256`, and their type, if any.
+
+    Each type is looked under, the type `said` (Ember's word for an image) first: the
+    archive names a file by what its bytes are, which that word may not match.
+    """
+    if not isinstance(sha256, str):
+        return None
+    for mime in sorted((m for m, _ext in FORMATS.values()), key=lambda mime: mime != said):
+        try:
+            return read(sha256, mime), mime
+        except (OSError, ValueError, ChecksumFailed):
+            continue
+    return None
+
+
 def check_regular(path: Path, *, links: bool = True) -> None:
     """Raise NotAnOriginal unless `path` is a regular file within the image cap (not opened);
     a symbolic link to one passes only with `links`."""

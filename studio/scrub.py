@@ -160,8 +160,8 @@ def uncopied() -> Iterator[Finding]:
             path = originals.path_of(str(sha256), str(mime))
         except ValueError:
             continue  # an answer that names no file: nothing here can bring it back
-        if look(path, str(sha256)) is None:
-            continue  # whole in the archive: the task's next copy takes it
+        if originals.held_for(sha256, mime) is not None:
+            continue  # whole in the archive (under any type): the task's next copy takes it
         said = f"Ember no longer has image {image.get('id')}, and the archive does not hold it"
         yield Finding(
             UNCOPIED,

@@ -7,10 +7,18 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
+from studio import originals
 from studio.models import TaskState
 from studio.phrases import GONE_PHASE
 from studio.store import move
-from tests.factories import a_task, ember_result, history_route, history_row, uncertain
+from tests.factories import (
+    a_task,
+    ember_result,
+    history_route,
+    history_row,
+    png_bytes,
+    uncertain,
+)
 from tests.task_rows import row_of
 
 pytestmark = pytest.mark.django_db
@@ -153,3 +161,19 @@ def test_a_copy_that_failed_otherwise_is_handed_back_and_exits_zero(subject, emb
     said, ended = run_reconcile("--all")
 
     assert ended is None, said
+
+
+def test_a_copy_whose_original_is_back_in_the_archive_is_no_alert(subject, ember):
+    """Found by a re-review: once `check_originals --repair --from-backup` had put the bytes
+    back, `reconcile --all` still exited 1 over them, though the worker's copy takes them."""
+    data = png_bytes(5, fmt="JPEG")
+    gone = a_task(subject)
+    result = ember_result("img_5", "hist_5", data=data)  # Ember's word: a PNG
+    move(gone, TaskState.COPY_FAILED, phase=GONE_PHASE, result=result, ember_job_id="j5")
+    originals.save(data)  # put back; the archive names it by what it is: .jpg
+
+    said, ended = run_reconcile("--all")
+
+    assert ended is None, str(ended)
+    assert said.splitlines()[-1].startswith("1 task: 1 handed back to the worker"), said
+    assert row_of(gone).state == TaskState.COPYING

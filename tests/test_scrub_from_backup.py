@@ -87,3 +87,15 @@ def test_a_generated_original_the_named_backup_lacks_is_not_sent_to_a_backup(emb
         f"not repaired: {file_of(asset).name} (Ember no longer has image img_7; not in the "
         f"backup {backup} either: restore it from another backup)"
     ) in out, out
+
+
+def test_an_original_back_in_the_archive_under_its_own_type_is_not_listed(subject):
+    task, _data = copy_gone(subject, 9)
+    jpeg = png_bytes(4, fmt="JPEG")
+    task.result["image"].update(sha256=hashlib.sha256(jpeg).hexdigest())  # Ember said PNG
+    move(task, TaskState.COPY_FAILED, result=task.result)
+    originals.save(jpeg)
+
+    code, out = check()
+
+    assert "not copied" not in out, out

@@ -11,6 +11,7 @@ from typing import Any
 from asgiref.sync import async_to_sync, sync_to_async
 from django.db import transaction
 
+from studio import originals
 from studio.ember.answers import kept_result
 from studio.ember.client import (
     SOURCE_APP,
@@ -45,9 +46,13 @@ def history_unread(exc: EmberError) -> str:
 
 
 def copy_gone(task: Task) -> bool:
-    """Say whether a task's copy failed because Ember said it no longer has the image: a
-    reconcile hands it back all the same, and it is copied only if Ember has it back."""
-    return task.state == TaskState.COPY_FAILED and task.phase == GONE_PHASE
+    """Say whether a task's copy failed because Ember said it no longer has the image, and
+    the archive lacks it: a reconcile hands it back all the same, and it is copied only if
+    Ember has it back (or its file is put back in the archive, which the copy then takes)."""
+    if task.state != TaskState.COPY_FAILED or task.phase != GONE_PHASE:
+        return False
+    image = task.saved("image")
+    return originals.held_for(image.get("sha256"), image.get("mime")) is None
 
 
 def reconcile(*, task: Task, client: EmberClient | None = None) -> Task:

@@ -31,21 +31,14 @@ def whole(asset: Asset) -> bool:
 
 def found(image: dict[str, Any]) -> originals.Original | None:
     """Return the archive's original of the image Ember answered with, if it holds its bytes
-    whole (hashing to Ember's `sha256`); None when it does not, or nothing names them.
-
-    Under the type Ember said first, then the others: the archive names a file by what its
-    bytes are, which Ember's word may not match.
-    """
-    sha256, said = image.get("sha256"), image.get("mime")
-    if not isinstance(sha256, str):
+    whole (hashing to Ember's `sha256`, under any type); None when it does not."""
+    held = originals.held_for(image.get("sha256"), image.get("mime"))
+    if held is None:
         return None
-    types = [mime for mime, _ext in originals.FORMATS.values()]
-    for mime in sorted(types, key=lambda mime: mime != said):
-        try:
-            return originals.save(originals.read(sha256, mime))
-        except (OSError, ValueError, originals.ChecksumFailed):
-            continue  # missing, damaged, or not an image: under another type, perhaps
-    return None
+    try:
+        return originals.save(held[0])
+    except (OSError, ValueError, originals.ChecksumFailed):
+        return None  # not an image after all, or the disk refused to name it
 
 
 def put_back(data: bytes, asset: Asset) -> originals.Original:
