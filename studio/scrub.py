@@ -285,8 +285,11 @@ def repair(scrub: Scrub, *, backup: Path | None = None) -> None:
         for finding in scrub.findings:
             if finding.kind == UNCOPIED:
                 finding.repaired, finding.outcome = from_backup(finding, backup)
-                if finding.repaired:
-                    finding.outcome += f"; reconcile task {finding.task} to finish its copy"
+                finding.outcome += (
+                    f"; reconcile task {finding.task} to finish its copy"
+                    if finding.repaired
+                    else ": try a later backup, or the lost install's originals/"
+                )
     damaged = scrub.damaged()
     if not damaged:
         return

@@ -70,7 +70,10 @@ def test_it_says_when_the_backup_lacks_such_a_tasks_original_too(subject, ember,
 
     name = f"{hashlib.sha256(data).hexdigest()}.png"
     assert f"not copied: {name} (the original of task {task.pk}: Ember no longer has " in out
-    assert f"not repaired: {name} (not in the backup {backup} either" in out, out
+    assert (
+        f"not repaired: {name} (not in the backup {backup} either: try a later backup, or the "
+        "lost install's originals/)"
+    ) in out, out
     assert code == 0, out  # every original a row names is whole: reconcile --all alerts
 
 
