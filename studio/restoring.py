@@ -142,9 +142,11 @@ def restore_alone(src: Path, data_dir: Path, database: Path | None) -> Restored:
             undo(placed, database)
             marker.unlink(missing_ok=True)
         raise
-    originals.write_atomically(data_dir / DONE, f"restored {src}\n".encode())
-    marker.unlink()
-    originals.fsync_dir(data_dir)
+    # Quick, and a stop now would find the restore finished, or about to be: it finishes.
+    with not_stopped():
+        originals.write_atomically(data_dir / DONE, f"restored {src}\n".encode())
+        marker.unlink()
+        originals.fsync_dir(data_dir)
     return result
 
 

@@ -5,6 +5,7 @@ are in tests/e2e/test_restore_guards.py.
 """
 
 import os
+import signal
 import sqlite3
 from contextlib import closing
 from pathlib import Path
@@ -180,3 +181,28 @@ def test_a_temporary_file_a_stopped_write_left_does_not_make_a_target_used(tmp_p
     restored = restoring.restore(tmp_path / "backup", data_dir=target, database=database)
 
     assert restored.restored == 1 and restored.problems == []
+
+
+@sqlite_only
+def test_a_sigterm_in_a_restores_last_step_lets_it_finish(tmp_path, monkeypatch):
+    """Found by a re-review: stopped as it wrote RESTORED or removed its marker, a restore
+    said "What it had placed was taken away" and exited 1, though nothing was taken away
+    (or all of it was restored)."""
+    stored(1)
+    run("backup", str(tmp_path / "backup"))
+    target, database = restore_into(tmp_path)
+    write = originals.write_atomically
+
+    def stopped_as_it_says_it_finished(path: Path, data: bytes) -> None:
+        if path.name == restoring.DONE:
+            os.kill(os.getpid(), signal.SIGTERM)  # as a service manager's stop would land
+        write(path, data)
+
+    monkeypatch.setattr(originals, "write_atomically", stopped_as_it_says_it_finished)
+
+    with backups.stopped_by_sigterm():
+        restored = restoring.restore(tmp_path / "backup", data_dir=target, database=database)
+
+    assert restored.restored == 1
+    assert (target / restoring.DONE).is_file()
+    assert not (target / restoring.MARKER).exists()

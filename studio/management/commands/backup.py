@@ -1,18 +1,18 @@
 """`manage.py backup DEST`: a consistent snapshot while the worker runs (docs/operations.md)."""
 
 import json
-import signal
 from pathlib import Path
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from studio import backups, originals
 from studio.backups import STOPPED_BY, cause
 from studio.management.ready import require_migrated
+from studio.management.stops import NotingSigterm
 
 
-class Command(BaseCommand):
+class Command(NotingSigterm):
     help = (
         "Back up the database (one consistent snapshot), then the originals its rows name, "
         "then a manifest, into the new or empty folder DEST."
@@ -27,24 +27,12 @@ class Command(BaseCommand):
             "a write into a file in place then damages both)",
         )
 
-    noted = False  # a SIGTERM came while the backup's own handler was not in place
-
-    def run_from_argv(self, argv: list[str]) -> None:
-        """As a process: a SIGTERM outside the backup's own handler (before it, or while the
-        last lines are said and the process ends) is noted, never an exit with -15."""
-        signal.signal(signal.SIGTERM, self._note)
-        super().run_from_argv(argv)
-
-    def _note(self, _signum: int, _frame: object) -> None:
-        self.noted = True
-
     def handle(self, *args: Any, **options: Any) -> None:
         require_migrated()
         dest = options["dest"].resolve()
         try:
             with backups.stopped_by_sigterm():
-                if self.noted:
-                    raise backups.Terminated()
+                self.stop_if_noted()
                 result = backups.backup(dest, link=options["link"])
         except backups.BackupError as exc:
             raise CommandError(str(exc), returncode=1) from None

@@ -3,10 +3,11 @@
 from pathlib import Path
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from studio import backups, restoring
 from studio.backups import STOPPED_BY, cause
+from studio.management.stops import NotingSigterm
 from studio.models import POLL_BOUND
 
 NEXT = (
@@ -15,7 +16,7 @@ NEXT = (
 )
 
 
-class Command(BaseCommand):
+class Command(NotingSigterm):
     help = (
         "Restore the backup in SRC into this install's data dir and database, "
         "which must have no originals and no tables yet."
@@ -27,6 +28,7 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         try:
             with backups.stopped_by_sigterm():
+                self.stop_if_noted()
                 result = restoring.restore(options["src"].resolve())
         except restoring.AlreadyRestored as exc:
             self.stdout.write(str(exc))
