@@ -14,7 +14,7 @@ import asyncio
 import os
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from itertools import groupby
 from pathlib import Path
@@ -284,7 +284,7 @@ def repair(scrub: Scrub, *, backup: Path | None = None) -> None:
     if backup is not None:
         for finding in scrub.findings:
             if finding.kind == UNCOPIED:
-                finding.repaired, finding.outcome = from_backup(finding, backup)
+                finding.repaired, finding.outcome = from_backup_as_any_type(finding, backup)
                 finding.outcome += (
                     f"; reconcile task {finding.task} to finish its copy"
                     if finding.repaired
@@ -360,6 +360,21 @@ def from_backup(finding: Finding, backup: Path) -> tuple[bool, str]:
     ) as exc:
         return False, f"corrupt in the backup {backup}: {exc}"
     return True, f"put back from the backup {backup}"
+
+
+def from_backup_as_any_type(finding: Finding, backup: Path) -> tuple[bool, str]:
+    """Put a task's original back from a backup under whichever type names it there, the
+    type Ember said first: a backup names a file by what its bytes are."""
+    said: list[str] = []
+    for mime, extension in sorted(originals.FORMATS.values(), key=lambda t: t[0] != finding.mime):
+        named = replace(finding, name=f"{finding.sha256}{extension}", mime=mime)
+        put, outcome = from_backup(named, backup)
+        if put:
+            finding.name, finding.mime = named.name, mime
+            return put, outcome
+        said.append(outcome)
+    missing = f"not in the backup {backup} either"
+    return False, next((why for why in said if why != missing), missing)
 
 
 def repair_one(

@@ -102,3 +102,19 @@ def test_an_original_back_in_the_archive_under_its_own_type_is_not_listed(subjec
     code, out = check()
 
     assert code == 0 and "not copied" not in out, out
+
+
+def test_it_finds_such_an_original_in_a_backup_under_its_own_type(subject, ember, tmp_path):
+    """Found by a re-review: Ember called a PNG a JPEG; the backup names the file by what
+    its bytes are, and the repair looked under Ember's word only."""
+    task, data = copy_gone(subject, 9)
+    task.result["image"]["mime"] = "image/jpeg"  # Ember's word; the bytes are a PNG
+    move(task, TaskState.COPY_FAILED, result=task.result)
+    backup = a_backup_with(tmp_path, data)  # named <sha>.png, as the store names it
+
+    code, out = check("--repair", "--from-backup", str(backup))
+
+    sha256 = hashlib.sha256(data).hexdigest()
+    assert f"repaired: {sha256}.png (put back from the backup {backup}; reconcile task" in out
+    assert originals.read(sha256, "image/png") == data
+    assert code == 0, out
