@@ -57,6 +57,10 @@ def test_a_reconcile_takes_the_bytes_an_operator_put_back_in_the_archive(subject
     assert originals.read(asset.sha256, asset.mime) == fake.images[image["id"]]
     assert fake.file_route.call_count == fetches + 1  # Ember was asked first, once
     assert len(fake.submits) == 1  # nothing paid again
+    # Ember has nothing left to let go of: no PATCH answered 404 and left unconfirmed (a
+    # re-review: an alert, and an "Ask Ember again" that could never clear it).
+    assert fake.release_route.call_count == 0
+    assert task.protection_released is True
 
 
 def test_bytes_in_the_archive_that_do_not_hash_to_ember_s_claim_are_not_taken(

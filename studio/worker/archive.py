@@ -2,6 +2,7 @@
 written again, or already there for an image Ember no longer has."""
 
 import asyncio
+import dataclasses
 from typing import Any
 
 from studio import originals
@@ -36,7 +37,7 @@ def found(image: dict[str, Any]) -> originals.Original | None:
     if held is None:
         return None
     try:
-        return originals.save(held[0])
+        return dataclasses.replace(originals.save(held[0]), from_archive=True)
     except (OSError, ValueError, originals.ChecksumFailed):
         return None  # not an image after all, or the disk refused to name it
 

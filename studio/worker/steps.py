@@ -304,10 +304,12 @@ class Steps:
         # so the task, read as this coroutine started, says whether the bytes are safe.
         asset = None if task.asset_id is None else await db(Asset.objects.get)(pk=task.asset_id)
         copied = asset is None  # by this call: its bytes were hashed as they were written
+        gone = False  # Ember said it no longer has the image: nothing is left to let go of
         if asset is None:
             original = await self._copy_or_rest(task, image)
             if original is None:
                 return
+            gone = original.from_archive
             asset = await db(record_asset)(task, original)
             if asset is None:  # another task's original is that image: nothing to release
                 return
@@ -319,27 +321,43 @@ class Steps:
             # The bytes are already safe: only the history id is new. An answer about
             # another image (another attempt's) never lends this one its history.
             await db(update)(asset, ember_history_id=history["id"])
-        released = task.protection_released
-        if released is not True and asset.ember_image_id:
-            # Always the image whose bytes Avatars holds, never one it did not copy, and
-            # only while it holds them whole: they may have gone since their row was
-            # written (a file removed by hand, an upload's removal racing this copy), or
-            # been damaged in place before a later finish (a restart, a reconcile).
-            held = await archive.held(asset)
-            if held and not copied:
-                held = await asyncio.to_thread(archive.whole, asset)
-            if not held and not await self._copy_again(task, asset):
+        if gone:
+            # A PATCH would be answered 404 and read as unconfirmed for good: an alert, and
+            # an "Ask Ember again" that could never clear it (a re-review).
+            released: bool | None = True
+        else:
+            rest, released = await self._let_go(task, asset, copied=copied)
+            if not rest:
                 return
-            released = await self.client.release(asset.ember_image_id)
-            if not released:  # shown on the task (protection_released); said in the log too
-                log.warning(
-                    "task=%s Ember did not confirm the release of image %s: it may still be "
-                    "protected there; the admin's task action 'Ask Ember again to let go of "
-                    "its copy' asks again",
-                    task.pk,
-                    asset.ember_image_id,
-                )
         await db(_rest)(task, asset, released)
+
+    async def _let_go(self, task: Task, asset: Asset, *, copied: bool) -> tuple[bool, bool | None]:
+        """Ask Ember to let go of its copy unless it confirmed already; return whether the
+        task may rest, and what its `protection_released` is then.
+
+        Always the image whose bytes Avatars holds, never one it did not copy, and only
+        while it holds them whole: they may have gone since their row was written (a file
+        removed by hand, an upload's removal racing this copy), or been damaged in place
+        before a later finish (a restart, a reconcile).
+        """
+        released = task.protection_released
+        if released is True or not asset.ember_image_id:
+            return True, released
+        held = await archive.held(asset)
+        if held and not copied:
+            held = await asyncio.to_thread(archive.whole, asset)
+        if not held and not await self._copy_again(task, asset):
+            return False, released
+        released = await self.client.release(asset.ember_image_id)
+        if not released:  # shown on the task (protection_released); said in the log too
+            log.warning(
+                "task=%s Ember did not confirm the release of image %s: it may still be "
+                "protected there; the admin's task action 'Ask Ember again to let go of "
+                "its copy' asks again",
+                task.pk,
+                asset.ember_image_id,
+            )
+        return True, released
 
     async def _copy_again(self, task: Task, asset: Asset) -> bool:
         """Copy an asset's original whose file went missing or was damaged again; True once
