@@ -235,16 +235,10 @@ def back_up_landed(result: Backup, done: set[tuple[str, str]]) -> None:
             return
         for sha256, mime in landed:
             done.add((sha256, mime))
-            source = originals.path_of(sha256, mime)
-            target = result.dest / "originals" / source.name
-            try:
-                if not result.placer.place(source, target, sha256):
-                    continue  # not named by the snapshot: check_originals says what is wrong
-            except (FileNotFoundError, originals.NotAnOriginal):
-                continue
-            size = target.stat().st_size
-            result.entries.append({"file": source.name, "sha256": sha256, "size": size})
-            result.landed += 1
+            # One that fails is no row of the snapshot's: check_originals says what is wrong.
+            with contextlib.suppress(FileNotFoundError, originals.NotAnOriginal):
+                if _place(result, originals.path_of(sha256, mime), sha256):
+                    result.landed += 1
 
 
 def _asset_files() -> Iterator[tuple[str, str]]:
@@ -275,7 +269,7 @@ def back_up_original(result: Backup, sha256: str, mime: str) -> None:
     """Put one original the snapshot names into the backup, or say why not."""
     source = originals.path_of(sha256, mime)
     try:
-        placed = result.placer.place(source, result.dest / "originals" / source.name, sha256)
+        placed = _place(result, source, sha256)
     except FileNotFoundError:
         result.missing.append(source.name)
         result.problems.append(f"missing in the data dir: {source.name}")
@@ -287,9 +281,17 @@ def back_up_original(result: Backup, sha256: str, mime: str) -> None:
     if not placed:
         result.corrupt.append(source.name)
         result.problems.append(f"fails its hash in the data dir: {source.name}")
-        return
-    size = (result.dest / "originals" / source.name).stat().st_size
+
+
+def _place(result: Backup, source: Path, sha256: str) -> bool:
+    """Put the original at `source` into the backup and list it in the manifest's entries;
+    False, placing nothing, when it fails its hash (Placer.place's errors pass through)."""
+    target = result.dest / "originals" / source.name
+    if not result.placer.place(source, target, sha256):
+        return False
+    size = target.stat().st_size
     result.entries.append({"file": source.name, "sha256": sha256, "size": size})
+    return True
 
 
 def copy_sqlite(source: Path, target: Path) -> None:

@@ -451,6 +451,11 @@ def read(sha256: str, mime: str) -> bytes:
     return data
 
 
+def said_first(said: object) -> list[tuple[str, str]]:
+    """Return each image type (mime, extension), the type `said` first."""
+    return sorted(FORMATS.values(), key=lambda known: known[0] != said)
+
+
 def held_for(sha256: object, said: object = None) -> tuple[bytes, str] | None:
     """Return the bytes the archive holds whole under `sha256`, and their type, if any.
 
@@ -459,7 +464,7 @@ def held_for(sha256: object, said: object = None) -> tuple[bytes, str] | None:
     """
     if not isinstance(sha256, str):
         return None
-    for mime in sorted((m for m, _ext in FORMATS.values()), key=lambda mime: mime != said):
+    for mime, _extension in said_first(said):
         try:
             return read(sha256, mime), mime
         except (OSError, ValueError, ChecksumFailed):

@@ -366,7 +366,7 @@ def from_backup_as_any_type(finding: Finding, backup: Path) -> tuple[bool, str]:
     """Put a task's original back from a backup under whichever type names it there, the
     type Ember said first: a backup names a file by what its bytes are."""
     said: list[str] = []
-    for mime, extension in sorted(originals.FORMATS.values(), key=lambda t: t[0] != finding.mime):
+    for mime, extension in originals.said_first(finding.mime):
         named = replace(finding, name=f"{finding.sha256}{extension}", mime=mime)
         put, outcome = from_backup(named, backup)
         if put:
