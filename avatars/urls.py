@@ -18,7 +18,11 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     # Only signing in and out: accounts are made by an operator, so there are no
     # password-reset or -change pages to attack.
-    path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
+    path(
+        "accounts/login/",
+        auth_views.LoginView.as_view(authentication_form=signing_in.SignInForm),
+        name="login",
+    ),
     path("accounts/logout/", signing_in.SignOut.as_view(), name="logout"),
     path("api/v1/", include("studio.api.urls")),
     # For Prometheus: a bearer token, or loopback only (docs/operations.md §Metrics).

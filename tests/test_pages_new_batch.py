@@ -131,7 +131,8 @@ def test_it_refuses_a_batch_form_without_its_token_and_plans_nothing(signed_in: 
         ({"candidates_openai": 0, "candidates_flux": 0}, "Choose at least one provider."),
         ({"subjects": []}, "Choose at least one subject."),
         ({"frames": []}, "Choose at least one frame."),
-        ({"candidates_openai": 9}, "Ensure this value is less than or equal to 8."),
+        ({"candidates_openai": 9}, "GPT Image: At most 8 candidates a provider."),
+        ({"candidates_openai": -1}, "GPT Image: Enter a whole number, like 2 (0 leaves it out)."),
     ],
 )
 def test_it_shows_why_a_batch_cannot_be_planned_and_creates_nothing(

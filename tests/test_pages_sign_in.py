@@ -1,5 +1,6 @@
 """The studio pages, signed-in only: signing in and out, every page behind it, 404s."""
 
+import re
 import uuid
 
 import pytest
@@ -129,6 +130,14 @@ def test_it_signs_a_person_in_and_out(client: Client, person: User):
 
     wrong = client.post("/accounts/login/", {"username": "grace", "password": "nope"})
     assert "did not match" in text(wrong)
+
+    assert page.status_code == 200 and "aria-invalid" not in page.content.decode()
+    body = wrong.content.decode()
+    assert re.search(r'role="alert" id="sign-in-error">Your username and password did not', body)
+    for name in ("username", "password"):  # a screen reader hears which fields and why
+        field = re.search(rf'<input[^>]*name="{name}"[^>]*>', body)
+        assert field and 'aria-invalid="true"' in field.group(0), field
+        assert 'aria-describedby="sign-in-error"' in field.group(0), field
 
     right = client.post(
         "/accounts/login/?next=/gallery/",

@@ -79,7 +79,13 @@ class CountField(forms.IntegerField):
     `_whole` reads as the same number, so the button names what is planned.
     """
 
-    default_error_messages = {"invalid": "Enter a whole number, like 2 (0 leaves it out)."}
+    default_error_messages = {
+        "invalid": "Enter a whole number, like 2 (0 leaves it out).",
+        # Django's own ("Ensure this value is less than or equal to 8.") read as a form's
+        # talk, not the studio's (a review).
+        "max_value": "At most %(limit_value)s candidates a provider.",
+        "min_value": "Enter a whole number, like 2 (0 leaves it out).",
+    }
 
     def to_python(self, value: Any) -> int | None:
         if str(value if value is not None else "").strip() == "":

@@ -46,6 +46,22 @@ def locked_out(request: HttpRequest, credentials: dict[str, object] | None = Non
     return response
 
 
+class SignInForm(AuthenticationForm):
+    """Django's sign-in form, its fields marked wrong and tied to the error when refused.
+
+    A review found the wrong-password sentence was a plain paragraph a screen reader did
+    not announce, and the fields said nothing of it.
+    """
+
+    def is_valid(self) -> bool:
+        valid = super().is_valid()
+        if not valid:
+            for field in ("username", "password"):
+                attrs = self.fields[field].widget.attrs
+                attrs.update({"aria-invalid": "true", "aria-describedby": "sign-in-error"})
+        return valid
+
+
 SIGNED_OUT = "You are signed out."
 
 

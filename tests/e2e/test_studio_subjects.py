@@ -19,6 +19,22 @@ def check(page: Page, name: str) -> None:
     fits_the_screen(page)
 
 
+TAP = 44  # CSS px, as the header's links on a phone (WCAG 2.5.5)
+
+
+def every_target_takes_a_finger(page: Page) -> None:
+    """Found by a browser review: the way back, the "Rename or remove" toggles and the
+    photo picker were 16-21 px tall on a phone."""
+    targets = page.locator(".crumbs a, details.edit > summary, input[type=file]").all()
+    boxes = [
+        (target.evaluate("e => e.outerHTML.slice(0, 60)"), target.bounding_box())
+        for target in targets
+    ]
+    assert len(boxes) >= 4, boxes  # the way back, the subject's and the photo's toggles, the picker
+    small = [(what, box) for what, box in boxes if not box or box["height"] < TAP]
+    assert not small, f"shorter than {TAP} px on a phone: {small}"
+
+
 def test_it_asks_before_removing_a_photo_and_a_subject_at_phone_size(phone: Page, tmp_path: Path):
     page = phone
     sign_in(page)
@@ -30,6 +46,7 @@ def test_it_asks_before_removing_a_photo_and_a_subject_at_phone_size(phone: Page
     page.get_by_label("Add a reference photo").set_input_files(portrait_png(tmp_path / "dee.png"))
     page.get_by_role("button", name="Upload").click()
     expect(page.get_by_text("Added dee.png to Dee's photos.")).to_be_visible()
+    every_target_takes_a_finger(page)
 
     remove_photo = page.get_by_role("link", name=re.compile(r"^Remove… dee\.png"))
     page.locator(".tile summary").click()

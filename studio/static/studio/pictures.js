@@ -152,6 +152,9 @@
     ticks(untick.form).forEach(function (box) { box.checked = false; });
     untick.form.querySelector("[data-order]").value = "";
     showSelection(untick.form);
+    // The button hides itself: focus goes to the count it changed, not to the page's start.
+    var count = untick.form.querySelector("[data-testid=ticked-count]");
+    if (count) count.focus();
   });
 
   document.addEventListener("submit", function (event) {

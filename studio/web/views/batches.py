@@ -154,7 +154,7 @@ def _note_twin(form: BatchForm, twin: Batch | None) -> None:
     """Note on `form` the batch it repeats, planned minutes ago, if any: when, and if whole."""
     form.twin = twin
     if twin is not None:
-        form.twin_minutes = max(1, int((timezone.now() - twin.created_at).total_seconds() // 60))
+        form.twin_minutes = int((timezone.now() - twin.created_at).total_seconds() // 60)
         form.twin_same = engine.same_intent(form.to_request(), twin.request)
 
 
