@@ -10,6 +10,7 @@ from django.utils import timezone
 
 from studio import engine
 from studio.models import Attempt, Task, TaskState, WorkerHeartbeat
+from studio.phrases import MAY_HAVE_REACHED
 from studio.store import move, update
 from tests.factories import a_batch, a_clip_sent_once, sent_once_under_its_key, stored_asset
 from tests.studio_pages import messages_of, text
@@ -245,6 +246,44 @@ def test_it_says_how_long_is_left_before_a_task_is_tried_again(signed_in: Client
 
     assert f"{BUSY} (next try in 35 s)" in page, page
     assert page.count("next try") == 1  # a task never tried waits for no back-off
+
+
+def test_a_task_the_worker_tries_again_by_itself_shows_no_retry_later_of_embers(
+    signed_in: Client, subject
+):
+    """Found by a browser review: "Ember is busy; will try again (next try in 3 s)" read
+    beside Ember's "Ember is busy; retry later.", and the same words stayed once the task was
+    being sent again. Ember's words stay on the task, for the API and the admin."""
+    batch = a_batch(subject, candidates=3)
+    waiting, sending, refused = batch.tasks.order_by("ordinal")
+    ember_said = "Ember is busy (simulated); retry later."
+    Task.objects.update(error=ember_said)
+    wait_out(waiting, 35)
+    move(sending, TaskState.PREPARING, phase="Reading the reference photos")
+    move(refused, TaskState.QUEUED, phase="Ember refused our credentials; check EMBER_TOKEN")
+
+    page = text(signed_in.get(f"/batches/{batch.pk}/"))
+
+    assert f"{BUSY} (next try in 35 s)" in page, page
+    assert page.count(ember_said) == 1, page  # only beside the refusal no back-off mends
+    assert Task.objects.get(pk=waiting.pk).error == ember_said
+
+
+def test_a_task_that_may_have_reached_ember_tells_the_family_no_operators_step(
+    signed_in: Client, subject
+):
+    """Found by a browser review: the family read "Check history before submitting again",
+    a step only an operator can take; the row's label and next step say it in their words."""
+    batch = a_batch(subject)
+    error = f"{MAY_HAVE_REACHED} (Ember's answer was cut off)"
+    move(batch.tasks.get(), TaskState.UNCERTAIN, phase="Reconcile before retry", error=error)
+
+    page = text(signed_in.get(f"/batches/{batch.pk}/"))
+
+    assert "Needs an operator: Ember may have received this" in page, page
+    assert "An operator checks with Ember before anything is sent again" in page, page
+    assert "Check history" not in page, page
+    assert Task.objects.get().error == error  # kept for the API and the admin
 
 
 def test_it_names_no_figure_once_the_next_try_is_due(signed_in: Client, subject):

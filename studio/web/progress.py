@@ -21,7 +21,7 @@ from studio.models import (
     Task,
     TaskState,
 )
-from studio.phrases import GONE_PHASE, REFERENCE_CHANGED
+from studio.phrases import GONE_PHASE, MAY_HAVE_REACHED, REFERENCE_CHANGED
 
 # The outcome groups, in the order the bar shows them: (key, states).
 GROUPS: tuple[tuple[str, tuple[TaskState, ...]], ...] = (
@@ -81,6 +81,15 @@ DASH = "\u2013"  # an en dash between the progress and the title in the tab
 CLASS_NAME = re.compile(r"\s*\((?:[A-Z][a-z0-9]+){2,}\)")
 
 
+# A phase that says the worker tries again by itself (a back-off after a refusal that
+# proves nothing was accepted): Ember's own words beside it ("retry later") read as if the
+# person had to (a review). They stay on the task, for the API and the admin.
+RETRIES_ITSELF = "; will try again"
+# Sent again, from the start: an error left from the try before is no longer what happens
+# (a review saw "Sending to Ember" beside "Ember is busy; retry later").
+TRIED_AFRESH = (TaskState.PREPARING, TaskState.SUBMITTING)
+
+
 def reason(task: Task, *, shown_phase: bool) -> str:
     """Return the error a task's row shows, "" when the phase shown says it already.
 
@@ -88,6 +97,12 @@ def reason(task: Task, *, shown_phase: bool) -> str:
     and "Ember could not be reached." read one after the other (a review).
     """
     error = plain_error(task.error)
+    if task.state in TRIED_AFRESH:
+        return ""
+    if task.state == TaskState.QUEUED and task.phase.endswith(RETRIES_ITSELF):
+        return ""
+    if task.state == TaskState.UNCERTAIN and error.startswith(MAY_HAVE_REACHED):
+        return ""  # "Check history before submitting again" is the operator's step (a review)
     if shown_phase and error and task.phase.startswith(error.rstrip(".")):
         return ""
     return error
