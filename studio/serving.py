@@ -6,7 +6,9 @@ def studio_command(python: str, port: int) -> list[str]:
 
     uvicorn takes a request's `X-Forwarded-For` as its client's address when it comes from
     127.0.0.1, unless told not to: any local client could then choose the address the
-    sign-in limit counts (found by a review: 30 wrong passwords, none refused).
+    sign-in limit counts (found by a review: 30 wrong passwords, none refused). Its HTTP
+    protocol bounds the time a request's head may take and the connections open at once
+    (`avatars/heads.py`).
     """
     return [
         python,
@@ -18,6 +20,8 @@ def studio_command(python: str, port: int) -> list[str]:
         "--port",
         str(port),
         "--no-proxy-headers",
+        "--http",
+        "avatars.heads:TimedHeads",
         "--log-level",
         "warning",
     ]

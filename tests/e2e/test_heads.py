@@ -1,0 +1,168 @@
+"""A request's head is bounded in time, and connections in number, over a real uvicorn.
+
+Found by a review: 20,000 connections that each sent half a request line, held open, took
+every file descriptor of the web process (its log grew 200 MB in 30 s) and no request was
+answered until they closed; one such connection was still open after 300 s.
+"""
+
+import json
+import re
+import select
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.e2e.wire import limited
+from tests.processes import Stack, Template, Web
+
+HEAD_SECONDS = 1  # AVATARS_HEAD_SECONDS for this module's server
+CAP = 40  # AVATARS_MAX_CONNECTIONS for this module's server
+SLACK = 2.0  # seconds past the limit a closing may take on a busy machine
+
+
+@pytest.fixture(scope="module")
+def served(
+    tmp_path_factory: pytest.TempPathFactory, template: Template
+) -> Iterator[tuple[Web, Stack, Path, str, int]]:
+    with limited(
+        tmp_path_factory.mktemp("heads"),
+        template,
+        AVATARS_HEAD_SECONDS=str(HEAD_SECONDS),
+        AVATARS_MAX_CONNECTIONS=str(CAP),
+    ) as served:
+        yield served
+
+
+def connect(web: Web) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", web.port), timeout=HEAD_SECONDS + SLACK + 5)
+    return sock
+
+
+def read_until_closed(sock: socket.socket) -> tuple[bytes, float]:
+    """Read everything the server sends until it closes; return it and the seconds taken."""
+    start, got = time.monotonic(), b""
+    while True:
+        chunk = sock.recv(65536)
+        if not chunk:
+            return got, time.monotonic() - start
+        got += chunk
+
+
+def one_answer(sock: socket.socket) -> bytes:
+    """Read one whole answer (its head and its Content-Length of body) from `sock`."""
+    got = b""
+    while b"\r\n\r\n" not in got:
+        got += sock.recv(65536)
+    head, _, body = got.partition(b"\r\n\r\n")
+    length = int(re.search(rb"(?i)content-length: (\d+)", head).group(1))  # type: ignore[union-attr]
+    while len(body) < length:
+        body += sock.recv(65536)
+    return head + b"\r\n\r\n" + body
+
+
+def error_of(answer: bytes) -> tuple[str, dict[str, str]]:
+    head, _, body = answer.partition(b"\r\n\r\n")
+    return head.split(b"\r\n")[0].decode(), json.loads(body)["error"]
+
+
+def test_half_a_request_line_is_answered_408_in_the_error_shape_and_closed(served):
+    web, *_ = served
+    with connect(web) as sock:
+        sock.sendall(b"GET /api/v1/subjects HTTP/1.1\r\n")
+        answer, seconds = read_until_closed(sock)
+
+    status, error = error_of(answer)
+    assert status == "HTTP/1.1 408 Request Timeout", answer
+    assert error == {"code": "too_slow", "message": "The request's headers did not arrive in time."}
+    assert seconds < HEAD_SECONDS + SLACK, f"closed after {seconds:.1f} s (bound {HEAD_SECONDS} s)"
+
+
+def test_headers_that_trickle_in_are_cut_off_at_the_limit(served):
+    web, *_ = served
+    with connect(web) as sock:
+        sock.sendall(b"GET /api/v1/subjects HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        start, answer = time.monotonic(), b""
+        while time.monotonic() - start < HEAD_SECONDS + SLACK + 3:
+            readable, _, _ = select.select([sock], [], [], 0.2)
+            if readable:
+                break
+            try:
+                sock.sendall(b"X-Drip: 1\r\n")  # a header line every 0.2 s
+            except OSError:
+                break
+        answer, _ = read_until_closed(sock)
+        seconds = time.monotonic() - start
+    assert error_of(answer)[0] == "HTTP/1.1 408 Request Timeout", answer
+    assert seconds < HEAD_SECONDS + SLACK, f"open {seconds:.1f} s (bound {HEAD_SECONDS} s)"
+
+
+def test_a_connection_that_sends_nothing_is_closed_without_an_answer(served):
+    web, *_ = served
+    with connect(web) as sock:
+        answer, seconds = read_until_closed(sock)
+    assert answer == b""
+    assert seconds < HEAD_SECONDS + SLACK, f"closed after {seconds:.1f} s (bound {HEAD_SECONDS} s)"
+
+
+def test_the_next_head_on_a_kept_alive_connection_has_the_same_limit(served):
+    web, _stack, _spool, token, _subject = served
+    with connect(web) as sock:
+        sock.sendall(
+            b"GET /api/v1/subjects HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            + f"Authorization: Bearer {token}\r\n\r\n".encode()
+        )
+        first = one_answer(sock)
+        assert first.startswith(b"HTTP/1.1 200 "), first
+        sock.sendall(b"GET /api/v1/subjects HTTP/1.1\r\nHost: 1")  # and no more
+        answer, seconds = read_until_closed(sock)
+    assert error_of(answer)[0] == "HTTP/1.1 408 Request Timeout", answer
+    assert seconds < HEAD_SECONDS + SLACK, f"closed after {seconds:.1f} s (bound {HEAD_SECONDS} s)"
+
+
+def test_what_is_not_http_gets_the_api_error_shape(served):
+    web, *_ = served
+    with connect(web) as sock:
+        sock.sendall(b"GET /api/v1/subjects HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n")
+        answer, _seconds = read_until_closed(sock)
+    status, error = error_of(answer)
+    assert status == "HTTP/1.1 400 Bad Request", answer
+    assert error == {
+        "code": "invalid_request",
+        "message": "The request could not be read as HTTP/1.1.",
+    }
+
+
+def test_connections_past_the_cap_are_closed_at_once_and_the_server_still_answers(served):
+    web, stack, _spool, token, _subject = served
+    held = [connect(web) for _ in range(CAP + 20)]
+    try:
+        for sock in held:
+            sock.sendall(b"GET /api/v1/subjects HTTP/1.1\r\n")
+        refused = 0
+        for sock in held:
+            sock.settimeout(0.5)
+            try:
+                refused += sock.recv(65536) == b""
+            except ConnectionResetError:
+                refused += 1
+            except TimeoutError:
+                pass
+        # The cap closes the ones past it at once, not after the head's limit.
+        assert refused >= 15, (
+            f"{refused} of {len(held)} connections were closed at once (cap {CAP})"
+        )
+        time.sleep(HEAD_SECONDS + SLACK)  # the held heads run out of time; room again
+        answer = httpx.get(
+            f"{web.url}/api/v1/subjects", headers={"Authorization": f"Bearer {token}"}, timeout=10
+        )
+        assert answer.status_code == 200, answer.text
+    finally:
+        for sock in held:
+            sock.close()
+    log = (stack.data_dir / "web.log").read_text()
+    warnings = log.count("Closed a new connection")
+    assert 1 <= warnings <= 2, f"{warnings} lines about closed connections (bound: one a minute)"
