@@ -59,6 +59,30 @@ def test_it_refuses_to_publish_a_set_whose_original_is_not_in_the_store(subject)
     assert AvatarSet.objects.get(pk=chosen.pk).published_at is None
 
 
+@pytest.mark.parametrize(
+    ("damage", "figure"),
+    [(lambda data: data + b"x", "a byte appended"), (lambda data: data[:-1], "a byte cut")],
+)
+def test_it_refuses_to_publish_a_set_whose_original_fails_its_checksum(subject, damage, figure):
+    """Found by a review over uvicorn: with a byte appended to an original, its URL answered
+    503 `checksum_failed`, and the set holding it was published all the same."""
+    whole, hurt, other = (kept_image(history_id=f"hist_{n}") for n in (1, 2, 3))
+    for image in (hurt, other):
+        path = originals.path_of(image.sha256, image.mime)
+        path.write_bytes(damage(path.read_bytes()))
+    chosen = a_set(whole, hurt, other)
+
+    with pytest.raises(PublishRefused) as refused:
+        engine.publish(avatar_set=chosen)
+
+    assert str(refused.value) == (
+        "Publishing waits until every chosen image's original is whole: images 2 and 3 of "
+        "the set fail their checksums (an operator puts originals back with manage.py "
+        "check_originals --repair)."
+    ), figure
+    assert AvatarSet.objects.get(pk=chosen.pk).published_at is None
+
+
 def test_it_keeps_the_first_publication_time_when_published_again(subject):
     chosen = engine.publish(avatar_set=a_set(kept_image(history_id="hist_1")))
     first = chosen.published_at

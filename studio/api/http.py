@@ -3,12 +3,12 @@
 from typing import TypeVar
 
 from django.core.exceptions import ValidationError
-from django.db.models import AutoField, Model, QuerySet
+from django.db.models import AutoField, Model, QuerySet, UUIDField
 from django.http import JsonResponse
 from django.utils.cache import add_never_cache_headers
 
 from studio import engine, originals
-from studio.ids import row_id
+from studio.ids import canonical_uuid, row_id
 from studio.store import Conflict
 
 M = TypeVar("M", bound=Model)
@@ -73,7 +73,9 @@ def find(queryset: QuerySet[M], pk: str) -> M:
     """Return the row with primary key `pk`, or raise a 404 ApiError (also for a malformed id)."""
     try:
         if isinstance(queryset.model._meta.pk, AutoField) and row_id(pk) is None:
-            raise ValueError(pk)  # " 1", "²" or a number past the column: no row has it
+            raise ValueError(pk)  # " 1", "01", "²" or a number past the column: no row has it
+        if isinstance(queryset.model._meta.pk, UUIDField) and not canonical_uuid(pk):
+            raise ValueError(pk)  # upper case, braces, "urn:uuid:": no batch or task's name
         row = queryset.filter(pk=pk).first()
     # A malformed UUID, a non-number, or a number beyond the column's range names no row.
     except (ValueError, ValidationError, OverflowError):

@@ -165,6 +165,8 @@ def publish(*, avatar_set: AvatarSet, seen_version: int | None = None) -> Avatar
     version a person was shown and confirmed; a set changed since (another tab, a page
     from the history) is refused, not published as it is now.
     """
+    if avatar_set.published_at is None:
+        _check_whole(avatar_set)  # before the transaction: hashing holds no write lock
     for _ in range(PUBLISH_TRIES):
         if avatar_set.published_at is not None:
             return avatar_set
@@ -199,6 +201,41 @@ def _check_originals(avatar_set: AvatarSet) -> None:
             f"{images_at(missing).lower()} of the set {verb} missing (an operator puts "
             "originals back with manage.py check_originals --repair)."
         )
+
+
+def _check_whole(avatar_set: AvatarSet) -> None:
+    """Refuse to publish while a chosen image's original fails its checksum.
+
+    Sibling apps would be handed a URL that answers 503 `checksum_failed` (a review
+    appended a byte to one and published it). Each is hashed again here, once a publish:
+    a set is a handful of images, and a publish happens once. A missing one is said by
+    `_check_originals`.
+    """
+    chosen = avatar_set.items.values_list("asset__sha256", "asset__mime")
+    damaged = [
+        position
+        for position, (sha256, mime) in enumerate(chosen, start=1)
+        if _damaged(sha256, mime)
+    ]
+    if damaged:
+        fail = "fails its checksum" if len(damaged) == 1 else "fail their checksums"
+        raise PublishRefused(
+            "Publishing waits until every chosen image's original is whole: "
+            f"{images_at(damaged).lower()} of the set {fail} (an operator puts "
+            "originals back with manage.py check_originals --repair)."
+        )
+
+
+def _damaged(sha256: str, mime: str) -> bool:
+    """Say whether the regular file named for an original holds other bytes than its hash
+    (hashed a chunk at a time, whatever its size); False when there is none (`lost_originals`)."""
+    try:
+        path = originals.path_of(sha256, mime)
+        if path.is_symlink() or not path.is_file():
+            return False
+        return originals.file_sha256(path) != sha256
+    except (ValueError, OSError):
+        return False
 
 
 def images_at(places: list[int]) -> str:

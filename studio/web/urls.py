@@ -7,9 +7,10 @@ from studio.web.views import batches, images, results, sets, subjects
 
 
 class RowId:
-    """A row id: at most 18 digits, so no id in a URL overflows the database's integer."""
+    """A row id: at most 18 digits, so no id in a URL overflows the database's integer, and
+    no leading zero, so a page has one address ("/subjects/01/" was subject 1's too)."""
 
-    regex = "[0-9]{1,18}"
+    regex = "[1-9][0-9]{0,17}"
 
     def to_python(self, value: str) -> int:
         return int(value)
