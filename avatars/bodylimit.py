@@ -116,6 +116,7 @@ class BodyLimit:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        scope = origin_form(scope)
         if scope["type"] != "http" or not scope["path"].startswith(API_PREFIX):
             await self._guard(scope, receive, send)
             return
@@ -227,6 +228,34 @@ class BodyLimit:
             await _refuse_too_large(send, scope, too_large, page=page)
         elif cut_off == "slow" and not started:
             await _answer(send, scope, 408, "too_slow", TOO_SLOW)
+
+
+ABSOLUTE_FORM = re.compile(r"(?i)https?://([^/?#]*)(.*)")
+
+
+def origin_form(scope: Scope) -> Scope:
+    """Return `scope` with an absolute-form target ("GET http://host/api/v1/x") as a path.
+
+    HTTP/1.1 servers must take that form (RFC 9112 §3.2.2), and its host instead of the
+    Host header. uvicorn hands it on as the path: the API's requests so sent got the
+    studio's HTML "Not found", past the body limits kept for /api/ (a review).
+    """
+    if scope["type"] != "http":
+        return scope
+    found = ABSOLUTE_FORM.fullmatch(scope["path"])
+    if found is None:
+        return scope
+    authority, path = found.group(1), found.group(2) or "/"
+    raw = scope.get("raw_path") or b""
+    raw_found = re.fullmatch(rb"(?i)https?://[^/?#]*(.*)", raw)
+    headers = [(k, v) for k, v in scope["headers"] if k != b"host"]
+    headers.append((b"host", authority.encode("latin-1")))
+    return {
+        **scope,
+        "path": path,
+        "raw_path": (raw_found.group(1) or b"/") if raw_found else path.encode("latin-1"),
+        "headers": headers,
+    }
 
 
 def _slowest(size: int) -> float:

@@ -14,6 +14,12 @@ from studio.api.http import BAD_REQUEST, INTERNAL_ERROR, INVALID_HOST, error_res
 from studio.web import metrics, signing_in
 from studio.web.refusals import form_page
 
+
+def api_without_its_slash(request: HttpRequest) -> HttpResponse:
+    """Answer /api and /api/v1 in the API's shape, not the studio's HTML (a review)."""
+    return not_found()
+
+
 urlpatterns = [
     path("admin/", admin.site.urls),
     # Only signing in and out: accounts are made by an operator, so there are no
@@ -25,6 +31,8 @@ urlpatterns = [
     ),
     path("accounts/logout/", signing_in.SignOut.as_view(), name="logout"),
     path("api/v1/", include("studio.api.urls")),
+    path("api/v1", api_without_its_slash),
+    path("api", api_without_its_slash),
     # For Prometheus: a bearer token, or loopback only (docs/operations.md §Metrics).
     path("metrics", metrics.scrape, name="metrics"),
     path("", include("studio.web.urls")),
@@ -64,7 +72,7 @@ def page_not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
     """Answer a path nothing serves (DEBUG off): JSON under /api/ (an /api/v2/ a client
     guessed at, found by a review answered the HTML page), the studio's page elsewhere.
     Paths under /api/v1/ never come here: the API answers its own (after the token)."""
-    if request.path.startswith("/api/"):
+    if request.path == "/api" or request.path.startswith("/api/"):
         return not_found()
     return defaults.page_not_found(request, exception)
 

@@ -87,7 +87,7 @@ pytestmark = pytest.mark.django_db
             id="candidates-bool",
         ),
         pytest.param(
-            {"providers": [{"provider": "openai", "candidates": 2.0}]},
+            {"providers": [{"provider": "openai", "candidates": 2.5}]},
             "Candidates must be a whole number.",
             id="candidates-float",
         ),

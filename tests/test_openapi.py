@@ -93,7 +93,25 @@ def test_it_documents_the_bearer_token_and_the_upload_field(db):
     schemes = served["components"]["securitySchemes"]
     assert [(s["type"], s["scheme"]) for s in schemes.values()] == [("http", "bearer")]
     upload = served["paths"]["/api/v1/subjects/{subject_id}/references"]["post"]["requestBody"]
-    assert "file" in upload["content"]["multipart/form-data"]["schema"]["properties"]
+    form = upload["content"]["multipart/form-data"]["schema"]
+    # Required and a file: it was documented optional and nullable, and refused when absent.
+    assert form["properties"]["file"] == {"type": "string", "format": "binary"}, form
+    assert form["required"] == ["file"], form
+
+
+def test_it_documents_as_nullable_the_batch_fields_it_takes_as_null(db):
+    """Found by a review's Schemathesis run: null was taken for these (as if left out) where
+    the document allowed no null."""
+    served = document()["components"]["schemas"]
+    batch = served["BatchIn"]["properties"]
+    provider = batch["providers"]["items"]["properties"]
+
+    for name, field in [
+        *((n, batch[n]) for n in ("title", "references", "frames")),
+        ("model", provider["model"]),
+    ]:
+        assert {"type": "null"} in field.get("anyOf", []), (name, field)
+    assert {"type": "null"} not in batch["prompt"].get("anyOf", []), batch["prompt"]
 
 
 def test_it_answers_401_for_the_document_without_a_token(db):

@@ -35,7 +35,7 @@ def page(
     """Return the page of `rows` the request's `cursor` asks for, ordered by `key` then pk,
     and the URL of the next page (None on the last one). `key` must name a text column."""
     ordered = rows.order_by(key, "pk")
-    cursor = request.GET.get("cursor")
+    cursor = request.GET.get("cursor") or None  # "?cursor=": the first page, as the schema allows
     if cursor is not None:
         value, pk = _decode(cursor)
         ordered = ordered.filter(Q(**{f"{key}__gt": value}) | Q(**{key: value, "pk__gt": pk}))

@@ -40,20 +40,33 @@ class SubjectIn(Body):
     name: Annotated[Any, WithJsonSchema(NAME)] = None
 
 
+def or_null(schema: dict[str, Any], description: str) -> dict[str, Any]:
+    """Document a field the engine also takes as null, which it reads as the field left out
+    (a review found nulls taken where the document allowed none)."""
+    return {"anyOf": [schema, {"type": "null"}], "description": description}
+
+
 class ProviderIn(Schema):
     provider: str
-    model: str = Field("", description="One of the provider's models; its default otherwise.")
+    model: Annotated[
+        str | None,
+        WithJsonSchema(
+            or_null({"type": "string"}, "One of the provider's models; its default otherwise.")
+        ),
+    ] = None
     candidates: int = Field(1, ge=1, le=8)
 
 
 class BatchIn(Body):
     model_config = required("prompt", "subjects", "providers")
 
-    title: Annotated[Any, WithJsonSchema({"type": "string", "maxLength": 200})] = None
+    title: Annotated[
+        Any, WithJsonSchema(or_null({"type": "string", "maxLength": 200}, "Made up if absent."))
+    ] = None
     prompt: Annotated[Any, WithJsonSchema({"type": "string", "pattern": r"\S"})] = None
     subjects: Annotated[Any, WithJsonSchema({**IDS, "minItems": 1})] = None
     references: Annotated[
-        Any, WithJsonSchema({**IDS, "description": "Every photo of the subjects if absent."})
+        Any, WithJsonSchema(or_null(IDS, "Every photo of the subjects if absent."))
     ] = None
     providers: Annotated[
         Any,
@@ -61,7 +74,7 @@ class BatchIn(Body):
     ] = None
     frames: Annotated[
         Any,
-        WithJsonSchema({"type": "array", "items": FRAMES, "description": '["image"] if absent.'}),
+        WithJsonSchema(or_null({"type": "array", "items": FRAMES}, '["image"] if absent.')),
     ] = None
 
 

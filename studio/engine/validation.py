@@ -264,6 +264,8 @@ def _provider(entry: object) -> dict[str, Any]:
     if not isinstance(name, str) or name not in catalogue:
         raise InvalidRequest(f"Unknown provider: {echo(name)}.")
     candidates = entry.get("candidates", 1)
+    if isinstance(candidates, float) and candidates.is_integer() and abs(candidates) < 2**31:
+        candidates = int(candidates)  # 2.0 is JSON Schema's integer as 2 is (a review)
     if isinstance(candidates, bool) or not isinstance(candidates, int):
         raise InvalidRequest("Candidates must be a whole number.")
     if not 1 <= candidates <= MAX_CANDIDATES:

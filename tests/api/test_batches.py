@@ -331,6 +331,17 @@ def test_it_refuses_a_batch_past_a_configured_cap_with_400_and_the_numbers(
     assert not Batch.objects.exists()
 
 
+def test_it_takes_a_whole_number_written_with_a_point_as_the_document_does(api, subject):
+    """Found by a review's Schemathesis run: 2.0 is an integer to JSON Schema, and the
+    document's `candidates` is one; the API refused it as not a whole number."""
+    providers = [{"provider": "openai", "candidates": 2.0}]
+
+    response = post_json(api, f"{API}/batches", batch_request(subject, providers=providers))
+
+    assert response.status_code == 202, response.content
+    assert Batch.objects.get().tasks.count() == 2
+
+
 def test_it_refuses_one_provider_split_past_eight_candidates_with_400(api, subject):
     providers = [
         {"provider": "flux", "model": "flux-dev", "candidates": 4},

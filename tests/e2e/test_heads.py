@@ -166,3 +166,27 @@ def test_connections_past_the_cap_are_closed_at_once_and_the_server_still_answer
     log = (stack.data_dir / "web.log").read_text()
     warnings = log.count("Closed a new connection")
     assert 1 <= warnings <= 2, f"{warnings} lines about closed connections (bound: one a minute)"
+
+
+def test_an_absolute_form_target_is_served_as_its_path(served):
+    """Found by a review: `GET http://host/api/v1/subjects` (which RFC 9112 §3.2.2 says a
+    server must take) got the studio's HTML "Not found", past the API's body limits."""
+    web, _stack, _spool, token, _subject = served
+    with connect(web) as sock:
+        sock.sendall(
+            f"GET http://127.0.0.1:{web.port}/api/v1/subjects?limit=5 HTTP/1.1\r\n"
+            f"Host: elsewhere.example\r\nAuthorization: Bearer {token}\r\n"
+            "Connection: close\r\n\r\n".encode()
+        )
+        answer, _seconds = read_until_closed(sock)
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 "), answer
+    assert json.loads(body)["items"][0]["name"] == "Ada", body
+
+
+@pytest.mark.parametrize("path", ["/api", "/api/v1"])
+def test_the_apis_own_address_without_a_slash_answers_in_its_shape(served, path):
+    web, *_ = served
+    answer = httpx.get(f"{web.url}{path}", follow_redirects=False)
+    assert answer.status_code == 404, (answer.status_code, answer.text[:200])
+    assert answer.json()["error"]["code"] == "not_found"
