@@ -26,7 +26,7 @@ from tests.admin_pages import (
     serve_history,
     text,
 )
-from tests.factories import drain, ember_result, history_row, plan, uncertain
+from tests.factories import drain, ember_result, history_row, plan, stored_asset, uncertain
 from tests.fake_ember import FakeEmber
 
 pytestmark = pytest.mark.django_db
@@ -72,6 +72,25 @@ def test_it_reconciles_each_selected_task_and_says_what_happened_to_each(
     assert "history_missing → copying" in one_message_about(response, missing)
     assert "copy_failed → copying" in one_message_about(response, broken)
     assert "skipped; a queued task is not reconcilable" in one_message_about(response, queued)
+    assert "will copy the original from Ember's answer" in one_message_about(response, broken)
+
+
+def test_it_says_a_saved_original_is_not_copied_again_when_its_history_is_recovered(
+    admin_client, subject, ember
+):
+    """Found by a browser review: a history_missing task, its original saved, was said to be
+    copied again; the worker only fills in its history id (docs/design.md §7)."""
+    [task] = plan(subject)
+    move(task, TaskState.HISTORY_MISSING, ember_job_id="job_7", result=ember_result("img_7", None))
+    saved = stored_asset(7, task=task, history_id="")
+    Task.objects.filter(pk=task.pk).update(asset=saved)  # as the worker's copy leaves it
+    serve_history(ember, {str(task.pk): [history_row(task)]})
+
+    response = run_action(admin_client, Task, "reconcile_tasks", [task])
+
+    said = one_message_about(response, task)
+    assert "history_missing → copying; the original is saved already" in said, said
+    assert "will copy the original" not in said, said
 
 
 def test_it_says_so_when_embers_history_cannot_be_read(admin_client, subject, ember):

@@ -169,12 +169,14 @@ class TaskRepairs(VersionedAdmin):
         if task.state == TaskState.COPYING and gone:
             self.report(request, task, f"{before} → copying, but {GONE_ADVICE}", messages.WARNING)
         elif task.state == TaskState.COPYING:
-            self.report(
-                request,
-                task,
-                f"{before} → copying; the worker will copy the original from Ember's answer.",
-                messages.SUCCESS,
+            # An original already saved is not fetched again: only its history is filled in
+            # (a review read "will copy the original" for history_missing tasks).
+            then = (
+                "the original is saved already; the worker fills in Ember's history id."
+                if task.asset_id is not None
+                else "the worker will copy the original from Ember's answer."
             )
+            self.report(request, task, f"{before} → copying; {then}", messages.SUCCESS)
         else:
             self.report(request, task, f"still {task.state}: {task.phase}.", messages.WARNING)
 
