@@ -44,7 +44,8 @@ def photo_named(subject: Subject, name: str, seed: int = 20) -> Asset:
 def test_it_names_a_result_by_who_is_in_it_its_provider_frame_candidate_and_hash(
     signed_in: Client, subject, make_subject
 ):
-    """Found by a review: every batch's first GPT Image result was `openai-image-1.png`."""
+    """Found by a review: every batch's first GPT Image result was `openai-image-1.png`; a
+    later one: the provider by its internal key, which the studio never shows."""
     bo = make_subject("Bo")
     engine.add_reference(subject=bo, data=png_bytes(21), file_name="bo.png")
     first = result_of(a_batch(subject, subjects=[subject.pk, bo.pk]).tasks.get(), 30)
@@ -53,8 +54,8 @@ def test_it_names_a_result_by_who_is_in_it_its_provider_frame_candidate_and_hash
     names = [saved_as(signed_in, first), saved_as(signed_in, second)]
 
     assert names == [
-        f"Ada-Bo-openai-image-1-{first.sha256[:8]}.png",
-        f"Ada-Bo-openai-image-1-{second.sha256[:8]}.png",
+        f"Ada-Bo-GPT-Image-image-1-{first.sha256[:8]}.png",
+        f"Ada-Bo-GPT-Image-image-1-{second.sha256[:8]}.png",
     ]
 
 
@@ -73,7 +74,7 @@ def test_it_shortens_the_names_of_many_people_and_keeps_the_hash(signed_in: Clie
 
     assert len(name) <= 120
     assert name.startswith("Ada-Someone-with-a-very-long-name-number-0")
-    assert name.endswith(f"-openai-image-1-{asset.sha256[:8]}.png")
+    assert name.endswith(f"-GPT-Image-image-1-{asset.sha256[:8]}.png")
 
 
 @pytest.mark.parametrize(

@@ -3,6 +3,8 @@
 Found by a browser review: a set made by mistake, or two of one name, stayed for ever.
 """
 
+import re
+
 import pytest
 from django.test import Client
 
@@ -121,7 +123,17 @@ def test_it_says_when_another_set_has_the_same_name(signed_in: Client):
     made = signed_in.post(
         "/sets/", {"name": "best of bo", "assets": [stored_asset(3).pk]}, follow=True
     )
-    renamed = signed_in.post(f"/sets/{other.pk}/rename/", {"name": "Best of Bo"}, follow=True)
+    asked = signed_in.post(f"/sets/{other.pk}/rename/", {"name": "Best of Bo"})
+    other.refresh_from_db()
+    assert other.name == "Holiday", "renamed onto another set's name before asking"
+    assert asked.status_code == 200
+    assert re.search(r"There is already a set named (?i:best of bo)\.", text(asked)), text(asked)
+    assert 'name="confirm" value="yes">Rename to Best of Bo anyway</button>' in (
+        asked.content.decode()
+    )
+    renamed = signed_in.post(
+        f"/sets/{other.pk}/rename/", {"name": "Best of Bo", "confirm": "yes"}, follow=True
+    )
     alone = signed_in.post(f"/sets/{first.pk}/rename/", {"name": "Bo's best"}, follow=True)
 
     twice = "Another set is also named {}: rename one of them to tell them apart."

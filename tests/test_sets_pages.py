@@ -184,6 +184,21 @@ def test_it_asks_once_that_publishing_cannot_be_undone_and_publishes_nothing_bef
     assert confirmed["Location"] == f"/sets/{avatar_set.pk}/published/"
 
 
+def test_the_publish_question_shows_the_images_in_the_order_it_speaks_of(signed_in: Client):
+    """Found by a browser review: "these 3 images in this order", and no image shown."""
+    first, second, third = stored_asset(1), stored_asset(2), stored_asset(3)
+    avatar_set = engine.create_set(name="Family", asset_ids=[third.pk, first.pk, second.pk])
+
+    body = signed_in.get(f"/sets/{avatar_set.pk}/publish/").content.decode()
+
+    shown = re.search(
+        r'<ol class="thumbs to-publish" data-testid="to-publish">(.*?)</ol>', body, re.S
+    )
+    assert shown, body
+    thumbs = re.findall(r'src="/assets/(\d+)/thumb/128/[^"]*" alt="(\d+)\. ', shown.group(1))
+    assert thumbs == [(str(third.pk), "1"), (str(first.pk), "2"), (str(second.pk), "3")], thumbs
+
+
 def test_it_asks_about_one_image_in_the_singular(signed_in: Client):
     """Found by a review: "Sibling apps will read these 1 image in this order"."""
     avatar_set = engine.create_set(name="Solo", asset_ids=[stored_asset(1).pk])

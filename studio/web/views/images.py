@@ -127,9 +127,10 @@ def download_name(asset: Asset) -> str:
 
     A reference photo is saved under its name, with its type's extension when the name
     lacks it ("photo" when nothing of the name is left). A result says who is in it and
-    where it came from, and ends with the start of its hash, so the first GPT Image result
-    of two batches are two files:
-    "Ada-Bo-openai-image-1-3f2a9c1e.png".
+    where it came from (the provider as the studio names it: a review found the internal
+    key "openai" where every page says "GPT Image"), and ends with the start of its hash, so
+    the first GPT Image result of two batches are two files:
+    "Ada-Bo-GPT-Image-image-1-3f2a9c1e.png".
     """
     extension = originals.extension_for(asset.mime)
     if asset.origin == Origin.UPLOADED:
@@ -143,7 +144,8 @@ def download_name(asset: Asset) -> str:
             stem = asset.file_name
         return _bounded(_safe(stem) or "photo", "", extension)
     task = asset.task
-    tail = [asset.provider or (task.provider if task else "") or "result"]
+    label = task.provider_label if task else ""
+    tail = [label or asset.provider or (task.provider if task else "") or "result"]
     if task is not None:
         tail += [task.frame, str(task.ordinal)]
     tail.append(asset.sha256[:8])

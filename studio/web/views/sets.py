@@ -130,6 +130,13 @@ def set_detail(request: HttpRequest, set_id: int) -> HttpResponse:
         # Back to the image that moved, its button focused (the page says which, below).
         back = _change_choice(request, found)
         return redirect(reverse("studio:set", args=[found.pk]) + back)
+    return _set_page(request, found)
+
+
+def _set_page(
+    request: HttpRequest, found: AvatarSet, *, renaming: dict[str, Any] | None = None
+) -> HttpResponse:
+    """Render a set's page; `renaming` asks about a name another set has (value, taken)."""
     items = list(found.items.select_related("asset").prefetch_related("asset__subjects"))
     chosen = [item.asset_id for item in items]
     candidates = (
@@ -151,6 +158,7 @@ def set_detail(request: HttpRequest, set_id: int) -> HttpResponse:
             "page": page_of(request, candidates, PICKER_PAGE),
             # The picker's ticks are kept across its pages, apart from other sets' (pictures.js).
             "picker_keep": f"set-{found.pk}",
+            "renaming": renaming,
             **_moved(request, chosen),
         },
     )
@@ -234,9 +242,15 @@ def _moved(request: HttpRequest, chosen: list[int]) -> dict[str, Any]:
 def set_rename(request: HttpRequest, set_id: int) -> HttpResponse:
     """Rename a draft set, or say why not on its page."""
     found = get_object_or_404(AvatarSet, pk=set_id)
-    old = found.name
+    old, name = found.name, request.POST.get("name", "")
+    # A name another set has is asked about first, as a subject's is: the sets list could
+    # not tell the two apart (a review renamed one onto another's name unasked).
+    if request.POST.get("confirm") != "yes":
+        taken = AvatarSet.objects.filter(name__iexact=name.strip()).exclude(pk=found.pk).first()
+        if taken is not None and name.strip():
+            return _set_page(request, found, renaming={"value": name, "taken": taken})
     try:
-        engine.rename_set(avatar_set=found, name=request.POST.get("name", ""))
+        engine.rename_set(avatar_set=found, name=name)
     except engine.InvalidRequest as exc:
         messages.error(request, str(exc))
     else:
@@ -291,7 +305,10 @@ def set_publish(request: HttpRequest, set_id: int) -> HttpResponse:
         return redirect("studio:set-published", set_id=found.pk)
     if request.method == "GET" or request.POST.get("confirm") != "yes":
         # A blocked set's page says why instead of asking: only its answer used to be refused.
-        context = {"set": found, "count": found.items.count(), "blocked": _blocked(found)}
+        # The images and their order, shown where the page says "in this order" (a review:
+        # it named an order it did not show).
+        items = list(found.items.select_related("asset").prefetch_related("asset__subjects"))
+        context = {"set": found, "items": items, "count": len(items), "blocked": _blocked(found)}
         context["lost"] = engine.lost_originals(found)
         context["empty"] = engine.SET_EMPTY if not context["count"] else ""
         context["photos"] = engine.reference_photos(found)
