@@ -78,9 +78,9 @@ POINTS: dict[str, Callable[[], None]] = {
     # The original is on disk under its hash; its Asset row is not written.
     "after-original": lambda: kill_after(originals, "save"),
     # The Asset row is committed; the release has not been sent.
-    "after-row": lambda: kill_before(EmberClient, "release"),
+    "after-row": lambda: kill_before(EmberClient, "release_status"),
     # Ember took the release; `done` is not written.
-    "after-release": lambda: kill_after(EmberClient, "release"),
+    "after-release": lambda: kill_after(EmberClient, "release_status"),
 }
 
 

@@ -26,7 +26,8 @@ from hypothesis.stateful import (
 )
 
 from studio import engine, originals
-from studio.ember.client import MAX_RETRY_AFTER, EmberClient, EmberError
+from studio.ember.answers import MAX_RETRY_AFTER
+from studio.ember.client import EmberClient, EmberError
 from studio.models import ACTIVE, RECONCILABLE, Asset, AvatarSet, Origin, Task, TaskState
 from studio.worker import Worker
 from tests.ember_model import HISTORY, Clock, Death, EmberModel

@@ -59,6 +59,27 @@ def test_it_keeps_it_unconfirmed_when_ember_again_gives_no_200(subject, ember, w
     assert fake.release_route.call_count == 1
 
 
+GONE = {"error": {"code": "not_found", "message": "no such image"}}
+
+
+@pytest.mark.parametrize(("file_status", "released"), [(404, True), (200, False), (503, False)])
+def test_asking_again_about_an_image_ember_removed_since_confirms_it(
+    subject, ember, worker, file_status, released
+):
+    """Found by a kill review: Ember applied the release, the answer was lost, and its
+    retention removed the image; every later ask got 404, and the task's "unconfirmed"
+    (and the alert counting it) could never be cleared. A 404 is believed only when the
+    image's file route answers 404 too."""
+    fake, task = unconfirmed(subject, ember, worker)
+    fake.release_route.mock(return_value=httpx.Response(404, json=GONE))
+    fake.file_route.mock(return_value=httpx.Response(file_status, json=GONE))
+
+    task = engine.release_again(task=task, client=worker.client)
+
+    assert row_of(task).protection_released is released
+    assert fake.release_route.call_count == 1
+
+
 def test_it_never_asks_while_the_original_is_damaged(subject, ember, worker):
     fake, task = unconfirmed(subject, ember, worker)
     asset = Asset.objects.get(task=task)

@@ -259,7 +259,8 @@ def test_it_downloads_the_original_as_an_attachment(signed_in: Client, subject):
     assert response.status_code == 200
     assert served_bytes(response) == png_bytes(9)
     assert response["Content-Type"] == "image/png"
-    saved = f"Ada-{task.provider}-{task.frame}-{task.ordinal}-{asset.sha256[:8]}.png"
+    label = task.provider_label.replace(" ", "-")  # as the pages name it: "FLUX", "GPT-Image"
+    saved = f"Ada-{label}-{task.frame}-{task.ordinal}-{asset.sha256[:8]}.png"
     assert response["Content-Disposition"] == f'attachment; filename="{saved}"'
 
 

@@ -90,6 +90,34 @@ def test_it_finishes_with_protection_unconfirmed_when_the_release_fails(
     assert route.call_count == 1  # nothing retries a failed release on a timer
 
 
+GONE = {"error": {"code": "not_found", "message": "no such image"}}
+
+
+@pytest.mark.parametrize(("file_after", "released"), [(404, True), (200, False)])
+def test_a_release_answered_404_counts_as_let_go_of_only_once_the_image_is_gone(
+    subject, ember, worker, file_after, released
+):
+    """Found by a kill review: a worker stopped after Ember applied the release sent it
+    again on restart; Ember had removed the image and answered 404, and the task kept
+    "release unconfirmed" for good ("Ask Ember again" could only get 404 again). A 404 to
+    the release is believed only when Ember's file route says 404 too."""
+    fake = FakeEmber(ember)
+
+    def already_let_go(request, image_id):
+        if file_after == 404:  # Ember's retention removed it once it was let go of
+            fake.file_route.mock(return_value=httpx.Response(404, json=GONE))
+        return httpx.Response(404, json=GONE)
+
+    fake.release_route.mock(side_effect=already_let_go)
+    [task] = plan(subject)
+
+    drain(worker)
+
+    task.refresh_from_db()
+    assert (task.state, task.protection_released) == (TaskState.DONE, released)
+    assert fake.release_route.call_count == 1
+
+
 def test_it_records_history_missing_with_embers_message(subject, ember, worker):
     FakeEmber(ember, history=False)
     [task] = plan(subject)

@@ -6,12 +6,15 @@ cannot be read is an `EmberBadAnswer`, never another exception.
 """
 
 import json
+import math
 import re
 import zlib
 from dataclasses import dataclass
+from email.utils import parsedate_to_datetime
 from typing import Any
 
 import httpx
+from django.utils import timezone
 
 from studio.ember.errors import EmberBadAnswer
 
@@ -23,6 +26,9 @@ UNSTORABLE = re.compile("[\ud800-\udfff\x00]")
 IMAGE_FIELDS = ("id", "mime", "sha256", "bytes")
 METADATA_FIELDS = ("provider", "model", "width", "height")
 KEPT_CHARS = 1000  # characters of each string kept from it; Ember's are far shorter
+DEFAULT_RETRY_AFTER = 30.0  # seconds, when a 429/503 names no usable Retry-After
+MIN_RETRY_AFTER = 1.0  # seconds: one pump tick, whatever Ember says
+MAX_RETRY_AFTER = 3600.0  # seconds: a busy Ember is asked again within the hour
 
 
 @dataclass(frozen=True)
@@ -210,3 +216,30 @@ def framed(headers: httpx.Headers) -> bool:
     one cut short is an error of the exchange, not a shorter body."""
     chunked = "chunked" in headers.get("Transfer-Encoding", "").lower()
     return chunked or "Content-Length" in headers
+
+
+def retry_after(response: Reply) -> float:
+    """Return how long Ember asks us to wait, bounded to [MIN_RETRY_AFTER, MAX_RETRY_AFTER].
+
+    The floor keeps "0" or a date in the past from turning into a POST per pump
+    pass; the ceiling keeps "1e400" or a date years ahead from parking a task
+    for good (or overflowing the timestamp it becomes).
+    """
+    raw = response.headers.get("Retry-After", "").strip()
+    seconds = retry_after_seconds(raw) if raw else None
+    if seconds is None or math.isnan(seconds):
+        return DEFAULT_RETRY_AFTER
+    return min(MAX_RETRY_AFTER, max(MIN_RETRY_AFTER, seconds))
+
+
+def retry_after_seconds(raw: str) -> float | None:
+    """Read a Retry-After value (seconds or an HTTP date); None when it is neither."""
+    try:
+        return float(raw)
+    except ValueError:
+        pass
+    try:
+        return (parsedate_to_datetime(raw) - timezone.now()).total_seconds()
+    except (TypeError, ValueError, OverflowError, IndexError):
+        # Not a date, or one no datetime can hold (or without a zone to compare).
+        return None

@@ -8,18 +8,15 @@ may be sent again. Answers that make no sense are errors too, never crashes.
 import asyncio
 import hashlib
 import json
-import math
 import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from email.utils import parsedate_to_datetime
 from typing import Any
 from urllib.parse import quote, urlencode
 
 import httpx
 from django.conf import settings
-from django.utils import timezone
 
 from studio import metrics, originals
 from studio.ember.answers import (
@@ -31,6 +28,7 @@ from studio.ember.answers import (
     json_object,
     kept_result,
     read_answer,
+    retry_after,
 )
 from studio.ember.errors import (
     EmberAuthError,
@@ -60,9 +58,6 @@ FETCH_TIMEOUT = httpx.Timeout(connect=5.0, read=120.0, write=30.0, pool=5.0)
 # seconds a whole exchange may take: a byte every few seconds passes every read timeout.
 DEADLINE = 60.0
 DEADLINES = {"submit": 300.0, "fetch": 300.0}  # a submit carries photos; a fetch, an image
-DEFAULT_RETRY_AFTER = 30.0  # seconds, when a 429/503 names no usable Retry-After
-MIN_RETRY_AFTER = 1.0  # seconds: one pump tick, whatever Ember says
-MAX_RETRY_AFTER = 3600.0  # seconds: a busy Ember is asked again within the hour
 MAX_MESSAGE = 1000  # characters of an Ember error message a task keeps (and pages show)
 KEPT = 8  # idle connections kept alive at least, more with more slots
 # Ember's ids go into URL paths (/jobs/{id}, /images/{id}/file): one of another shape
@@ -243,8 +238,12 @@ class EmberClient:
         False means *unconfirmed*, not "still protected": a PATCH that Ember
         applied before the connection dropped looks exactly like a failure.
         """
+        return await self.release_status(image_id) == 200
+
+    async def release_status(self, image_id: str) -> int | None:
+        """Send the release (as `release`); return Ember's status, None when none came."""
         if not is_safe_id(image_id):
-            return False  # nothing is sent: the PATCH would land on another route
+            return None  # nothing is sent: the PATCH would land on another route
         try:
             response = await self._send(
                 "PATCH",
@@ -253,8 +252,34 @@ class EmberClient:
                 json={"protected": False, "durable_copy": True},
             )
         except Exception:
+            return None
+        return response.status_code
+
+    async def let_go(self, image_id: str) -> bool:
+        """Release the image; True when nothing of it is left protected at Ember.
+
+        That is Ember's 200, or its 404 to the release confirmed by a 404 from the file
+        route. An image already let go of (a worker stopped after Ember applied the PATCH,
+        before its answer was read) may be removed by the next ask, which Ember can then
+        only answer 404: a review's 54 tasks stayed "release unconfirmed" for good, and
+        "Ask Ember again" could never clear them. Never raises.
+        """
+        status = await self.release_status(image_id)
+        return status == 200 or (status == 404 and await self.image_gone(image_id))
+
+    async def image_gone(self, image_id: str) -> bool:
+        """Say whether Ember's file route answers 404 for the image: it no longer has it.
+
+        Never raises; reads none of a 200's body. False whenever Ember did not say so.
+        """
+        if not is_safe_id(image_id):
             return False
-        return response.status_code == 200
+        try:
+            url = f"/api/v1/images/{image_id}/file"
+            response = await self._send("GET", url, route="fetch", bounds=FETCH_TIMEOUT, limit=0)
+        except Exception:
+            return False
+        return response.status_code == 404
 
     async def history(self, task_id: str) -> list[dict[str, Any]]:
         """Return Ember's history rows for one of our tasks (possibly none)."""
@@ -450,7 +475,7 @@ def _refusal(response: Reply, *, unknown_outcome: bool) -> EmberError:
     status = response.status_code
     message = _ember_says(response)
     if status in (429, 503):
-        return EmberBusy(message, status=status, retry_after=_retry_after(response))
+        return EmberBusy(message, status=status, retry_after=retry_after(response))
     if status in (401, 403):
         return EmberAuthError(message, status=status)
     if status == 404:
@@ -461,30 +486,3 @@ def _refusal(response: Reply, *, unknown_outcome: bool) -> EmberError:
         # 500/502/504 (or any other surprise) to a submit: it may have been accepted.
         return EmberUnknownOutcome(message, status=status)
     return EmberError(message, status=status)
-
-
-def _retry_after(response: Reply) -> float:
-    """Return how long Ember asks us to wait, bounded to [MIN_RETRY_AFTER, MAX_RETRY_AFTER].
-
-    The floor keeps "0" or a date in the past from turning into a POST per pump
-    pass; the ceiling keeps "1e400" or a date years ahead from parking a task
-    for good (or overflowing the timestamp it becomes).
-    """
-    raw = response.headers.get("Retry-After", "").strip()
-    seconds = _retry_after_seconds(raw) if raw else None
-    if seconds is None or math.isnan(seconds):
-        return DEFAULT_RETRY_AFTER
-    return min(MAX_RETRY_AFTER, max(MIN_RETRY_AFTER, seconds))
-
-
-def _retry_after_seconds(raw: str) -> float | None:
-    """Read a Retry-After value (seconds or an HTTP date); None when it is neither."""
-    try:
-        return float(raw)
-    except ValueError:
-        pass
-    try:
-        return (parsedate_to_datetime(raw) - timezone.now()).total_seconds()
-    except (TypeError, ValueError, OverflowError, IndexError):
-        # Not a date, or one no datetime can hold (or without a zone to compare).
-        return None

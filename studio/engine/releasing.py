@@ -41,11 +41,12 @@ def release_again(*, task: Task, client: EmberClient | None = None) -> Task:
 
 
 async def _release(image_id: str, client: EmberClient | None) -> bool:
-    """Ask Ember to let go of `image_id`; True only on its 200 (the client never raises)."""
+    """Ask Ember to let go of `image_id`; True on its 200, or once it no longer has the
+    image at all (`EmberClient.let_go`; the client never raises)."""
     if client is not None:
-        return await client.release(image_id)
+        return await client.let_go(image_id)
     own = EmberClient()
     try:
-        return await own.release(image_id)
+        return await own.let_go(image_id)
     finally:
         await own.aclose()

@@ -348,7 +348,7 @@ class Steps:
             held = await asyncio.to_thread(archive.whole, asset)
         if not held and not await self._copy_again(task, asset):
             return False, released
-        released = await self.client.release(asset.ember_image_id)
+        released = await self.client.let_go(asset.ember_image_id)
         if not released:  # shown on the task (protection_released); said in the log too
             log.warning(
                 "task=%s Ember did not confirm the release of image %s: it may still be "

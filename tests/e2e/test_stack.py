@@ -111,6 +111,9 @@ def test_a_worker_killed_at_any_step_loses_nothing_and_pays_nothing_twice(
             assert paid[task["id"]] <= 1, task
         if task["state"] == "done":
             assert task["on_disk"], task
+            # Never "unconfirmed" for an image Ember no longer has: nothing can clear that
+            # (a kill review: a release applied before the kill, asked again, got 404).
+            assert task["released"] is True or kept_by_ember, task
     # Every task rests: the worker drove what it could, a person decides the rest.
     assert {t["state"] for t in tasks} <= {"done", "uncertain"}
     uncertain = [t for t in tasks if t["state"] == "uncertain"]

@@ -184,6 +184,33 @@ def test_it_reports_an_unconfirmed_release_as_false_and_never_raises(ember, outc
     assert route.call_count == 1
 
 
+@pytest.mark.parametrize(
+    ("release", "file", "let_go", "files_asked"),
+    [
+        (httpx.Response(200), None, True, 0),
+        (httpx.Response(404, json=ember_error("not_found", "No such image.")), 404, True, 1),
+        (httpx.Response(404, json=ember_error("not_found", "No such image.")), 200, False, 1),
+        (httpx.Response(404, json=ember_error("not_found", "No such image.")), 503, False, 1),
+        (httpx.Response(500), 404, False, 0),  # only a 404 is looked into
+        (httpx.ConnectError("refused"), 404, False, 0),
+    ],
+    ids=["200", "404-gone", "404-still-there", "404-file-busy", "500", "unreachable"],
+)
+def test_it_counts_as_let_go_of_only_a_200_or_an_image_ember_no_longer_has(
+    ember, release, file, let_go, files_asked
+):
+    outcome = (
+        {"side_effect": release} if isinstance(release, Exception) else {"return_value": release}
+    )
+    ember.patch("/api/v1/explorations/img_1/protection").mock(**outcome)
+    # A 200 from the file route with a body far past any cap: none of it may be read.
+    answer = httpx.Response(file or 200, content=b"x" * (8 * 1024 * 1024))
+    files = ember.get("/api/v1/images/img_1/file").mock(return_value=answer)
+
+    assert call("let_go", "img_1") is let_go
+    assert files.call_count == files_asked
+
+
 # --- history ------------------------------------------------------------------
 
 

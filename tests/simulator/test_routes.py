@@ -250,6 +250,9 @@ def test_cleanup_removes_only_unprotected_images(client: httpx.Client) -> None:
     assert images[kept["id"]]["protected"] is True
     assert images[released["id"]]["removed"] is True
     assert images[other_app["id"]]["removed"] is False
+    # Removed, the image is no longer Ember's to let go of: a release is 404, as its file.
+    again = client.patch(f"/api/v1/explorations/{released['id']}/protection", json=patch)
+    assert_error(again, 404)
 
 
 def test_release_validates_body_and_image(client: httpx.Client) -> None:

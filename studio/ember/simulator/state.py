@@ -336,10 +336,14 @@ class SimulatorState:
             return image.data, image.mime, delay
 
     def release(self, image_id: str) -> JSON:
-        """Drop an image's protection (the durable-copy acknowledgement)."""
+        """Drop an image's protection (the durable-copy acknowledgement).
+
+        404 once the retention pass removed the image, as its file route answers: Ember no
+        longer has it (a review's own Ember answered so, and the worker met it on restart).
+        """
         with self._lock:
             image = self.images.get(image_id)
-            if image is None:
+            if image is None or image.data is None:
                 raise ApiError(404, "not_found", f"Ember has no image {image_id}.")
             image.protected = False
             self.changes += 1
