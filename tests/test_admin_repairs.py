@@ -57,7 +57,8 @@ def test_it_reconciles_each_selected_task_and_says_what_happened_to_each(
     assert response.status_code == 200
     assert row_of(found).state == TaskState.COPYING
     assert row_of(found).ember_job_id == "job_7"
-    assert row_of(found).attempts.get().ember_job_id == "job_7"  # the lost attempt, found
+    lost = row_of(found).attempts.get()
+    assert (lost.ember_job_id, lost.outcome) == ("job_7", "accepted")  # the lost attempt, found
     assert row_of(not_found).state == TaskState.UNCERTAIN
     assert row_of(missing).state == TaskState.COPYING
     assert row_of(broken).state == TaskState.COPYING

@@ -237,9 +237,9 @@ def test_once_any_job_would_have_finished_no_row_is_said_to_be_a_persons_call(su
         kept.phase
         == NO_ROW_LATE_PHASE
         == (
-            "Ember's history still has no row, long after its job would have finished: this "
-            "submit likely never reached Ember, or its job failed. A person decides whether to "
-            "resubmit"
+            "No row in Ember's history long after its job would have finished: the submit may "
+            "never have arrived, its job may have failed, or Ember did not write its row. A "
+            "person decides whether to resubmit"
         )
     )
     assert len(kept.phase) <= Task._meta.get_field("phase").max_length
@@ -362,7 +362,8 @@ def test_it_finishes_a_lost_202_from_the_simulator_without_anyone_charged_once(s
     done = row_of(task)
     assert done.state == TaskState.DONE, (done.phase, done.error)
     [attempt] = done.attempts.all()
-    assert attempt.outcome == Attempt.Outcome.UNKNOWN and attempt.ember_job_id == done.ember_job_id
+    # Learned from Ember's history: accepted, not "unknown" beside its job (a kill review).
+    assert attempt.outcome == Attempt.Outcome.ACCEPTED and attempt.ember_job_id == done.ember_job_id
     assert done.asset.ember_history_id
     assert charges["charges"] == {str(task.pk): 1}, charges
     submits = [r for r in requests["items"] if r["method"] == "POST"]

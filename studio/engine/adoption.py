@@ -42,9 +42,12 @@ log = logging.getLogger("studio.worker")
 # in it (exact, since the settings allow each task at most one search a minute).
 WINDOW = timedelta(seconds=60)
 NO_ROW_PHASE = "Ember's history has no row for this submit yet; the worker looks again"
+# Not "likely never reached Ember": a job whose history write failed leaves no row either,
+# and was paid for (a kill review resubmitted on that advice and paid twice).
 NO_ROW_LATE_PHASE = (
-    "Ember's history still has no row, long after its job would have finished: this submit "
-    "likely never reached Ember, or its job failed. A person decides whether to resubmit"
+    "No row in Ember's history long after its job would have finished: the submit may never "
+    "have arrived, its job may have failed, or Ember did not write its row. A person decides "
+    "whether to resubmit"
 )
 LISTED = 5  # originals a search names on the task; the rest are counted
 AMBIGUOUS_PHASE = "Ember's history holds rows Avatars will not take on its own; a person decides"

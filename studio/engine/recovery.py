@@ -299,7 +299,12 @@ def _learn_attempts(task: Task, rows: list[dict[str, Any]]) -> None:
         if attempt is None or not job_id or job_id in known:
             continue
         seen = f"Ember's history shows it arrived: job {job_id}, image {_row_image(row)}."
-        update(attempt, ember_job_id=job_id, error=f"{attempt.error} {seen}".strip())
+        # Accepted, as a 202 would have said: "unknown" beside a known job read as a
+        # contradiction in the admin (a kill review).
+        accepted = Attempt.Outcome.ACCEPTED
+        update(
+            attempt, ember_job_id=job_id, outcome=accepted, error=f"{attempt.error} {seen}".strip()
+        )
         known.add(job_id)
         del lost[attempt.number]
 
@@ -364,7 +369,7 @@ def _back_to_copying(task: Task, result: dict[str, Any], job_id: str, *, note: s
         latest = task.attempts.order_by("-number").first()
         if job_id and not task.ember_job_id and latest is not None and not latest.ember_job_id:
             # The lost answer of the task's latest submit: this is its job.
-            update(latest, ember_job_id=job_id)
+            update(latest, ember_job_id=job_id, outcome=Attempt.Outcome.ACCEPTED)
         return move(
             task,
             TaskState.COPYING,
