@@ -4,6 +4,7 @@ Each one fails loudly on a value it cannot understand: a typo in a deployment
 must stop the process, not quietly fall back to a default.
 """
 
+import math
 import os
 import zoneinfo
 from urllib.parse import urlsplit
@@ -55,6 +56,8 @@ def env_float(name: str, default: float, *, minimum: float | None = None) -> flo
         value = float(raw.strip())
     except ValueError:
         raise ImproperlyConfigured(f"{name} must be a number, not {raw!r}") from None
+    if not math.isfinite(value):  # "nan" passes any minimum, "inf" means never
+        raise ImproperlyConfigured(f"{name} must be a finite number, not {raw!r}")
     if minimum is not None and value < minimum:
         raise ImproperlyConfigured(f"{name} must be at least {minimum}, not {value}")
     return value

@@ -22,6 +22,12 @@ def studio_command(python: str, port: int) -> list[str]:
         "--no-proxy-headers",
         "--http",
         "avatars.heads:TimedHeads",
+        # Accepted at once before any is refused: kept well under the descriptors left.
+        "--backlog",
+        "128",
+        # A stop waits this long for answers under way, not for a client that never reads.
+        "--timeout-graceful-shutdown",
+        "30",
         "--log-level",
         "warning",
     ]
