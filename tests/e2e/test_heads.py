@@ -262,6 +262,13 @@ def test_a_head_too_large_is_answered_431_however_it_arrives(served):
             answer, _seconds = read_until_closed(sock)
         return answer
 
+    head = (
+        f"GET /api/v1/subjects HTTP/1.1\r\nHost: 127.0.0.1\r\nCookie: c={'x' * 100_000}\r\n"
+        "Connection: close\r\n\r\n"
+    ).encode()
+    with connect(web) as sock:  # the whole head at once, as one write
+        sock.sendall(head)
+        at_once, _seconds = read_until_closed(sock)
     big_cookies = sent_in_segments(20_000)  # a busy site's cookies: answered
     # Past the limit, and no more sent: the answer is not lost to a reset of unread bytes.
     too_large = sent_in_segments(70_000, whole=False)
@@ -269,6 +276,7 @@ def test_a_head_too_large_is_answered_431_however_it_arrives(served):
     status, error = error_of(too_large)
     assert status == "HTTP/1.1 431 Request Header Fields Too Large", too_large[:200]
     assert error == {"code": "too_large", "message": HEAD_TOO_LARGE}
+    assert error_of(at_once)[0] == "HTTP/1.1 431 Request Header Fields Too Large", at_once[:200]
 
 
 def test_requests_that_are_not_http_are_logged_once_a_minute(served):
