@@ -227,13 +227,16 @@ def _check_whole(avatar_set: AvatarSet) -> None:
 
 
 def _damaged(sha256: str, mime: str) -> bool:
-    """Say whether the regular file named for an original holds other bytes than its hash
-    (hashed a chunk at a time, whatever its size); False when there is none (`lost_originals`)."""
+    """Say whether the regular file named for an original holds other bytes than its hash,
+    read as the scrub reads one (never past the image cap); False when there is none: a
+    missing original is `lost_originals`' to say."""
     try:
         path = originals.path_of(sha256, mime)
         if path.is_symlink() or not path.is_file():
             return False
-        return originals.file_sha256(path) != sha256
+        return originals.sha256_of(originals.read_regular(path, links=False)) != sha256
+    except originals.NotAnOriginal:
+        return True  # past the cap for an image: not the original
     except (ValueError, OSError):
         return False
 
