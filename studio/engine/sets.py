@@ -227,18 +227,17 @@ def _check_whole(avatar_set: AvatarSet) -> None:
 
 
 def _damaged(sha256: str, mime: str) -> bool:
-    """Say whether the regular file named for an original holds other bytes than its hash,
-    read as the scrub reads one (never past the image cap); False when there is none: a
-    missing original is `lost_originals`' to say."""
-    try:
-        path = originals.path_of(sha256, mime)
-        if path.is_symlink() or not path.is_file():
-            return False
-        return originals.sha256_of(originals.read_regular(path, links=False)) != sha256
-    except originals.NotAnOriginal:
-        return True  # past the cap for an image: not the original
-    except (ValueError, OSError):
+    """Say whether the original held under its name fails its checksum (`originals.read`,
+    the archive's checked read); False when none is held: `lost_originals` says so."""
+    if not originals.holds(sha256, mime):
         return False
+    try:
+        originals.read(sha256, mime)
+    except originals.ChecksumFailed:
+        return True
+    except OSError:  # gone since it was looked at: a missing one, said by the next check
+        return False
+    return False
 
 
 def images_at(places: list[int]) -> str:
