@@ -4,7 +4,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from django.contrib import messages
-from django.db.models import Count
+from django.db.models import Count, QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.template.defaultfilters import pluralize
@@ -14,7 +14,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from studio import curation, engine
 from studio.ids import row_id
-from studio.models import Asset, AvatarSet
+from studio.models import Asset, AvatarSet, SetItem
 from studio.web.forms import ChooseForm, SetForm
 from studio.web.gallery import GalleryFilter
 from studio.web.views.common import LIST_PAGE, login_required, page_of, posted, say_renamed
@@ -137,7 +137,7 @@ def _set_page(
     request: HttpRequest, found: AvatarSet, *, renaming: dict[str, Any] | None = None
 ) -> HttpResponse:
     """Render a set's page; `renaming` asks about a name another set has (value, taken)."""
-    items = list(found.items.select_related("asset").prefetch_related("asset__subjects"))
+    items = list(_chosen(found))
     chosen = [item.asset_id for item in items]
     candidates = (
         Asset.objects.exclude(pk__in=chosen)
@@ -246,8 +246,8 @@ def set_rename(request: HttpRequest, set_id: int) -> HttpResponse:
     # A name another set has is asked about first, as a subject's is: the sets list could
     # not tell the two apart (a review renamed one onto another's name unasked).
     if request.POST.get("confirm") != "yes":
-        taken = AvatarSet.objects.filter(name__iexact=name.strip()).exclude(pk=found.pk).first()
-        if taken is not None and name.strip():
+        taken = _named_alike(name.strip(), found) if name.strip() else None
+        if taken is not None:
             return _set_page(request, found, renaming={"value": name, "taken": taken})
     try:
         engine.rename_set(avatar_set=found, name=name)
@@ -259,10 +259,20 @@ def set_rename(request: HttpRequest, set_id: int) -> HttpResponse:
     return redirect("studio:set", set_id=found.pk)
 
 
+def _chosen(found: AvatarSet) -> QuerySet[SetItem]:
+    """Return a set's chosen images in order, with what their captions name."""
+    return found.items.select_related("asset").prefetch_related("asset__subjects")
+
+
+def _named_alike(name: str, but: AvatarSet) -> AvatarSet | None:
+    """Return another set than `but` named `name` (letter case aside), if there is one."""
+    return AvatarSet.objects.filter(name__iexact=name).exclude(pk=but.pk).first()
+
+
 def _say_if_named_twice(request: HttpRequest, named: AvatarSet) -> None:
     """Say so when another set has the same name: the sets list could not tell them apart
     (a browser review made two of one name, one published, unawares)."""
-    if AvatarSet.objects.filter(name__iexact=named.name).exclude(pk=named.pk).exists():
+    if _named_alike(named.name, named) is not None:
         messages.warning(
             request,
             f"Another set is also named {named.name}: rename one of them to tell them apart.",
@@ -307,7 +317,7 @@ def set_publish(request: HttpRequest, set_id: int) -> HttpResponse:
         # A blocked set's page says why instead of asking: only its answer used to be refused.
         # The images and their order, shown where the page says "in this order" (a review:
         # it named an order it did not show).
-        items = list(found.items.select_related("asset").prefetch_related("asset__subjects"))
+        items = list(_chosen(found))
         context = {"set": found, "items": items, "count": len(items), "blocked": _blocked(found)}
         context["lost"] = engine.lost_originals(found)
         context["empty"] = engine.SET_EMPTY if not context["count"] else ""
@@ -329,7 +339,7 @@ def set_publish(request: HttpRequest, set_id: int) -> HttpResponse:
 def set_published(request: HttpRequest, set_id: int) -> HttpResponse:
     """Show a published set as sibling apps see it: read-only, in order, with their URL."""
     found = get_object_or_404(AvatarSet, pk=set_id, published_at__isnull=False)
-    items = found.items.select_related("asset").prefetch_related("asset__subjects")
+    items = _chosen(found)
     api_url = request.build_absolute_uri(reverse("api:set", kwargs={"set_id": found.pk}))
     return render(
         request,
