@@ -19,8 +19,9 @@ bounded (`bodylimit`); the head was not, nor an answer its client never reads. H
   accepted, so the process keeps the descriptors it needs for its own files;
 - a head larger than `HEAD_MAX` is answered 431, and any other request uvicorn cannot
   parse 400, both in the API's error shape;
-- the log lines a stranger can cause at will (an unparsable request, a refused accept)
-  are written at most once a minute each, with how many were left out.
+- the log lines a stranger can cause at will (an unparsable request, a refused accept, a
+  connection past the cap) are written at most once a minute each, with how many were
+  left out.
 
 Served with `uvicorn --http avatars.heads:TimedHeads` (`studio/serving.py`, and
 docs/operations.md). Nothing here needs Django's settings: uvicorn loads it before the app.
@@ -87,6 +88,7 @@ logging.getLogger("uvicorn.error").addFilter(
     OncePerMinute("Invalid HTTP request received.", "Unsupported upgrade request.")
 )
 logging.getLogger("asyncio").addFilter(OncePerMinute("socket.accept() out of system resource"))
+logger.addFilter(OncePerMinute("Closed a new connection"))
 
 
 def connection_cap(backlog: int) -> int:
@@ -115,7 +117,6 @@ class TimedHeads(H11Protocol):
     """H11Protocol whose connections wait a bounded time for a head and for their reader."""
 
     caps: dict[int, int] = {}  # by listen backlog
-    last_warning = 0.0
 
     head_timer: asyncio.TimerHandle | None = None
     stall_timer: asyncio.TimerHandle | None = None
@@ -143,7 +144,11 @@ class TimedHeads(H11Protocol):
         backlog = self.config.backlog
         cap = self.caps.setdefault(backlog, connection_cap(backlog))
         if len(self.connections) > cap:
-            self._warn_refused(cap)
+            logger.warning(
+                "Closed a new connection: %d are open, the most this process takes "
+                "(AVATARS_MAX_CONNECTIONS, and a quarter of its file descriptors).",
+                cap,
+            )
             transport.write(
                 error_answer(503, "Service Unavailable", "busy", TOO_MANY, "retry-after: 1")
             )
@@ -251,13 +256,3 @@ class TimedHeads(H11Protocol):
         self.stall_timer = None
         if self.flow.write_paused or self.transport.is_closing():
             self.transport.abort()
-
-    def _warn_refused(self, cap: int) -> None:
-        now = time.monotonic()
-        if now - TimedHeads.last_warning >= WARN_EVERY:
-            TimedHeads.last_warning = now
-            logger.warning(
-                "Closed a new connection: %d are open, the most this process takes "
-                "(AVATARS_MAX_CONNECTIONS, and a quarter of its file descriptors).",
-                cap,
-            )
