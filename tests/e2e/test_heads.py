@@ -55,6 +55,13 @@ def read_until_closed(sock: socket.socket) -> tuple[bytes, float]:
         got += chunk
 
 
+def sent(web: Web, data: bytes) -> tuple[bytes, float]:
+    """Send `data` on a new connection and read until the server closes it (see above)."""
+    with connect(web) as sock:
+        sock.sendall(data)
+        return read_until_closed(sock)
+
+
 def one_answer(sock: socket.socket) -> bytes:
     """Read one whole answer (its head and its Content-Length of body) from `sock`."""
     got = b""
@@ -74,9 +81,7 @@ def error_of(answer: bytes) -> tuple[str, dict[str, str]]:
 
 def test_half_a_request_line_is_answered_408_in_the_error_shape_and_closed(served):
     web, *_ = served
-    with connect(web) as sock:
-        sock.sendall(b"GET /api/v1/subjects HTTP/1.1\r\n")
-        answer, seconds = read_until_closed(sock)
+    answer, seconds = sent(web, b"GET /api/v1/subjects HTTP/1.1\r\n")
 
     status, error = error_of(answer)
     assert status == "HTTP/1.1 408 Request Timeout", answer
@@ -144,9 +149,9 @@ def test_part_of_a_head_sent_with_the_request_before_it_is_answered_408(served):
 
 def test_what_is_not_http_gets_the_api_error_shape(served):
     web, *_ = served
-    with connect(web) as sock:
-        sock.sendall(b"GET /api/v1/subjects HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n")
-        answer, _seconds = read_until_closed(sock)
+    answer, _seconds = sent(
+        web, b"GET /api/v1/subjects HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n"
+    )
     status, error = error_of(answer)
     assert status == "HTTP/1.1 400 Bad Request", answer
     assert error == {
@@ -190,13 +195,12 @@ def test_an_absolute_form_target_is_served_as_its_path(served):
     """Found by a review: `GET http://host/api/v1/subjects` (which RFC 9112 §3.2.2 says a
     server must take) got the studio's HTML "Not found", past the API's body limits."""
     web, _stack, _spool, token, _subject = served
-    with connect(web) as sock:
-        sock.sendall(
-            f"GET http://127.0.0.1:{web.port}/api/v1/subjects?limit=5 HTTP/1.1\r\n"
-            f"Host: elsewhere.example\r\nAuthorization: Bearer {token}\r\n"
-            "Connection: close\r\n\r\n".encode()
-        )
-        answer, _seconds = read_until_closed(sock)
+    answer, _seconds = sent(
+        web,
+        f"GET http://127.0.0.1:{web.port}/api/v1/subjects?limit=5 HTTP/1.1\r\n"
+        f"Host: elsewhere.example\r\nAuthorization: Bearer {token}\r\n"
+        "Connection: close\r\n\r\n".encode(),
+    )
     head, _, body = answer.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 200 "), answer
     assert json.loads(body)["items"][0]["name"] == "Ada", body
@@ -266,9 +270,7 @@ def test_a_head_too_large_is_answered_431_however_it_arrives(served):
         f"GET /api/v1/subjects HTTP/1.1\r\nHost: 127.0.0.1\r\nCookie: c={'x' * 100_000}\r\n"
         "Connection: close\r\n\r\n"
     ).encode()
-    with connect(web) as sock:  # the whole head at once, as one write
-        sock.sendall(head)
-        at_once, _seconds = read_until_closed(sock)
+    at_once, _seconds = sent(web, head)  # the whole head at once, as one write
     big_cookies = sent_in_segments(20_000)  # a busy site's cookies: answered
     # Past the limit, and no more sent: the answer is not lost to a reset of unread bytes.
     too_large = sent_in_segments(70_000, whole=False)
@@ -282,9 +284,7 @@ def test_a_head_too_large_is_answered_431_however_it_arrives(served):
 def test_requests_that_are_not_http_are_logged_once_a_minute(served):
     web, stack, *_ = served
     for _ in range(30):
-        with connect(web) as sock:
-            sock.sendall(b"\x00\r\n\r\n")
-            read_until_closed(sock)
+        sent(web, b"\x00\r\n\r\n")
     log = (stack.data_dir / "web.log").read_text()
     lines = log.count("Invalid HTTP request received.")
     assert 1 <= lines <= 2, f"{lines} log lines for 30 unreadable requests (bound: one a minute)"
