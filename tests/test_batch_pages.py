@@ -101,10 +101,22 @@ def test_it_says_the_time_a_batch_was_started_is_utc(signed_in: Client, subject)
             "3 of 8 ready",
         ),
         (
-            [TaskState.UNCERTAIN, TaskState.HISTORY_MISSING],
+            [TaskState.UNCERTAIN] * 2,
             "2 need attention",
             # Found by a review: "0 of 2 ready" for as long as nobody repaired them.
             "0 of 2 ready, 2 need attention",
+        ),
+        (
+            # Found by a review: saved images whose history is missing were counted among
+            # "need attention" only, "0 of 7 ready, 7 need attention" beside five results.
+            [TaskState.HISTORY_MISSING] * 5 + [TaskState.UNCERTAIN] * 2,
+            "5 saved, waiting for Ember's record · 2 need attention",
+            "0 of 7 ready, 5 saved, 2 need attention",
+        ),
+        (
+            [TaskState.DONE, TaskState.HISTORY_MISSING],
+            "1 ready · 1 saved, waiting for Ember's record",
+            "1 of 2 ready, 1 saved",
         ),
         (
             [TaskState.DONE, TaskState.UNCERTAIN, TaskState.QUEUED],
@@ -179,7 +191,8 @@ def test_it_says_stuck_tasks_in_plain_words_with_what_happens_next(signed_in: Cl
     assert "Image saved, waiting for Ember's record" in page
     assert "Made by Ember, not saved here yet" in page
     assert "An operator checks with Ember before anything is sent again" in page
-    assert "3 need attention" in page
+    assert "1 saved, waiting for Ember's record · 1 in progress · 2 need attention" in page
+    assert "3 images need an operator" in page
     for engineers in ("history_missing", "uncertain", "copy_failed", "Reconcile before retry"):
         assert engineers not in page
     assert "RemoteProtocolError" not in page

@@ -23,17 +23,23 @@ from studio.models import (
 )
 from studio.phrases import GONE_PHASE, MAY_HAVE_REACHED, REFERENCE_CHANGED
 
-# The outcome groups, in the order the bar shows them: (key, states).
+# The outcome groups, in the order the bar shows them: (key, states). An image saved whose
+# history Ember has yet to write is shown, downloaded and chosen like a ready one; only its
+# publishing waits for an operator. It is counted apart: among "need attention" it read
+# "0 of 7 ready, 7 need attention" beside five results on the same page (a review).
+SAVED = (TaskState.HISTORY_MISSING,)
 GROUPS: tuple[tuple[str, tuple[TaskState, ...]], ...] = (
     ("ready", (TaskState.DONE,)),
+    ("saved", SAVED),
     ("running", (*STOPPABLE,)),
-    ("attention", RECONCILABLE),
+    ("attention", tuple(state for state in RECONCILABLE if state not in SAVED)),
     ("failed", (TaskState.FAILED,)),
     ("cancelled", (TaskState.CANCELLED,)),
 )
 # How the summary says a group: (one, several).
 WORDS = {
     "ready": ("ready", "ready"),
+    "saved": ("saved, waiting for Ember's record", "saved, waiting for Ember's record"),
     "running": ("in progress", "in progress"),
     "attention": ("needs attention", "need attention"),
     "failed": ("failed", "failed"),
@@ -123,6 +129,7 @@ class Outcome:
     """A batch's tasks counted per outcome group, with the words and numbers pages show."""
 
     ready: int = 0
+    saved: int = 0
     running: int = 0
     attention: int = 0
     failed: int = 0
@@ -143,9 +150,14 @@ class Outcome:
         return sum(getattr(self, key) for key, _ in GROUPS)
 
     @property
+    def operator(self) -> int:
+        """Count the tasks only an operator moves on: saved ones among them."""
+        return self.attention + self.saved
+
+    @property
     def done(self) -> bool:
         """Say whether nothing more will happen without a person: every task rests."""
-        return self.running == 0 and self.attention == 0
+        return self.running == 0 and self.operator == 0
 
     def words(self) -> str:
         """Say the outcome as "3 ready · 1 failed"; every group with tasks, in bar order."""
@@ -173,16 +185,18 @@ class Outcome:
 
     def tab_title(self, title: str) -> str:
         """Say progress in the browser tab before the title: "3 of 8 ready", "3 of 8 ready,
-        1 needs attention" once only a person can move it on, or once the batch rests "All
-        done" ("None ready" when every task was cancelled or failed)."""
+        2 saved, 1 needs attention" once only a person can move it on, or once the batch
+        rests "All done" ("None ready" when every task was cancelled or failed)."""
         if self.done and self.total and not self.ready:
             return f"None ready {DASH} {title}"
         if self.done:
             return f"All done {DASH} {title}"
         if not self.running:  # nothing moves until a person does: say so, not only the count
             one, several = WORDS["attention"]
-            waiting = f"{self.attention} {one if self.attention == 1 else several}"
-            return f"{self.ready} of {self.total} ready, {waiting} {DASH} {title}"
+            waiting = [f"{self.saved} saved"] if self.saved else []
+            if self.attention:
+                waiting.append(f"{self.attention} {one if self.attention == 1 else several}")
+            return f"{self.ready} of {self.total} ready, {', '.join(waiting)} {DASH} {title}"
         return f"{self.ready} of {self.total} ready {DASH} {title}"
 
 

@@ -361,7 +361,9 @@ def test_it_says_what_happens_to_a_stuck_image_and_links_staff_to_the_repair(
     expect(page.get_by_test_id("next-step")).to_have_text(
         "The image is kept; an operator recovers Ember's record before it can be published."
     )
-    expect(page.get_by_test_id("progress-text")).to_have_text("1 needs attention")
+    expect(page.get_by_test_id("progress-text")).to_have_text("1 saved, waiting for Ember's record")
+    expect(page.get_by_test_id("attention")).to_contain_text("1 image needs an operator")
+    expect(page).to_have_title(re.compile("^0 of 1 ready, 1 saved "))
     expect(page.get_by_role("button", name=re.compile("^Cancel GPT"))).to_have_count(0)
     audit(page)
     screenshot(page, "batch-stuck")

@@ -163,7 +163,7 @@ def _progress_context(request: HttpRequest, batch: Batch) -> dict[str, Any]:
     outcome = progress.Outcome.of_counts(counts)
     tasks = progress.dress(batch.in_form_order(list(batch.tasks.all())))
     repair = ""
-    if outcome.attention and request.user.is_staff:
+    if outcome.operator and request.user.is_staff:
         repair = f"{reverse('admin:studio_task_changelist')}?" + urlencode(
             {"state": "reconcilable", "batch__id__exact": str(batch.pk)}
         )
