@@ -52,8 +52,9 @@ class Placer:
     one file is then in both).
     """
 
-    def __init__(self, *, link: bool = False) -> None:
+    def __init__(self, *, link: bool = False, follow: bool = True) -> None:
         self.link = link
+        self.follow = follow  # read an original through a symbolic link (a restore does not)
         self.linked = 0
         self.copied = 0
 
@@ -64,7 +65,7 @@ class Placer:
         not a regular file of at most the image cap (a folder, a device, a pipe: nothing
         is read from those). A `target` already holding these bytes is left as it is.
         """
-        data = originals.read_regular(source)
+        data = originals.read_regular(source, links=self.follow)
         if originals.sha256_of(data) != sha256:
             return False
         if target.is_file() and originals.file_sha256(target) == sha256:
@@ -294,13 +295,17 @@ def _place(result: Backup, source: Path, sha256: str) -> bool:
     return True
 
 
-def copy_sqlite(source: Path, target: Path) -> None:
-    """Copy a SQLite database, live or not, into `target` with the online backup API."""
+def copy_sqlite(source: Path, target: Path, *, read_only: bool = False) -> None:
+    """Copy a SQLite database, live or not, into `target` with the online backup API.
+
+    `read_only`: a backup's snapshot, whose own bytes only are read (`sqlite_read_only`).
+    """
     if not target.exists():
         # SQLite would create it world-readable; a database holds tokens' hashes and more.
         os.close(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    opened = sqlite_read_only(source) if read_only else sqlite3.connect(source, timeout=30)
     with (
-        closing(sqlite3.connect(source, timeout=30)) as live,
+        closing(opened) as live,
         closing(sqlite3.connect(target, timeout=30)) as copy,
     ):
         # One step: one read transaction, so one consistent snapshot. In WAL mode it
@@ -310,6 +315,16 @@ def copy_sqlite(source: Path, target: Path) -> None:
         copy.execute("PRAGMA journal_mode=DELETE")
     fsync_file(target)
     originals.fsync_dir(target.parent)
+
+
+def sqlite_read_only(database: Path) -> sqlite3.Connection:
+    """Open `database` to read its own bytes only: no side file beside it is read or made.
+
+    `immutable`: SQLite then plays no write-ahead log or journal beside it into what it
+    reads (a review restored rows a `-wal` file beside a snapshot carried, which the
+    manifest's hash does not cover, and the restore wrote them into the backup's file).
+    """
+    return sqlite3.connect(f"{database.as_uri()}?mode=ro&immutable=1", uri=True)
 
 
 def originals_in_sqlite(database: Path) -> Iterator[tuple[str, str]]:

@@ -7,6 +7,7 @@ server. Figures the database already knows are read at scrape time instead
 (`studio.web.metrics`).
 """
 
+import errno
 import os
 from pathlib import Path
 
@@ -36,7 +37,10 @@ def forget_dead_processes() -> list[Path]:
     for path in Path(settings.AVATARS_METRICS_DIR).glob("*.db"):
         pid = path.stem.rpartition("_")[2]
         if pid.isdigit() and not _alive(int(pid)):
-            path.unlink(missing_ok=True)
+            try:
+                path.unlink(missing_ok=True)
+            except OSError:
+                continue  # a read-only disk: kept, and summed (give_room says why next)
             removed.append(path)
     return removed
 
@@ -64,17 +68,25 @@ def give_room() -> None:
     forget_dead_processes()
     folder = Path(settings.AVATARS_METRICS_DIR)
     for kind in KINDS:
-        fd = os.open(folder / f"{kind}_{os.getpid()}.db", os.O_RDWR | os.O_CREAT, 0o600)
         try:
-            if os.fstat(fd).st_size < ROOM:
-                os.posix_fallocate(fd, 0, ROOM)
+            room(folder / f"{kind}_{os.getpid()}.db")
         except OSError as exc:
+            # A read-only disk too: every command died on it with a traceback (a review).
+            fix = "free space on its disk" if exc.errno == errno.ENOSPC else "let it be written"
             raise ImproperlyConfigured(
-                f"The figures for /metrics cannot be kept in {folder} ({exc.strerror}): free "
-                "space on its disk, or set AVATARS_METRICS_DIR to a folder on another."
+                f"The figures for /metrics cannot be kept in {folder} ({exc.strerror}): "
+                f"{fix}, or set AVATARS_METRICS_DIR to a folder on another disk."
             ) from None
-        finally:
-            os.close(fd)
+
+
+def room(path: Path) -> None:
+    """Make `path` and allocate its ROOM on disk."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        if os.fstat(fd).st_size < ROOM:
+            os.posix_fallocate(fd, 0, ROOM)
+    finally:
+        os.close(fd)
 
 
 give_room()

@@ -19,7 +19,6 @@ restore again finishes it. Once it has, `RESTORED` says from which backup, so th
 restore run again (after a kill in its last moment) says it had finished.
 """
 
-import json
 import os
 import shutil
 import sqlite3
@@ -34,11 +33,11 @@ from django.db import connection, transaction
 
 from studio import flocks, leftovers, originals
 from studio.backups import (
-    MANIFEST,
     PG_DUMP_FILE,
     SQLITE_FILE,
     BackupError,
     Placer,
+    cause,
     copy_sqlite,
     fsync_file,
     not_stopped,
@@ -46,7 +45,8 @@ from studio.backups import (
     run_pg,
 )
 from studio.holdback import hold_back
-from studio.models import Asset, Task, WorkerHeartbeat
+from studio.models import Asset, WorkerHeartbeat
+from studio.restore_checks import check_snapshot, read_manifest, refuse_linked_originals
 
 NOT_EMPTY = "restore into a new data dir with an empty database."
 MARKER = "RESTORE-UNFINISHED"  # in the data dir while a restore is under way
@@ -78,7 +78,8 @@ class Restored:
     restored: int = 0
     held_back: int = 0  # tasks the lost install may have sent after the snapshot, now `uncertain`
     problems: list[str] = field(default_factory=list)
-    placer: Placer = field(default_factory=Placer)
+    # Only the backup's own files: an original that is a link is reported, not followed.
+    placer: Placer = field(default_factory=lambda: Placer(follow=False))
 
 
 def restore(src: Path, *, data_dir: Path | None = None, database: Path | None = None) -> Restored:
@@ -112,6 +113,7 @@ def restore_alone(src: Path, data_dir: Path, database: Path | None) -> Restored:
         raise BackupError(
             f"{src} holds a {manifest['database']} database; this studio uses {kind}."
         )
+    refuse_linked_originals(src)
     snapshot = src / (SQLITE_FILE if kind == "sqlite" else PG_DUMP_FILE)
     check_snapshot(snapshot, manifest, readable=kind == "sqlite")
     if kind == "sqlite":
@@ -119,8 +121,10 @@ def restore_alone(src: Path, data_dir: Path, database: Path | None) -> Restored:
     elif shutil.which("pg_restore") is None:
         raise BackupError(pg_restore_howto(src))
     marker = data_dir / MARKER
-    if not marker.exists() and finished_from(data_dir) == str(src):
-        raise AlreadyRestored(src)  # killed after its end: run again, it is not redone
+    # Killed after its end: run again, it is not redone. Unless what it restored is gone
+    # since (a review removed both and was told nothing had to be done).
+    if not marker.exists() and finished_from(data_dir) == str(src) and used(data_dir, database):
+        raise AlreadyRestored(src)
     # Empty: a run killed while it made the marker (as versions before the atomic one
     # could be), before it placed anything. The target is then as it was before it.
     if not marker.exists() or not marker.read_text().strip():
@@ -134,20 +138,36 @@ def restore_alone(src: Path, data_dir: Path, database: Path | None) -> Restored:
         refuse_side_files(database)  # after: a database in use has tables, said first
     result = Restored(database=str(database or connection.settings_dict["NAME"]))
     placed: list[Path] = []
-    mark(marker, str(src))
     try:
+        mark(marker, str(src))
         fill(result, src, manifest, data_dir / "originals", placed, database)
     except BaseException:
         with not_stopped():  # quick, and a second Ctrl-C must not leave it half done
             undo(placed, database)
             marker.unlink(missing_ok=True)
         raise
-    # Quick, and a stop now would find the restore finished, or about to be: it finishes.
-    with not_stopped():
-        originals.write_atomically(data_dir / DONE, f"restored {src}\n".encode())
-        marker.unlink()
-        originals.fsync_dir(data_dir)
+    finish(src, data_dir, marker)
     return result
+
+
+def finish(src: Path, data_dir: Path, marker: Path) -> None:
+    """Say in the data dir that the restore from `src` finished, and take the marker away.
+
+    Quick, and a stop now would find the restore finished, or about to be: it finishes. A
+    disk that refuses these last writes leaves everything in place and the marker there,
+    which the same restore, run again, finishes (it was said to be taken away: a review).
+    """
+    try:
+        with not_stopped():
+            originals.write_atomically(data_dir / DONE, f"restored {src}\n".encode())
+            marker.unlink()
+            originals.fsync_dir(data_dir)
+    except OSError as exc:
+        raise BackupError(
+            f"The restore stopped in its last step: {cause(exc)}. Everything it restored is "
+            f"in place, and {marker.name} keeps this install from starting until the same "
+            "restore, run again, finishes it."
+        ) from None
 
 
 def finished_from(data_dir: Path) -> str | None:
@@ -193,35 +213,54 @@ def fill(
     placed: list[Path],
     database: Path | None,
 ) -> None:
-    """Place the originals, fill the database with its unsent tasks held back, check both."""
+    """Place the originals, fill the database with its unsent tasks held back, check both.
+
+    On SQLite the database is made ready aside first: a snapshot this version cannot
+    fill is refused before any original is placed (a review's were copied, then taken
+    away, under advice to run the same restore again).
+    """
     target.mkdir(mode=0o700, parents=True, exist_ok=True)
+    ready = None if database is None else prepare_sqlite(result, src / SQLITE_FILE, database)
     names: set[str] = set()
     for entry in manifest["originals"]:
         restore_original(result, src / "originals", target, entry, placed, names)
     originals.fsync_dir(target)
-    if database is not None:
-        named = fill_sqlite(result, src / SQLITE_FILE, database)
+    if ready is not None and database is not None:
+        named = fill_sqlite(ready, database)
     else:
         named = fill_postgres(result, src / PG_DUMP_FILE)
     result.problems += unrestored(named, target, result.problems)
 
 
-def fill_sqlite(result: Restored, snapshot: Path, database: Path) -> list[tuple[str, str]]:
-    """Fill `database` in one rename: a copy of the snapshot, its unsent tasks held back.
+def prepare_sqlite(result: Restored, snapshot: Path, database: Path) -> Path:
+    """Return a copy of the snapshot beside `database`, its unsent tasks held back, whole.
 
-    The copy is checked whole before it is renamed into place: a damaged one is never
-    reported as restored.
+    Copied by SQLite from the snapshot's own bytes (a side file beside it in the backup
+    is neither read nor written), and checked whole: a damaged copy is never put in place.
     """
     connection.close()  # Django's connection must not hold the file while it is filled
     ready = database.with_name(f"{database.name}.restoring")
     for leftover in (ready, *side_files(ready)):  # what a killed run of this restore left
         leftover.unlink(missing_ok=True)
-    copy_sqlite(snapshot, ready)
-    with closing(sqlite3.connect(ready)) as conn:
-        result.held_back = settle(conn.cursor(), marker="?")
-        conn.commit()
+    copy_sqlite(snapshot, ready, read_only=True)
+    try:
+        with closing(sqlite3.connect(ready)) as conn:
+            result.held_back = settle(conn.cursor(), marker="?")
+            conn.commit()
+    except sqlite3.DatabaseError as exc:
+        if getattr(exc, "sqlite_errorcode", None) != sqlite3.SQLITE_ERROR:
+            raise  # the disk (full, failing): said as such, and the same restore run again
+        raise BackupError(
+            f"{snapshot} holds tables this version of Avatars cannot restore into ({exc}): "
+            "it was not written by an Avatars backup this version knows. Nothing was restored."
+        ) from None
     fsync_file(ready)
     check_filled(ready)
+    return ready
+
+
+def fill_sqlite(ready: Path, database: Path) -> list[tuple[str, str]]:
+    """Put the database made ready (`prepare_sqlite`) in place in one rename."""
     named = list(originals_in_sqlite(ready))
     refuse_side_files(database)  # made since the start by a process that opened it
     os.replace(ready, database)
@@ -283,100 +322,29 @@ def clear_postgres() -> None:
             cursor.execute("CREATE SCHEMA public")
 
 
-def read_manifest(src: Path) -> dict[str, Any]:
-    """Return the backup's manifest, refusing one this version cannot trust the shape of.
-
-    Format 2 records the database snapshot's sha256 and size, and must; format 1 (older
-    backups) did not, so only its readability can be checked.
-    """
-    try:
-        manifest = json_object((src / MANIFEST).read_text())
-    except FileNotFoundError:
-        if not src.is_dir():
-            raise BackupError(f"There is no folder {src}: name the backup's folder.") from None
-        raise BackupError(
-            f"{src} has no {MANIFEST}: it is not a finished backup "
-            "(a backup writes its manifest last)."
-        ) from None
-    unreadable = f"{src / MANIFEST} is not a manifest this version can read"
-    if manifest is None or manifest.get("format") not in (1, 2):
-        raise BackupError(f"{unreadable}.")
-    if manifest.get("database") not in ("sqlite", "postgresql"):
-        raise BackupError(f"{unreadable}: it names no database kind.")
-    if not isinstance(manifest.get("originals"), list):
-        raise BackupError(f"{unreadable}: it lists no originals.")
-    if manifest["format"] == 2 and not (
-        isinstance(manifest.get("database_sha256"), str)
-        and type(manifest.get("database_size")) is int
-    ):
-        raise BackupError(f"{unreadable}: it records no sha256 and size for its database.")
-    return manifest
-
-
-def json_object(text: str) -> dict[str, Any] | None:
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return None
-    return value if isinstance(value, dict) else None
-
-
-def check_snapshot(snapshot: Path, manifest: dict[str, Any], *, readable: bool) -> None:
-    """Refuse a database snapshot that is missing, not the recorded bytes, or unreadable.
-
-    A SQLite snapshot is opened read-only: nothing in the backup is written.
-    """
-    if not snapshot.is_file():
-        raise BackupError(f"{snapshot} is missing: this backup has no database to restore.")
-    size, sha256 = manifest.get("database_size"), manifest.get("database_sha256")
-    if size is not None and snapshot.stat().st_size != size:
-        raise BackupError(
-            f"{snapshot} is {snapshot.stat().st_size} bytes; the manifest recorded {size}: "
-            "it was cut short or replaced. Nothing was restored."
-        )
-    if sha256 is not None and originals.file_sha256(snapshot) != sha256:
-        raise BackupError(
-            f"{snapshot} does not match the sha256 the manifest recorded: it was changed "
-            "after the backup. Nothing was restored."
-        )
-    if readable:
-        check_sqlite(snapshot)
-
-
-def check_sqlite(snapshot: Path) -> None:
-    """Refuse a SQLite file its library cannot read whole (opened read-only)."""
-    try:
-        with closing(sqlite3.connect(f"file:{snapshot}?mode=ro", uri=True)) as conn:
-            verdict = conn.execute("PRAGMA quick_check").fetchone()[0]
-            has_tasks = conn.execute(
-                "SELECT count(*) FROM sqlite_master WHERE name = ?", (Task._meta.db_table,)
-            ).fetchone()[0]
-    except sqlite3.DatabaseError as exc:
-        raise BackupError(
-            f"{snapshot} is not a readable SQLite database ({exc}). Nothing was restored."
-        ) from None
-    if verdict != "ok":
-        raise BackupError(f"{snapshot} is damaged ({verdict}). Nothing was restored.")
-    if not has_tasks:
-        raise BackupError(f"{snapshot} holds no Avatars tables. Nothing was restored.")
-
-
 def refuse_a_used_target(data_dir: Path, database: Path | None) -> None:
     """Refuse, saying why, a data dir that holds originals or a database with tables."""
+    why = used(data_dir, database)
+    if why:
+        raise BackupError(f"{why}: {NOT_EMPTY}")
+
+
+def used(data_dir: Path, database: Path | None) -> str:
+    """Say what in the data dir is in use ("… already holds originals"), "" if nothing."""
     folder = data_dir / "originals"
     # A temporary file a stopped write left (the store's own, or this restore's) is no
     # original: the same restore must be able to run again over it.
     if folder.is_dir() and any(not leftovers.temporary(p.name) for p in folder.iterdir()):
-        raise BackupError(f"{folder} already holds originals: {NOT_EMPTY}")
+        return f"{folder} already holds originals"
     if database is None:
         if connection.introspection.table_names():
-            name = connection.settings_dict["NAME"]
-            raise BackupError(f"The database {name} already has tables: {NOT_EMPTY}")
+            return f"The database {connection.settings_dict['NAME']} already has tables"
     elif database.exists() and database.stat().st_size:
         with closing(sqlite3.connect(database)) as conn:
             tables = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
         if tables:
-            raise BackupError(f"The database {database} already has tables: {NOT_EMPTY}")
+            return f"The database {database} already has tables"
+    return ""
 
 
 def restore_original(
@@ -399,6 +367,9 @@ def restore_original(
     if name in names:
         return  # listed twice: placed once, counted once
     names.add(name)
+    # Counted as placed before it is: a stop between the rename that places it and the
+    # line after left it behind when the rest was taken away (a review).
+    placed.append(target / name)
     try:
         done = result.placer.place(source / name, target / name, sha256)
     except FileNotFoundError:
@@ -410,7 +381,6 @@ def restore_original(
     if not done:
         result.problems.append(f"corrupt in the backup: {name}")
         return
-    placed.append(target / name)
     result.restored += 1
 
 

@@ -57,6 +57,12 @@ def manifest(dest: Path) -> dict:
     return json.loads((dest / "manifest.json").read_text())
 
 
+def placed(target: Path) -> list[str]:
+    """Return the names of the files in a data dir's originals folder."""
+    folder = target / "originals"
+    return sorted(p.name for p in folder.iterdir()) if folder.exists() else []
+
+
 def restore_into(tmp_path: Path) -> tuple[Path, Path]:
     """Return a new data dir and its empty database file, as settings leave them."""
     target = tmp_path / "restored"

@@ -374,5 +374,34 @@ def test_a_full_disk_at_start_up_is_said_in_a_sentence(tmp_path, settings, monke
 
     assert str(refused.value) == (
         f"The figures for /metrics cannot be kept in {tmp_path} (No space left on device): "
-        "free space on its disk, or set AVATARS_METRICS_DIR to a folder on another."
+        "free space on its disk, or set AVATARS_METRICS_DIR to a folder on another disk."
     )
+
+
+def test_a_read_only_disk_at_start_up_is_said_in_a_sentence(tmp_path, settings, monkeypatch):
+    """Found by a review: on a read-only data disk every command died with a traceback,
+    deleting the figure files of processes that had ended."""
+    settings.AVATARS_METRICS_DIR = tmp_path
+    ended = tmp_path / "counter_999999999.db"  # no process has such a pid
+    ended.write_bytes(b"")
+    real_open = os.open
+
+    def read_only_unlink(self: Path, missing_ok: bool = False) -> None:
+        raise OSError(30, "Read-only file system", str(self))
+
+    def read_only_open(path: object, flags: int, *args: object) -> int:
+        if flags & os.O_CREAT:
+            raise OSError(30, "Read-only file system", str(path))
+        return real_open(path, flags, *args)
+
+    monkeypatch.setattr(Path, "unlink", read_only_unlink)
+    monkeypatch.setattr(metrics.os, "open", read_only_open)
+
+    with pytest.raises(ImproperlyConfigured) as refused:
+        metrics.give_room()
+
+    assert str(refused.value) == (
+        f"The figures for /metrics cannot be kept in {tmp_path} (Read-only file system): "
+        "let it be written, or set AVATARS_METRICS_DIR to a folder on another disk."
+    )
+    assert ended.exists()

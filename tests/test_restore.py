@@ -14,6 +14,7 @@ from tests.backup_parts import (
     cross_device,
     file_of,
     manifest,
+    placed,
     restore_into,
     rows_in,
     run,
@@ -112,11 +113,6 @@ def test_it_reports_an_original_that_fails_its_hash_in_the_backup(tmp_path, monk
 # --- a damaged backup is refused before anything is placed (found by a review) ---------
 
 
-def placed(target: Path) -> list[str]:
-    folder = target / "originals"
-    return sorted(p.name for p in folder.iterdir()) if folder.exists() else []
-
-
 def damage_database(snapshot: Path, how: str) -> None:
     if how == "missing":
         snapshot.unlink()
@@ -188,7 +184,7 @@ def test_a_restore_that_fails_midway_takes_back_what_it_placed_and_can_run_again
     target, database = restore_into(tmp_path)
     fill = restoring.copy_sqlite
 
-    def the_disk_fills_up(source: Path, target_file: Path) -> None:
+    def the_disk_fills_up(source: Path, target_file: Path, **_kwargs: object) -> None:
         target_file.write_bytes(b"half a database")
         raise OSError(errno.ENOSPC, "No space left on device")
 

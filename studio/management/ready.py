@@ -2,7 +2,7 @@
 migration applied."""
 
 from django.core.management.base import CommandError
-from django.db import DEFAULT_DB_ALIAS, connections
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections
 from django.db.migrations.executor import MigrationExecutor
 
 from studio import restoring
@@ -11,6 +11,11 @@ from studio.restoring import RestoreUnfinished
 NOT_MIGRATED = (
     "The database is not set up for this version of Avatars ({count} migrations not "
     "applied): run `manage.py migrate` first (or `manage.py restore` into an empty data dir)."
+)
+
+UNUSABLE = (
+    "Avatars cannot use its database {name} ({error}). If its disk is full or read-only, "
+    "free space on it or let it be written, then run this again."
 )
 
 
@@ -23,8 +28,14 @@ def require_migrated(using: str = DEFAULT_DB_ALIAS) -> None:
     and `migrate` is then the wrong advice (a review); the restore, run again, finishes.
     """
     require_restore_finished()
-    executor = MigrationExecutor(connections[using])
-    plan = executor.migration_plan(executor.loader.graph.leaf_nodes())
+    try:
+        executor = MigrationExecutor(connections[using])
+        plan = executor.migration_plan(executor.loader.graph.leaf_nodes())
+    except DatabaseError as exc:
+        # SQLite on a full disk: "disk I/O error" as it makes its side files, once a
+        # traceback of 82 lines (a review).
+        name = connections[using].settings_dict["NAME"]
+        raise CommandError(UNUSABLE.format(name=name, error=str(exc).rstrip("."))) from None
     if plan:
         raise CommandError(NOT_MIGRATED.format(count=len(plan)))
 

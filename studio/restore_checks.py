@@ -1,0 +1,143 @@
+"""What a restore checks in a backup before it places anything (docs/operations.md).
+
+The manifest: a regular file of a bounded size, in a shape this version can trust. The
+database snapshot: there, the bytes the manifest recorded, and readable whole by SQLite
+without anything beside it being read or written (a backup is never written). The
+originals folder: the backup's own, not a link to another place.
+"""
+
+import json
+import os
+import sqlite3
+import stat
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
+from studio import originals
+from studio.backups import MANIFEST, BackupError, sqlite_read_only
+from studio.models import Task
+
+# A manifest lists each original in about 150 bytes: 64 MB is some 400,000 originals,
+# past any family's archive. A larger one, or one that is no regular file (a pipe that
+# never ends, a link to /dev/zero), is not read: a review hung a restore on a pipe and
+# ran another out of memory on /dev/zero.
+MANIFEST_MAX = 64 * 1024 * 1024
+
+
+def read_manifest(src: Path) -> dict[str, Any]:
+    """Return the backup's manifest, refusing one this version cannot trust the shape of.
+
+    Format 2 records the database snapshot's sha256 and size, and must; format 1 (older
+    backups) did not, so only its readability can be checked.
+    """
+    manifest = json_object(manifest_text(src))
+    unreadable = f"{src / MANIFEST} is not a manifest this version can read"
+    if manifest is None or manifest.get("format") not in (1, 2):
+        raise BackupError(f"{unreadable}.")
+    if manifest.get("database") not in ("sqlite", "postgresql"):
+        raise BackupError(f"{unreadable}: it names no database kind.")
+    if not isinstance(manifest.get("originals"), list):
+        raise BackupError(f"{unreadable}: it lists no originals.")
+    if manifest["format"] == 2 and not (
+        isinstance(manifest.get("database_sha256"), str)
+        and type(manifest.get("database_size")) is int
+    ):
+        raise BackupError(f"{unreadable}: it records no sha256 and size for its database.")
+    return manifest
+
+
+def manifest_text(src: Path) -> str:
+    """Return the manifest's text: a regular file (not a link) of at most MANIFEST_MAX bytes."""
+    path = src / MANIFEST
+    try:
+        info = path.lstat()
+    except FileNotFoundError:
+        if not src.is_dir():
+            raise BackupError(f"There is no folder {src}: name the backup's folder.") from None
+        raise BackupError(
+            f"{src} has no {MANIFEST}: it is not a finished backup "
+            "(a backup writes its manifest last)."
+        ) from None
+    if not stat.S_ISREG(info.st_mode):
+        raise BackupError(
+            f"{path} is not a regular file (a backup writes its manifest as one): "
+            "it is not a finished backup. Nothing was restored."
+        )
+    if info.st_size > MANIFEST_MAX:
+        raise BackupError(
+            f"{path} is {info.st_size} bytes, more than a manifest this version writes "
+            f"({MANIFEST_MAX} at most). Nothing was restored."
+        )
+    # Opened without following a link, nor waiting on a pipe put there since the look.
+    descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    with os.fdopen(descriptor, "rb") as file:
+        if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
+            raise BackupError(f"{path} is not a regular file. Nothing was restored.")
+        data = file.read(MANIFEST_MAX + 1)
+    try:
+        return data.decode()
+    except UnicodeDecodeError:
+        return ""  # read as no manifest: "not a manifest this version can read"
+
+
+def json_object(text: str) -> dict[str, Any] | None:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def refuse_linked_originals(src: Path) -> None:
+    """Refuse a backup whose originals folder is a link to somewhere else.
+
+    A backup holds its originals itself; through a link, a restore would read and report
+    as the backup's whatever folder the link names (a review).
+    """
+    folder = src / "originals"
+    if folder.is_symlink():
+        raise BackupError(
+            f"{folder} is a symbolic link, not the backup's own folder: a backup holds its "
+            "originals itself. Nothing was restored."
+        )
+
+
+def check_snapshot(snapshot: Path, manifest: dict[str, Any], *, readable: bool) -> None:
+    """Refuse a database snapshot that is missing, not the recorded bytes, or unreadable.
+
+    A SQLite snapshot is opened read-only: nothing in the backup is written.
+    """
+    if not snapshot.is_file():
+        raise BackupError(f"{snapshot} is missing: this backup has no database to restore.")
+    size, sha256 = manifest.get("database_size"), manifest.get("database_sha256")
+    if size is not None and snapshot.stat().st_size != size:
+        raise BackupError(
+            f"{snapshot} is {snapshot.stat().st_size} bytes; the manifest recorded {size}: "
+            "it was cut short or replaced. Nothing was restored."
+        )
+    if sha256 is not None and originals.file_sha256(snapshot) != sha256:
+        raise BackupError(
+            f"{snapshot} does not match the sha256 the manifest recorded: it was changed "
+            "after the backup. Nothing was restored."
+        )
+    if readable:
+        check_sqlite(snapshot)
+
+
+def check_sqlite(snapshot: Path) -> None:
+    """Refuse a SQLite file its library cannot read whole (opened read-only)."""
+    try:
+        with closing(sqlite_read_only(snapshot)) as conn:
+            verdict = conn.execute("PRAGMA quick_check").fetchone()[0]
+            has_tasks = conn.execute(
+                "SELECT count(*) FROM sqlite_master WHERE name = ?", (Task._meta.db_table,)
+            ).fetchone()[0]
+    except sqlite3.DatabaseError as exc:
+        raise BackupError(
+            f"{snapshot} is not a readable SQLite database ({exc}). Nothing was restored."
+        ) from None
+    if verdict != "ok":
+        raise BackupError(f"{snapshot} is damaged ({verdict}). Nothing was restored.")
+    if not has_tasks:
+        raise BackupError(f"{snapshot} holds no Avatars tables. Nothing was restored.")

@@ -1,0 +1,243 @@
+"""Restore under a review's adversity: stops between steps, a disk that refuses the last
+step, and backups that carry more than the manifest vouches for (docs/operations.md)."""
+
+import errno
+import hashlib
+import json
+import os
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from studio import backups, originals, restore_checks, restoring
+from tests.backup_parts import (
+    manifest,
+    placed,
+    restore_into,
+    run,
+    sqlite_only,
+    stored,
+)
+
+# The backup reads the database through a connection of its own: rows must be committed.
+pytestmark = [pytest.mark.django_db(transaction=True), sqlite_only]
+
+
+@pytest.fixture
+def backup(tmp_path: Path) -> Path:
+    """A backup of two stored originals."""
+    stored(1)
+    stored(2)
+    run("backup", str(tmp_path / "backup"))
+    return tmp_path / "backup"
+
+
+def tables(database: Path) -> int:
+    with sqlite3.connect(database) as conn:
+        return conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+
+
+def record(backup: Path, **changes: object) -> None:
+    """Write the backup's manifest again with `changes`, as a forger would."""
+    listed = manifest(backup)
+    listed.update(changes)
+    (backup / "manifest.json").write_text(json.dumps(listed))
+
+
+def sha256_of(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_a_stop_just_after_an_original_is_placed_takes_that_one_away_too(
+    backup, tmp_path, monkeypatch
+):
+    """Found by a review: a Ctrl-C between the rename that placed an original and the
+    line that noted it left that file behind, and the same restore was then refused
+    ("already holds originals")."""
+    target, database = restore_into(tmp_path)
+    real = originals.write_atomically
+
+    def placed_then_stopped(path: Path, data: bytes) -> None:
+        real(path, data)
+        if path.parent.name == "originals":
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(originals, "write_atomically", placed_then_stopped)
+    with pytest.raises(KeyboardInterrupt):
+        restoring.restore(backup, data_dir=target, database=database)
+
+    assert placed(target) == []
+    assert database.stat().st_size == 0
+    assert not (target / restoring.MARKER).exists()
+    monkeypatch.setattr(originals, "write_atomically", real)
+    again = restoring.restore(backup, data_dir=target, database=database)
+    assert (again.restored, again.problems) == (2, [])
+
+
+def test_a_disk_that_refuses_the_last_step_leaves_everything_and_says_so(
+    backup, tmp_path, monkeypatch
+):
+    """Found by a review: a full disk as `RESTORED` was written was reported as "What it
+    had placed was taken away", with everything still in place."""
+    target, database = restore_into(tmp_path)
+    real = originals.write_atomically
+
+    def full_at_the_end(path: Path, data: bytes) -> None:
+        if path.name == restoring.DONE:
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        real(path, data)
+
+    monkeypatch.setattr(originals, "write_atomically", full_at_the_end)
+    with pytest.raises(backups.BackupError) as stopped:
+        restoring.restore(backup, data_dir=target, database=database)
+
+    assert str(stopped.value) == (
+        f"The restore stopped in its last step: No space left on device: {target / 'RESTORED'}. "
+        f"Everything it restored is in place, and {restoring.MARKER} keeps this install from "
+        "starting until the same restore, run again, finishes it."
+    )
+    assert len(placed(target)) == 2 and tables(database) > 0
+    assert (target / restoring.MARKER).exists()
+    monkeypatch.setattr(originals, "write_atomically", real)
+    again = restoring.restore(backup, data_dir=target, database=database)
+    assert (again.restored, again.problems) == (2, [])
+    assert not (target / restoring.MARKER).exists()
+
+
+def test_a_write_ahead_log_beside_the_snapshot_is_neither_played_nor_written(backup, tmp_path):
+    """Found by a review: a `-wal` file beside a WAL-mode snapshot (its hash recorded) was
+    played into the restored rows, and into the backup's own file."""
+    snapshot = backup / "db.sqlite3"
+    with sqlite3.connect(snapshot) as conn:
+        conn.execute("PRAGMA journal_mode=WAL")
+    vouched = tmp_path / "vouched.sqlite3"
+    shutil.copyfile(snapshot, vouched)
+    conn = sqlite3.connect(snapshot)
+    conn.execute("PRAGMA wal_autocheckpoint=0")
+    conn.execute("UPDATE studio_asset SET file_name = 'INJECTED'")
+    conn.commit()
+    shutil.copyfile(backup / "db.sqlite3-wal", tmp_path / "carried-wal")
+    conn.close()
+    shutil.copyfile(vouched, snapshot)
+    shutil.copyfile(tmp_path / "carried-wal", backup / "db.sqlite3-wal")
+    record(backup, database_sha256=sha256_of(snapshot), database_size=snapshot.stat().st_size)
+    target, database = restore_into(tmp_path)
+
+    restored = restoring.restore(backup, data_dir=target, database=database)
+
+    assert restored.problems == []
+    with sqlite3.connect(database) as conn:
+        names = sorted(name for (name,) in conn.execute("SELECT file_name FROM studio_asset"))
+    assert names == ["1.png", "2.png"]
+    assert sha256_of(snapshot) == sha256_of(vouched)
+    assert sha256_of(backup / "db.sqlite3-wal") == sha256_of(tmp_path / "carried-wal")
+
+
+@pytest.mark.parametrize("odd", ["a pipe", "a link to /dev/zero", "past the cap"])
+def test_a_manifest_that_is_no_regular_file_of_a_manifests_size_is_not_read(
+    backup, tmp_path, monkeypatch, odd
+):
+    """Found by a review: a pipe hung a restore for good, and /dev/zero ran it out of
+    memory."""
+    path = backup / "manifest.json"
+    if odd == "a pipe":
+        path.unlink()
+        os.mkfifo(path)
+        said = "is not a regular file"
+    elif odd == "a link to /dev/zero":
+        path.unlink()
+        path.symlink_to("/dev/zero")
+        said = "is not a regular file"
+    else:
+        monkeypatch.setattr(restore_checks, "MANIFEST_MAX", path.stat().st_size - 1)
+        said = "more than a manifest this version writes"
+    target, database = restore_into(tmp_path)
+
+    with pytest.raises(backups.BackupError) as refused:
+        restoring.restore(backup, data_dir=target, database=database)
+
+    assert said in str(refused.value) and "Nothing was restored." in str(refused.value)
+    assert placed(target) == [] and not (target / restoring.MARKER).exists()
+
+
+def test_an_original_that_is_a_link_out_of_the_backup_is_not_read(backup, tmp_path):
+    """Found by a review: links to files outside the backup were read (one to
+    /proc/self/environ), and placed when they matched."""
+    first = backup / "originals" / sorted(p.name for p in (backup / "originals").iterdir())[0]
+    outside = tmp_path / "outside.png"
+    outside.write_bytes(first.read_bytes())
+    first.unlink()
+    first.symlink_to(outside)
+    target, database = restore_into(tmp_path)
+
+    restored = restoring.restore(backup, data_dir=target, database=database)
+
+    assert restored.problems[0] == (
+        f"not an original in the backup: {first.name} (not a regular file)"
+    )
+    assert first.name not in placed(target) and len(placed(target)) == 1
+
+
+def test_an_originals_folder_that_is_a_link_elsewhere_is_refused(backup, tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    (backup / "originals").rename(elsewhere)
+    (backup / "originals").symlink_to(elsewhere)
+    target, database = restore_into(tmp_path)
+
+    with pytest.raises(backups.BackupError) as refused:
+        restoring.restore(backup, data_dir=target, database=database)
+
+    assert str(refused.value) == (
+        f"{backup / 'originals'} is a symbolic link, not the backup's own folder: a backup "
+        "holds its originals itself. Nothing was restored."
+    )
+    assert placed(target) == []
+
+
+def test_a_snapshot_this_version_cannot_fill_is_refused_before_any_original_is_placed(
+    backup, tmp_path, monkeypatch
+):
+    """Found by a review: the originals were copied, then taken away with the advice to
+    run the same restore again, which could never help."""
+    snapshot = backup / "db.sqlite3"
+    with sqlite3.connect(snapshot) as conn:
+        conn.execute("ALTER TABLE studio_task DROP COLUMN phase")
+        conn.execute("VACUUM")
+    record(backup, database_sha256=sha256_of(snapshot), database_size=snapshot.stat().st_size)
+    target, database = restore_into(tmp_path)
+    written: list[str] = []
+    real = originals.write_atomically
+
+    def noted(path: Path, data: bytes) -> None:
+        written.append(path.name)
+        real(path, data)
+
+    monkeypatch.setattr(originals, "write_atomically", noted)
+    with pytest.raises(backups.BackupError) as refused:
+        restoring.restore(backup, data_dir=target, database=database)
+
+    assert str(refused.value).startswith(
+        f"{snapshot} holds tables this version of Avatars cannot restore into (no such column"
+    )
+    assert str(refused.value).endswith("Nothing was restored.")
+    assert written == []  # no original was placed, even for a moment
+    assert placed(target) == [] and database.stat().st_size == 0
+
+
+def test_a_finished_restore_whose_rows_and_files_are_gone_since_is_run_again(backup, tmp_path):
+    """Found by a review: with the database and the originals removed, the same restore
+    said it had finished and changed nothing, and its advice (migrate) made an empty
+    install."""
+    target, database = restore_into(tmp_path)
+    restoring.restore(backup, data_dir=target, database=database)
+    shutil.rmtree(target / "originals")
+    database.write_bytes(b"")
+
+    again = restoring.restore(backup, data_dir=target, database=database)
+
+    assert (again.restored, again.problems) == (2, [])
+    assert tables(database) > 0
+    with pytest.raises(restoring.AlreadyRestored):
+        restoring.restore(backup, data_dir=target, database=database)
