@@ -30,3 +30,14 @@ REFERENCE_CHANGED = "A frozen reference failed its checksum."
 MAY_HAVE_REACHED = (
     "The previous submit may have reached Ember. Check history before submitting again."
 )
+# An uncertain image's phase when Ember's history has no row for its lost submit: the
+# worker's search, which looks again, and a reconcile that finds the same.
+NO_ROW_PHASE = "Ember's history has no row for this submit yet; the worker looks again"
+# Once any job sent then would have finished (the poll bound). Not "likely never reached
+# Ember": a job whose history write failed leaves no row either, and was paid for (a kill
+# review resubmitted on that advice and paid twice).
+NO_ROW_LATE_PHASE = (
+    "No row in Ember's history long after its job would have finished: the submit may never "
+    "have arrived, its job may have failed, or Ember did not write its row. A person decides "
+    "whether to resubmit"
+)

@@ -18,7 +18,8 @@ pytestmark = pytest.mark.django_db
 
 PUBLISH_REFUSED = "Ember history must be recovered before publishing generated images."
 STALE_EDIT = (
-    "This row changed while you were editing it (the worker moved it). Reload and try again."
+    "This row changed while you were editing it (another person or the worker changed it). "
+    "Reload and try again."
 )
 
 
@@ -163,6 +164,37 @@ def test_it_refuses_a_stale_set_rename_and_keeps_the_published_time(admin_client
         published.published_at,
         published.version,
     )
+
+
+def test_a_published_sets_name_cannot_be_changed_here(admin_client):
+    """Found by a review: the admin renamed a published set, which sibling apps read by its
+    name, and which the studio and the API refuse to rename."""
+    chosen = a_set(kept_image(history_id="hist_1"))
+    engine.publish(avatar_set=chosen)
+    published = row_of(chosen)
+    page = admin_client.get(change_page(chosen))
+    form = form_of(page, AvatarSet)
+    form["name"] = ["Renamed"]
+
+    admin_client.post(change_page(chosen), form, follow=True)
+
+    assert 'name="name"' not in page.content.decode()
+    assert (row_of(chosen).name, row_of(chosen).version) == ("Family 2026", published.version)
+
+
+def test_a_draft_sets_name_is_kept_as_the_studio_keeps_it(admin_client):
+    draft = a_set(kept_image(history_id="hist_1"))
+    form = form_of(admin_client.get(change_page(draft)), AvatarSet)
+    form["name"] = ["\u200b\u200b"]  # nothing a person can see
+
+    refused = admin_client.post(change_page(draft), form)
+
+    assert "A set needs a name." in refused.content.decode()
+    assert row_of(draft).name == "Family 2026"
+    form["name"] = ["  Spring\u200b  sets "]
+    admin_client.post(change_page(draft), form, follow=True)
+    assert row_of(draft).name == engine.set_name("  Spring\u200b  sets ")
+    assert row_of(draft).name != "  Spring\u200b  sets "
 
 
 # --- the last scrub of the originals on the index ------------------------------------

@@ -323,6 +323,22 @@ def test_a_confirmation_posted_again_does_not_undo_a_withdrawn_resubmit(admin_cl
     assert one_message_about(response, task).endswith(RESUBMIT_STALE)
 
 
+def test_a_second_tabs_confirmation_says_the_task_changed_since_it_was_shown(admin_client, subject):
+    """Found by a review: it said "Only an uncertain task can be resubmitted.", where the
+    operations guide promises that another person's action is said."""
+    [task] = plan(subject)
+    uncertain(task, sent_ago=timedelta(minutes=31))
+    first = form_on(run_action(admin_client, Task, "resubmit_tasks", [task]), "resubmit_form")
+    second = form_on(run_action(admin_client, Task, "resubmit_tasks", [task]), "resubmit_form")
+    admin_client.post(changelist(Task), first, follow=True)
+    resubmitted = row_of(task)
+
+    response = admin_client.post(changelist(Task), second, follow=True)
+
+    assert (row_of(task).state, row_of(task).version) == (TaskState.QUEUED, resubmitted.version)
+    assert one_message_about(response, task).endswith(RESUBMIT_STALE)
+
+
 def test_a_confirmation_without_the_version_it_showed_resubmits_nothing(admin_client, subject):
     [task] = plan(subject)
     uncertain(task, sent_ago=timedelta(minutes=31))

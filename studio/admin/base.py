@@ -16,7 +16,8 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from studio.store import Conflict, update
 
 STALE_EDIT = (
-    "This row changed while you were editing it (the worker moved it). Reload and try again."
+    "This row changed while you were editing it (another person or the worker changed it). "
+    "Reload and try again."
 )
 
 
@@ -99,6 +100,10 @@ class VersionedAdmin(StudioAdmin):
         changed = {name: form.cleaned_data[name] for name in form.changed_data if name in columns}
         if changed:
             update(obj, expected=form.cleaned_data["loaded_version"], **changed)
+        elif form.cleaned_data["loaded_version"] != obj.version:
+            # Nothing left to write, maybe because the move made a field read-only (a set
+            # published meanwhile keeps its name): the edit is refused, not said to be saved.
+            raise Conflict()
 
     def changeform_view(
         self,

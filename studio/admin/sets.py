@@ -2,6 +2,7 @@
 
 from typing import Any
 
+from django import forms
 from django.contrib import admin, messages
 from django.db.models import Count, QuerySet
 from django.http import HttpRequest
@@ -9,7 +10,7 @@ from django.urls import reverse
 from django.utils.html import format_html
 
 from studio import engine
-from studio.admin.base import ReadOnlyInline, VersionedAdmin
+from studio.admin.base import ReadOnlyInline, VersionedAdmin, VersionedForm
 from studio.admin.display import admin_link
 from studio.models import AvatarSet, Origin, SetItem
 
@@ -53,12 +54,33 @@ class SetItemInline(ReadOnlyInline):
         return "missing (blocks publishing)" if item.asset.origin == Origin.GENERATED else "-"
 
 
+class SetForm(VersionedForm):
+    """A draft set's name, kept as the studio and the API keep it (`engine.set_name`)."""
+
+    def clean_name(self) -> str:
+        try:
+            return engine.set_name(self.cleaned_data["name"])
+        except engine.InvalidRequest as exc:
+            raise forms.ValidationError(str(exc)) from None
+
+
 @admin.register(AvatarSet)
 class AvatarSetAdmin(VersionedAdmin):
     list_display = ("name", "item_count", "published_at", "created_at")
     search_fields = ("name",)
     editable = ("name",)
     fields = ("name", "published_at", "created_at", "version")
+    form = SetForm
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        """A published set keeps the name sibling apps read it by: shown, not editable
+        (a review renamed one here, which the studio and the API refuse). A publish
+        landing while the page is open moves the version: the save is then refused."""
+        shown = super().get_readonly_fields(request, obj)
+        if obj is not None and obj.published_at is not None and "name" not in shown:
+            shown.insert(0, "name")
+        return shown
+
     inlines = (SetItemInline,)
     actions = ("publish_sets",)
 

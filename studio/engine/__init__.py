@@ -72,6 +72,7 @@ from studio.engine.sets import (
     publish,
     reference_photos,
     rename_set,
+    set_name,
 )
 from studio.engine.validation import FRAMES, MAX_CANDIDATES, MAX_PROMPT, echo
 
@@ -138,5 +139,6 @@ __all__ = [
     "resubmit",
     "retry_at",
     "same_intent",
+    "set_name",
     "was_sent",
 ]

@@ -34,6 +34,7 @@ from studio.engine.recovery import (
     not_held,
 )
 from studio.models import POLL_BOUND, Attempt, HistorySearch, Kind, Task, TaskState
+from studio.phrases import NO_ROW_LATE_PHASE, NO_ROW_PHASE
 from studio.store import Conflict, update
 
 log = logging.getLogger("studio.worker")
@@ -41,14 +42,6 @@ log = logging.getLogger("studio.worker")
 # The span AVATARS_ADOPT_PER_MINUTE counts searches over: the tasks whose last search began
 # in it (exact, since the settings allow each task at most one search a minute).
 WINDOW = timedelta(seconds=60)
-NO_ROW_PHASE = "Ember's history has no row for this submit yet; the worker looks again"
-# Not "likely never reached Ember": a job whose history write failed leaves no row either,
-# and was paid for (a kill review resubmitted on that advice and paid twice).
-NO_ROW_LATE_PHASE = (
-    "No row in Ember's history long after its job would have finished: the submit may never "
-    "have arrived, its job may have failed, or Ember did not write its row. A person decides "
-    "whether to resubmit"
-)
 LISTED = 5  # originals a search names on the task; the rest are counted
 AMBIGUOUS_PHASE = "Ember's history holds rows Avatars will not take on its own; a person decides"
 

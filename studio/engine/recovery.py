@@ -24,8 +24,8 @@ from studio.ember.client import (
 )
 from studio.engine.errors import RESUBMIT_STALE, RESUBMIT_TOO_EARLY, ResubmitRefused
 from studio.models import RECONCILABLE, Asset, Attempt, Kind, Task, TaskState
-from studio.phrases import COPYING_PHASE, GONE_PHASE
-from studio.store import move, update
+from studio.phrases import COPYING_PHASE, GONE_PHASE, NO_ROW_LATE_PHASE, NO_ROW_PHASE
+from studio.store import Conflict, move, update
 
 REFUSED_SHOWN = 3  # unsafe ids a reconcile names on the task; the rest are counted
 
@@ -127,8 +127,14 @@ def _record_history(task: Task, rows: list[dict[str, Any]]) -> Task:
         if own is not None:
             job_id = own.get("job_id") or ""
             return _back_to_copying(task, _adopted(own), job_id, note=note)
-        noted = {"error": note} if note else {}
-        return update(task, expected=task.version, phase=_no_row_phase(task, usable), **noted)
+        phase, error = _no_row_phase(task, usable), note or task.error
+        if (phase, error) == (task.phase, task.error):
+            # Nothing learnt: the task is left as it is, its version too, so that a person's
+            # resubmit confirmation stays good however often cron reconciles (a review).
+            if not Task.objects.filter(pk=task.pk, version=task.version).exists():
+                raise Conflict()  # it moved while Ember was asked, as a write would find
+            return task
+        return update(task, expected=task.version, phase=phase, error=error)
 
 
 def _carries(row: dict[str, Any], task: Task) -> bool:
@@ -360,6 +366,14 @@ def _no_row_phase(task: Task, rows: list[dict[str, Any]]) -> str:
         return "Ember's history has no row for this task's image yet"
     if not task.ember_job_id and not _latest_job(task) and len(_unclaimed(task, rows)) > 1:
         return "Ember's history has several rows this submit could be; none was taken"
+    # As the worker's search says it: a reconcile's "yet" took the place of its advice that
+    # a person decides, and the two took turns as cron and the search ran (a review).
+    # Only for a lost submit: a job Ember named may still be running past the poll bound.
+    lost = not task.ember_job_id and not _latest_job(task)
+    if lost and task.submitted_at is not None and task.poll_bound_passed():
+        return NO_ROW_LATE_PHASE
+    if task.phase == NO_ROW_PHASE:
+        return NO_ROW_PHASE
     return "Ember's history has no row for this task yet"
 
 
@@ -393,10 +407,12 @@ def resubmit(*, task: Task, seen_version: int, confirmed_not_received: bool = Fa
     a send nobody looked at.
     """
     task.refresh_from_db()
-    if task.state != TaskState.UNCERTAIN:
-        raise ResubmitRefused("Only an uncertain task can be resubmitted.")
+    # The change first: a second tab's confirmation, after the first tab's resubmit, was
+    # told only that the task is not uncertain, where another person had acted (a review).
     if task.version != seen_version:
         raise ResubmitRefused(RESUBMIT_STALE)
+    if task.state != TaskState.UNCERTAIN:
+        raise ResubmitRefused("Only an uncertain task can be resubmitted.")
     if not task.poll_bound_passed() and not confirmed_not_received:
         raise ResubmitRefused(RESUBMIT_TOO_EARLY)
     return move(

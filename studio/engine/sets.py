@@ -34,14 +34,14 @@ PUBLISH_TRIES = 3  # checks of a set whose choice keeps changing under the publi
 
 def create_set(*, name: str, asset_ids: list[Any]) -> AvatarSet:
     """Create a set holding the given assets in the given order."""
-    name = _set_name(name)
+    name = set_name(name)
     with transaction.atomic():
         avatar_set = AvatarSet.objects.create(name=name)
         choose_assets(avatar_set=avatar_set, asset_ids=asset_ids)
     return avatar_set
 
 
-def _set_name(name: str) -> str:
+def set_name(name: str) -> str:
     """Return `name` as a set keeps it, or InvalidRequest: not text, empty or too long."""
     name = names.cleaned(text_or_none(name, "A set's name must be text."))
     if not name:
@@ -53,7 +53,7 @@ def _set_name(name: str) -> str:
 
 def rename_set(*, avatar_set: AvatarSet, name: str) -> AvatarSet:
     """Rename a draft set; a published one keeps the name sibling apps read it by."""
-    name = _set_name(name)
+    name = set_name(name)
     return _while_a_draft(
         avatar_set,
         SET_PUBLISHED_NAME,
