@@ -7,6 +7,7 @@ import pytest
 from django.contrib.admin.models import LogEntry
 from django.utils import timezone
 
+from studio.admin.repairs import RESUBMIT_AT_ONCE
 from studio.engine import RESUBMIT_STALE
 from studio.models import Attempt, Batch, Task, TaskState
 from studio.phrases import GONE_PHASE
@@ -28,6 +29,8 @@ from tests.admin_pages import (
 )
 from tests.factories import drain, ember_result, history_row, plan, stored_asset, uncertain
 from tests.fake_ember import FakeEmber
+
+FRAMES = ("image", "headshot", "full-body")  # 3 providers x 3 frames x 8: 72 tasks a batch
 
 pytestmark = pytest.mark.django_db
 
@@ -103,7 +106,40 @@ def test_it_says_so_when_embers_history_cannot_be_read(admin_client, subject, em
 
     assert (row_of(task).state, row_of(task).phase) == (task.state, task.phase)  # as it was
     said = one_message_about(response, task)
-    assert "Ember could not be asked: Ember answered HTTP 503." in said, said
+    assert "Ember's history could not be read: Ember answered HTTP 503." in said, said
+
+
+def test_once_ember_cannot_be_asked_it_is_asked_about_none_of_the_rest(
+    admin_client, subject, ember
+):
+    """Found by a review: with Ember hanging, each selected task waited out its deadline in
+    turn (30 s a task), in one request."""
+    tasks = plan(subject, candidates=3)
+    for task in tasks:
+        uncertain(task)
+    history = ember.get("/api/v1/history").mock(return_value=httpx.Response(503))
+
+    response = run_action(admin_client, Task, "reconcile_tasks", tasks)
+
+    assert history.call_count == 1
+    assert [row_of(task).version for task in tasks] == [row_of(task).version for task in tasks]
+    assert all(row_of(task).state == TaskState.UNCERTAIN for task in tasks)
+    assert (
+        "Ember was not asked about the other 2 selected task(s), left as they are: reconcile "
+        "them once Ember answers." in said(response)
+    )
+
+
+def test_many_skipped_tasks_are_said_in_one_message_a_state(admin_client, subject):
+    """Found by a review: "select all" then Reconcile gave 2,906 messages, one a task."""
+    queued = plan(subject, candidates=8, providers=("openai", "flux"))
+
+    response = run_action(admin_client, Task, "reconcile_tasks", queued)
+
+    assert said(response) == [
+        "16 selected queued tasks skipped; a queued task is not reconcilable (only "
+        "uncertain, history_missing, copy_failed)."
+    ]
 
 
 def test_it_retries_only_the_copy_of_a_copy_failed_task(admin_client, subject, ember):
@@ -250,15 +286,40 @@ def test_it_resubmits_without_the_check_once_the_poll_bound_has_passed(admin_cli
     confirm_page = run_action(admin_client, Task, "resubmit_tasks", [late, early, queued])
     response = resubmit(admin_client, [late, early, queued])
 
-    assert "will be skipped: only an uncertain task can be resubmitted" in text(confirm_page)
+    assert (
+        "1 other selected task is not uncertain and is left as it is: only an uncertain task "
+        "can be resubmitted." in text(confirm_page)
+    )
+    assert str(queued.pk) not in form_on(confirm_page, "resubmit_form")["_selected_action"]
     assert row_of(late).state == TaskState.QUEUED
     assert row_of(early).state == TaskState.UNCERTAIN  # the check is per task
     assert row_of(queued).state == TaskState.QUEUED
     assert "queued again" in one_message_about(response, late)
     assert one_message_about(response, early).endswith(TOO_EARLY)
-    assert one_message_about(response, queued).endswith(
-        "Only an uncertain task can be resubmitted."
-    )
+    assert not [m for m in said(response) if m.startswith(f"Task {str(queued.pk)[:8]} ")]
+
+
+def test_a_confirmation_of_as_many_tasks_as_it_shows_can_be_sent(admin_client, subject):
+    """Found by a review: a confirmation of 2,906 rows (two fields each) could never be sent:
+    Django reads at most 1,000 fields, and answered 400. It now shows at most
+    RESUBMIT_AT_ONCE uncertain tasks, and refuses more in one sentence."""
+    many = plan(subject, candidates=8, providers=("openai", "flux", "google"), frames=FRAMES)
+    many += plan(subject, candidates=8, providers=("openai", "flux", "google"), frames=FRAMES)
+    for task in many[: RESUBMIT_AT_ONCE + 1]:
+        uncertain(task, sent_ago=timedelta(minutes=31))
+
+    refused = run_action(admin_client, Task, "resubmit_tasks", many[: RESUBMIT_AT_ONCE + 1])
+    assert said(refused) == [
+        f"{RESUBMIT_AT_ONCE + 1} uncertain tasks were selected; resubmit at most "
+        f"{RESUBMIT_AT_ONCE} at a time, each looked up in Ember first. Nothing was sent: "
+        "filter the list and select fewer."
+    ]
+    response = resubmit(admin_client, many[1:])  # 100 uncertain and 43 queued, all selected
+
+    assert response.status_code == 200
+    again = [t for t in many[1 : RESUBMIT_AT_ONCE + 1] if row_of(t).state == TaskState.QUEUED]
+    assert len(again) == RESUBMIT_AT_ONCE, f"{len(again)} of {RESUBMIT_AT_ONCE} resubmitted"
+    assert row_of(many[0]).state == TaskState.UNCERTAIN
 
 
 def test_it_records_a_resubmitted_task_as_a_new_attempt(admin_client, subject, ember, worker):

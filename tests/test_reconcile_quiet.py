@@ -3,9 +3,12 @@
 
 from datetime import timedelta
 
+import httpx
 import pytest
 
 from studio import engine
+from studio.ember.errors import EmberError
+from studio.engine.recovery import history_unread
 from studio.models import POLL_BOUND, TaskState
 from studio.phrases import NO_ROW_LATE_PHASE, NO_ROW_PHASE
 from studio.store import update
@@ -68,3 +71,18 @@ def test_a_job_ember_named_is_not_said_to_be_long_finished(subject, ember):
     engine.reconcile(task=task)
 
     assert row_of(task).phase == "Ember's history has no row for this task yet"
+
+
+def test_a_history_read_whose_answer_did_not_come_is_not_said_as_a_lost_send(subject, ember):
+    """Found by a review: "The connection to Ember failed after sending (ReadTimeout)" beside
+    a history search read as if a paid submit might have gone out."""
+    task = uncertain(a_task(subject))
+    ember.get("/api/v1/history").mock(side_effect=httpx.ReadTimeout("slow"))
+
+    with pytest.raises(EmberError) as unread:
+        engine.reconcile(task=task)
+
+    assert history_unread(unread.value) == (
+        "Ember's history could not be read: its answer did not come (ReadTimeout)"
+    )
+    assert row_of(task).version == task.version

@@ -4,6 +4,7 @@ Each is an action on the task list and, for the repairs that apply to a task as 
 now, a button on the task's own page that runs the same action on that one task.
 """
 
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -26,12 +27,18 @@ from django.utils import timezone
 from studio import engine
 from studio.admin.base import VersionedAdmin
 from studio.ember.client import EmberError
-from studio.engine.recovery import copy_gone
+from studio.engine.recovery import copy_gone, history_unread
 from studio.models import POLL_BOUND, RECONCILABLE, Task, TaskState
 from studio.phrases import GONE_ADVICE
 from studio.store import Conflict
 
 NOT_RECEIVED = "I checked Ember and it did not receive this"
+# Skipped tasks past this many are said in one message, by state: a "select all" over
+# thousands of tasks once gave a message for each (a review counted 2,906).
+SKIPS_EACH = 10
+# Uncertain tasks one resubmit confirmation shows: each wants a look in Ember, and each
+# row posts two fields (Django reads at most 1,000: a review's 2,906 rows got a 400).
+RESUBMIT_AT_ONCE = 100
 
 
 def task_name(task: Task) -> str:
@@ -127,34 +134,56 @@ class TaskRepairs(VersionedAdmin):
         if level == messages.SUCCESS:
             self.log_change(request, task, text)
 
+    def skipped(self, request: HttpRequest, tasks: list[Task], why: Callable[[str], str]) -> None:
+        """Say which tasks were skipped and `why` (given a state): each, or by state."""
+        if len(tasks) <= SKIPS_EACH:
+            for task in tasks:
+                self.report(request, task, f"skipped; {why(task.state)}", messages.WARNING)
+            return
+        states = Counter(task.state for task in tasks)
+        for state, count in sorted(states.items()):
+            said = f"{count} selected {state} tasks skipped; {why(state)}"
+            self.message_user(request, said, messages.WARNING)
+
     @admin.action(description="Reconcile with Ember's history", permissions=["change"])
     def reconcile_tasks(self, request: HttpRequest, queryset: QuerySet[Task]) -> None:
-        for task in queryset:
-            if task.state not in RECONCILABLE:
-                self.report(
-                    request,
-                    task,
-                    f"skipped; a {task.state} task is not reconcilable "
-                    f"(only {', '.join(RECONCILABLE)}).",
-                    messages.WARNING,
-                )
-                continue
-            self._reconcile(request, task)
+        tasks = list(queryset)
+        self.skipped(
+            request,
+            [task for task in tasks if task.state not in RECONCILABLE],
+            lambda state: f"a {state} task is not reconcilable (only {', '.join(RECONCILABLE)}).",
+        )
+        self._reconcile_each(request, [task for task in tasks if task.state in RECONCILABLE])
 
     @admin.action(description="Retry the copy from Ember's saved answer", permissions=["change"])
     def retry_copy(self, request: HttpRequest, queryset: QuerySet[Task]) -> None:
-        for task in queryset:
-            if task.state != TaskState.COPY_FAILED:
-                self.report(
+        tasks = list(queryset)
+        self.skipped(
+            request,
+            [task for task in tasks if task.state != TaskState.COPY_FAILED],
+            lambda state: f"only a copy_failed task's copy can be retried (it is {state}).",
+        )
+        self._reconcile_each(request, [t for t in tasks if t.state == TaskState.COPY_FAILED])
+
+    def _reconcile_each(self, request: HttpRequest, tasks: list[Task]) -> None:
+        """Reconcile each task; once Ember cannot be asked, ask it about none of the rest.
+
+        Each question to an Ember that hangs waits out its deadline: a review held the
+        admin's request 30 s a task (and a proxy would have given up on it first).
+        """
+        for done, task in enumerate(tasks):
+            if not self._reconcile(request, task) and len(tasks) > done + 1:
+                left = len(tasks) - done - 1
+                self.message_user(
                     request,
-                    task,
-                    f"skipped; only a copy_failed task's copy can be retried (it is {task.state}).",
+                    f"Ember was not asked about the other {left} selected task(s), left as they "
+                    "are: reconcile them once Ember answers.",
                     messages.WARNING,
                 )
-                continue
-            self._reconcile(request, task)
+                return
 
-    def _reconcile(self, request: HttpRequest, task: Task) -> None:
+    def _reconcile(self, request: HttpRequest, task: Task) -> bool:
+        """Reconcile one task and report it; return False when Ember could not be asked."""
         before, gone = task.state, copy_gone(task)
         try:
             task = engine.reconcile(task=task)
@@ -162,10 +191,14 @@ class TaskRepairs(VersionedAdmin):
             self.report(
                 request, task, "moved while being reconciled; nothing written.", messages.ERROR
             )
-            return
+            return True
         except EmberError as exc:
-            self.report(request, task, f"Ember could not be asked: {exc.message}", messages.ERROR)
-            return
+            self.report(request, task, history_unread(exc), messages.ERROR)
+            return False
+        self._reconciled(request, task, before, gone=gone)
+        return True
+
+    def _reconciled(self, request: HttpRequest, task: Task, before: str, *, gone: bool) -> None:
         if task.state == TaskState.COPYING and gone:
             self.report(request, task, f"{before} → copying, but {GONE_ADVICE}", messages.WARNING)
         elif task.state == TaskState.COPYING:
@@ -215,26 +248,36 @@ class TaskRepairs(VersionedAdmin):
                     confirmed_not_received=str(task.pk) in checked,
                 )
             return None
-        if not any(t.state == TaskState.UNCERTAIN for t in tasks):
-            for task in tasks:
-                self.report(
-                    request,
-                    task,
-                    f"skipped; only an uncertain task can be resubmitted (it is {task.state}).",
-                    messages.WARNING,
-                )
+        unsure = [task for task in tasks if task.state == TaskState.UNCERTAIN]
+        if not unsure:
+            self.skipped(
+                request,
+                tasks,
+                lambda state: f"only an uncertain task can be resubmitted (it is {state}).",
+            )
             return None
-        return self._resubmit_confirmation(request, tasks)
+        if len(unsure) > RESUBMIT_AT_ONCE:
+            self.message_user(
+                request,
+                f"{len(unsure)} uncertain tasks were selected; resubmit at most "
+                f"{RESUBMIT_AT_ONCE} at a time, each looked up in Ember first. Nothing was "
+                "sent: filter the list and select fewer.",
+                messages.ERROR,
+            )
+            return None
+        return self._resubmit_confirmation(request, unsure, skipped=len(tasks) - len(unsure))
 
-    def _resubmit_confirmation(self, request: HttpRequest, tasks: list[Task]) -> TemplateResponse:
-        """Ask, with the warning, which tasks a person checked in Ember."""
+    def _resubmit_confirmation(
+        self, request: HttpRequest, tasks: list[Task], *, skipped: int
+    ) -> TemplateResponse:
+        """Ask, with the warning, which uncertain tasks a person checked in Ember; the
+        `skipped` others selected are counted, not listed (nor posted again)."""
         # For the page only: engine.resubmit applies the same bound and has the last word.
         now = timezone.now()
         rows = [
             {
                 "task": task,
                 "name": task_name(task),
-                "uncertain": task.state == TaskState.UNCERTAIN,
                 "sent": task.submitted_at,
                 "bound_passed": task.poll_bound_passed(now),
             }
@@ -245,6 +288,7 @@ class TaskRepairs(VersionedAdmin):
             "title": "Resubmit uncertain tasks?",
             "opts": self.model._meta,
             "rows": rows,
+            "skipped": skipped,
             "warning": engine.RESUBMIT_WARNING,
             "not_received_label": NOT_RECEIVED,
             "poll_bound_minutes": round(POLL_BOUND / 60),

@@ -93,6 +93,15 @@ class TaskAdmin(TaskRepairs):
     ordering = ("-created_at",)
     list_select_related = ("batch",)
     inlines = (AttemptInline,)
+
+    def get_inlines(self, request: HttpRequest, obj: Any = None) -> Any:
+        """The attempts, when there are any: an empty table still scrolled sideways on a
+        phone, a region with nothing a keyboard reaches (axe, found by a review on a task
+        cancelled before it was sent)."""
+        if obj is not None and not obj.attempts.exists():
+            return ()
+        return super().get_inlines(request, obj)
+
     actions = (
         "reconcile_tasks",
         "retry_copy",

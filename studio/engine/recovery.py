@@ -18,6 +18,7 @@ from studio.ember.client import (
     EmberBadAnswer,
     EmberClient,
     EmberError,
+    EmberUnknownOutcome,
     check_result,
     is_safe_id,
     shown_id,
@@ -41,7 +42,15 @@ class Reconciled:
 
 
 def history_unread(exc: EmberError) -> str:
-    """Say, for people, that Ember's history could not be read, and why."""
+    """Say, for people, that Ember's history could not be read, and why.
+
+    A read whose answer did not come is not said as the client says a send's ("failed
+    after sending"): beside a history search, that read as if a paid submit had gone out
+    (a review).
+    """
+    if isinstance(exc, EmberUnknownOutcome):
+        cause = type(exc.__cause__).__name__ if exc.__cause__ is not None else "none came"
+        return f"Ember's history could not be read: its answer did not come ({cause})"
     return f"Ember's history could not be read: {exc.message}"
 
 

@@ -124,10 +124,10 @@ from studio.models import Attempt, Subject, TaskState
 from studio.store import move
 from tests.factories import a_task
 task = a_task(Subject.objects.get(name="Bo"))
-a_task(Subject.objects.get(name="Bo"))  # queued: the filtered list shows one of its total
+queued = a_task(Subject.objects.get(name="Bo"))  # the filtered list shows one of its total
 Attempt.objects.create(task=task, number=1, submitted_at=timezone.now(), outcome="unknown")
 move(task, TaskState.UNCERTAIN, phase="Ember's answer was lost", submitted_at=timezone.now())
-result = str(task.pk)
+result = f"{task.pk} {queued.pk}"
 """
 
 
@@ -137,7 +137,7 @@ def test_an_uncertain_tasks_page_and_its_resubmit_fit_a_phone_and_pass_the_audit
     """Found by a review at 390 px: the resubmit page scrolled sideways with the box that
     allows it at the edge and its label past it; the task's attempts were a scrolling
     region no keyboard could reach; a filtered list's "total" link was told by colour."""
-    task_id = studio.stack.django(UNCERTAIN)
+    task_id, _ = studio.stack.django(UNCERTAIN).split()
     person.goto("/admin/studio/task/?state=reconcilable")
     expect(person.get_by_role("link", name=re.compile(r"total"))).to_be_visible()
     audit(person)
@@ -152,3 +152,39 @@ def test_an_uncertain_tasks_page_and_its_resubmit_fit_a_phone_and_pass_the_audit
         audit(page)
         box = tick.bounding_box()
         assert box is not None and box["x"] + box["width"] <= page.viewport_size["width"]
+        if page.viewport_size["width"] < PHONE_WIDTH:
+            answers = [
+                page.get_by_role("button", name=re.compile("^Yes, resubmit")),
+                page.get_by_role("link", name="No, take me back"),
+                page.locator("label", has=tick),
+            ]
+            boxes = [answer.bounding_box() for answer in answers]
+            small = [b for b in boxes if b is None or b["height"] < TAP]
+            assert not small, f"shorter than {TAP} px on a phone: {boxes}"
+            yes, no = boxes[0], boxes[1]
+            assert yes and no and yes["y"] + yes["height"] <= no["y"], f"overlapping: {yes} {no}"
+
+
+TAP = 44  # CSS px: a target a finger hits at the first try (WCAG 2.5.5)
+PHONE_WIDTH = 768  # the admin's own narrow layout starts below this
+
+
+def test_a_tasks_repairs_take_a_finger_and_a_task_never_sent_passes_the_audit(
+    person: Page, browser: Browser, studio: Studio, no_worker: None
+):
+    """Found by a review at 390 px: a task's repair buttons were 35 px tall, and a task
+    with no attempt showed an empty attempts table, a scrolling region no keyboard
+    reaches (axe's scrollable-region-focusable)."""
+    task_id, queued_id = studio.stack.django(UNCERTAIN).split()
+    with unwatched(browser, studio, person) as page:
+        page.goto(f"/admin/studio/task/{queued_id}/change/")
+        expect(page.get_by_role("button", name=re.compile("^Cancel"))).to_be_visible()
+        expect(page.locator("#attempts-group")).to_have_count(0)
+        audit(page)
+        page.goto(f"/admin/studio/task/{task_id}/change/")
+        expect(page.locator("#attempts-group")).to_have_count(1)
+        buttons = page.locator(".repairs input[type=submit]").all()
+        heights = [button.bounding_box()["height"] for button in buttons]  # type: ignore[index]
+        assert len(heights) >= 2, heights  # reconcile and resubmit at least
+        if page.viewport_size["width"] < PHONE_WIDTH:
+            assert min(heights) >= TAP, f"repair buttons {heights} px tall on a phone"
