@@ -184,7 +184,8 @@ class Task(Versioned):
         ]
 
     def __str__(self) -> str:
-        return f"{self.provider} {self.frame} #{self.ordinal} ({self.state})"
+        # The provider as people read it, as the task's messages name it (a review).
+        return f"{self.provider_label or self.provider} {self.frame} #{self.ordinal} ({self.state})"
 
     def saved(self, part: str) -> dict[str, Any]:
         """Return one object of Ember's saved answer (`image`, `history`), or {}.
@@ -407,7 +408,8 @@ class SetItem(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.avatar_set_id}[{self.position}] = asset {self.asset_id}"
+        # Counted from 1, as the set's page counts them (a review read "1[0] = asset 3").
+        return f"#{self.position + 1} of set {self.avatar_set_id}: asset {self.asset_id}"
 
 
 class ApiToken(models.Model):

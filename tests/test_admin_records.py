@@ -38,6 +38,20 @@ def test_it_refuses_to_publish_a_set_whose_generated_image_lacks_its_history(adm
     assert "Ready: published." in said(response)
 
 
+def test_it_says_a_set_published_already_was_not_published_by_this_press(admin_client):
+    published = a_set(kept_image(history_id="hist_1"), name="Ready")
+    engine.publish(avatar_set=published)
+    before = row_of(published)
+
+    response = run_action(admin_client, AvatarSet, "publish_sets", [published])
+
+    assert said(response) == ["Ready: published already; nothing changed."]
+    assert (row_of(published).published_at, row_of(published).version) == (
+        before.published_at,
+        before.version,
+    )
+
+
 def test_it_shows_which_chosen_asset_blocks_publishing(admin_client):
     blocked = a_set(generated_asset(history_id=""))
 

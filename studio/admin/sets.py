@@ -95,6 +95,11 @@ class AvatarSetAdmin(VersionedAdmin):
     @admin.action(description="Publish", permissions=["change"])
     def publish_sets(self, request: HttpRequest, queryset: QuerySet[AvatarSet]) -> None:
         for avatar_set in queryset:
+            if avatar_set.published_at is not None:
+                # Not "published." again, as if this press had done it (a review).
+                said = f"{avatar_set}: published already; nothing changed."
+                self.message_user(request, said, messages.INFO)
+                continue
             try:
                 engine.publish(avatar_set=avatar_set)
             except engine.PublishRefused as exc:
