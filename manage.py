@@ -6,6 +6,9 @@ import sys
 
 
 def main() -> None:
+    from avatars.early import note_sigterm
+
+    note_sigterm(sys.argv)  # before Django's start-up, which a stop must not crash
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "avatars.settings")
     from django.core.exceptions import ImproperlyConfigured
     from django.core.management import execute_from_command_line

@@ -59,3 +59,54 @@ def test_a_sigterm_while_it_starts_stops_it_with_a_sentence_and_exit_0(tmp_path,
         else "Stopped while starting: nothing was sent to Ember."
     )
     assert done.stdout.splitlines()[-2:] == [said, "exited"], done.stdout + done.stderr
+
+
+# As a service manager's stop during Django's own start-up: the SIGTERM comes as Django is
+# first imported, from manage.py, before any command has a handler of its own.
+STOPPED_IN_DJANGOS_START_UP = """
+import os, runpy, signal, sys
+
+class StopAtDjango:
+    def find_spec(self, name, path=None, target=None):
+        if name == "django":
+            sys.meta_path.remove(self)
+            os.kill(os.getpid(), signal.SIGTERM)
+        return None
+
+sys.meta_path.insert(0, StopAtDjango())
+sys.argv = ["manage.py", *sys.argv[1:]]
+try:
+    runpy.run_path("manage.py", run_name="__main__")
+except SystemExit as exc:
+    print(f"exit {exc.code}")
+else:
+    print("exit 0")
+"""
+
+
+@pytest.mark.parametrize(
+    ("command", "said", "code"),
+    [
+        (["run_worker"], "Stopped while starting: nothing was sent to Ember.", "exit 0"),
+        (["backup", "{tmp}/backup"], "The backup stopped: it was stopped (SIGTERM).", "exit 1"),
+    ],
+    ids=["run_worker", "backup"],
+)
+def test_a_sigterm_during_djangos_start_up_is_noted_not_a_crash(tmp_path, command, said, code):
+    """Found by a review: a SIGTERM in a worker's first half second ended it with -15 (a
+    crash to a service manager): its handler came only once Django had started."""
+    data = tmp_path / "data"
+    run_snippet(
+        "import django; django.setup(); from django.core.management import "
+        "call_command; call_command('migrate', verbosity=0)",
+        data_dir=data,
+        DATABASE_URL="",
+    )
+    argv = [part.format(tmp=tmp_path) for part in command]
+
+    done = run_snippet(STOPPED_IN_DJANGOS_START_UP, *argv, data_dir=data, DATABASE_URL="")
+
+    output = done.stdout + done.stderr
+    assert said in output, output
+    assert done.stdout.splitlines()[-1] == code, output
+    assert not (tmp_path / "backup" / "manifest.json").exists()

@@ -12,6 +12,7 @@ import signal
 
 from django.core.management.base import BaseCommand
 
+from avatars import early
 from studio import backups
 
 
@@ -19,6 +20,7 @@ class NotingSigterm(BaseCommand):
     noted = False  # a SIGTERM came while the command's own handler was not in place
 
     def run_from_argv(self, argv: list[str]) -> None:
+        self.noted = bool(early.NOTED)  # during Django's start-up, before this ran
         signal.signal(signal.SIGTERM, self._note)
         try:
             super().run_from_argv(argv)

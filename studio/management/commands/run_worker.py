@@ -9,6 +9,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from avatars import early
 from studio import heap, metrics, restoring
 from studio.management.ready import require_migrated
 from studio.ownership import AlreadyRunning, NotDurable, OwnershipLost, stand_by
@@ -101,8 +102,9 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
 def _sigterm_noted() -> Iterator[list[int]]:
     """While the worker starts, a SIGTERM is noted (in the list yielded), not the end of the
     process: it stops as soon as it can, with a sentence and exit 0, as a service manager's
-    stop should. It ended the process with -15 in its first second (a review's kills)."""
-    asked: list[int] = []
+    stop should. It ended the process with -15 in its first second (a review's kills).
+    One during Django's start-up, before this ran, was noted by manage.py (avatars/early.py)."""
+    asked: list[int] = list(early.NOTED)  # during Django's start-up, before this ran
     previous = signal.signal(signal.SIGTERM, lambda signum, _frame: asked.append(signum))
     try:
         yield asked
