@@ -38,17 +38,20 @@ class HistoryFilter(admin.SimpleListFilter):
 
 @admin.register(Asset)
 class AssetAdmin(VersionedAdmin):
+    # What decides a repair first (the history that blocks publishing, the protection),
+    # long ids last: at 1,280 px the list is wider than its region, and a review found
+    # "Ember history" and protection past its right edge.
     list_display = (
         "__str__",
         "origin",
-        "provider_name",
-        "short_sha",
-        "ember_image_id",
         "history",
         "protection",
+        "provider_name",
+        "created_at",
+        "short_sha",
         "task_link",
         "batch_link",
-        "created_at",
+        "ember_image_id",
     )
     list_filter = ("origin", HistoryFilter, ProviderFilter)
     list_select_related = ("task", "batch")

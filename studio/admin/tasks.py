@@ -76,16 +76,18 @@ class AttemptInline(ReadOnlyInline):
 
 @admin.register(Task)
 class TaskAdmin(TaskRepairs):
+    # The long phase last: before it, attempts and age were past the region's right edge
+    # at 1,280 px (a review).
     list_display = (
         "short_id",
         "state",
-        "phase",
         "provider_label",
         "frame",
         "ordinal",
-        "batch_link",
         "attempt_count",
         "age",
+        "batch_link",
+        "phase",
     )
     list_filter = (StateFilter, ProviderFilter, ("batch", admin.RelatedOnlyFieldListFilter))
     search_fields = ("id", "batch__id", "ember_job_id")

@@ -188,3 +188,36 @@ def test_a_tasks_repairs_take_a_finger_and_a_task_never_sent_passes_the_audit(
         assert len(heights) >= 2, heights  # reconcile and resubmit at least
         if page.viewport_size["width"] < PHONE_WIDTH:
             assert min(heights) >= TAP, f"repair buttons {heights} px tall on a phone"
+
+
+# Rows as wide as a review's: a lost submit's long phase, an asset with Ember's long ids.
+WIDE_ROWS = (
+    UNCERTAIN.replace("result = ", "dummy = ")
+    + """
+from studio.phrases import NO_ROW_LATE_PHASE
+from tests.factories import generated_asset
+move(task, TaskState.UNCERTAIN, phase=NO_ROW_LATE_PHASE)
+generated_asset(task=task, ember_image_id="img_" + "7" * 60, history_id="hist_" + "8" * 60)
+result = "ok"
+"""
+)
+
+
+def test_the_columns_a_repair_turns_on_are_in_view_on_a_desktop(
+    page: Page, studio: Studio, no_worker: None
+):
+    """Found by a review at 1,280 px: the asset list's "Ember history" and protection, and
+    the task list's attempts and age, were past the right edge of a list that scrolls."""
+    studio.stack.django(WIDE_ROWS)
+    sign_in(page)
+    width = page.viewport_size["width"]
+    for path, headers in (
+        ("/admin/studio/asset/", ("Ember history", "protection released")),
+        ("/admin/studio/task/", ("attempts", "age")),
+    ):
+        page.goto(path)
+        cells = page.locator("#result_list thead th").all()
+        named = {cell.inner_text().strip().lower(): cell.bounding_box() for cell in cells}
+        for header in headers:
+            box = named[header.lower()]
+            assert box is not None and box["x"] + box["width"] <= width, (path, header, named)
