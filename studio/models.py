@@ -184,7 +184,6 @@ class Task(Versioned):
         ]
 
     def __str__(self) -> str:
-        # The provider as people read it, as the task's messages name it (a review).
         return f"{self.provider_label or self.provider} {self.frame} #{self.ordinal} ({self.state})"
 
     def saved(self, part: str) -> dict[str, Any]:
@@ -408,7 +407,6 @@ class SetItem(models.Model):
         ]
 
     def __str__(self) -> str:
-        # Counted from 1, as the set's page counts them (a review read "1[0] = asset 3").
         return f"#{self.position + 1} of set {self.avatar_set_id}: asset {self.asset_id}"
 
 
