@@ -12,6 +12,7 @@ def main() -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "avatars.settings")
     from django.core.exceptions import ImproperlyConfigured
     from django.core.management import execute_from_command_line
+    from django.db import DatabaseError, OperationalError
 
     try:
         execute_from_command_line(sys.argv)
@@ -19,6 +20,15 @@ def main() -> None:
         # A setting, a folder or a disk the install needs: the sentence says which and
         # what to do; a traceback through Django's start-up says nothing more to an operator.
         sys.exit(f"Avatars cannot start: {exc}")
+    except DatabaseError as exc:
+        if not isinstance(exc, OperationalError) and type(exc) is not DatabaseError:
+            raise  # a constraint, a query: a fault of the code, with its traceback
+        # A database its disk refuses mid-command (full, read-only, failing): 62 lines of
+        # traceback from check_originals and api_token on a full disk (a review).
+        sys.exit(
+            f"Avatars could not use its database: {str(exc).rstrip('.')}. If its disk is full "
+            "or read-only, free space on it or let it be written, then run this again."
+        )
 
 
 if __name__ == "__main__":

@@ -19,10 +19,11 @@ restore again finishes it. Once it has, `RESTORED` says from which backup, so th
 restore run again (after a kill in its last moment) says it had finished.
 """
 
+import contextlib
 import os
 import shutil
 import sqlite3
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -121,33 +122,60 @@ def restore_alone(src: Path, data_dir: Path, database: Path | None) -> Restored:
     elif shutil.which("pg_restore") is None:
         raise BackupError(pg_restore_howto(src))
     marker = data_dir / MARKER
-    # Killed after its end: run again, it is not redone. Unless what it restored is gone
-    # since (a review removed both and was told nothing had to be done).
-    if not marker.exists() and finished_from(data_dir) == str(src) and used(data_dir, database):
+    check_target(src, data_dir, database, marker)
+    result = Restored(database=str(database or connection.settings_dict["NAME"]))
+    # Every original the manifest names, as this run or an earlier one (killed, with no
+    # undo) may have placed it: a failed run takes them all away, or the earlier run's were
+    # left behind without the marker, and the same restore then refused (a review).
+    placed = list(manifest_files(manifest, data_dir / "originals"))
+    with contextlib.ExitStack() as finishing:
+        try:
+            mark(marker, str(src))
+            fill(result, src, manifest, data_dir / "originals", database)
+            # From here on a stop lets it finish: it was said to be taken away (a review).
+            finishing.enter_context(not_stopped())
+        except BaseException:
+            with not_stopped():  # quick, and a second Ctrl-C must not leave it half done
+                undo(placed, database)
+                marker.unlink(missing_ok=True)
+            raise
+        finish(src, data_dir, marker)
+    return result
+
+
+def check_target(src: Path, data_dir: Path, database: Path | None, marker: Path) -> None:
+    """Refuse a data dir this restore may not fill; AlreadyRestored when it did already.
+
+    A restore that finished (`RESTORED` names its backup) is not done again while its
+    database has tables. Without them it runs again over the originals it placed: told
+    "nothing was changed", a review's install with its database removed came up empty.
+    """
+    finished = not marker.exists() and finished_from(data_dir) == str(src)
+    if finished and has_tables(database):
         raise AlreadyRestored(src)
     # Empty: a run killed while it made the marker (as versions before the atomic one
     # could be), before it placed anything. The target is then as it was before it.
-    if not marker.exists() or not marker.read_text().strip():
+    if not finished and (not marker.exists() or not marker.read_text().strip()):
         refuse_a_used_target(data_dir, database)
-    elif marker.read_text().strip() != f"restoring {src}":
+    elif marker.exists() and marker.read_text().strip() != f"restoring {src}":
         raise BackupError(
             f"Another restore into this data dir has not finished ({marker}: "
             f"{marker.read_text().strip()}): run that one again, or use a new data dir."
         )
     if database is not None:
         refuse_side_files(database)  # after: a database in use has tables, said first
-    result = Restored(database=str(database or connection.settings_dict["NAME"]))
-    placed: list[Path] = []
-    try:
-        mark(marker, str(src))
-        fill(result, src, manifest, data_dir / "originals", placed, database)
-    except BaseException:
-        with not_stopped():  # quick, and a second Ctrl-C must not leave it half done
-            undo(placed, database)
-            marker.unlink(missing_ok=True)
-        raise
-    finish(src, data_dir, marker)
-    return result
+
+
+def manifest_files(manifest: dict[str, Any], target: Path) -> Iterator[Path]:
+    """Yield where each original the manifest names goes in `target` (names the store gives)."""
+    for entry in manifest["originals"]:
+        entry = entry if isinstance(entry, dict) else {}
+        sha256, name = str(entry.get("sha256", "")), str(entry.get("file", ""))
+        try:
+            originals.path_for(sha256, name.removeprefix(sha256))
+        except ValueError:
+            continue
+        yield target / name
 
 
 def finish(src: Path, data_dir: Path, marker: Path) -> None:
@@ -163,6 +191,11 @@ def finish(src: Path, data_dir: Path, marker: Path) -> None:
             marker.unlink()
             originals.fsync_dir(data_dir)
     except OSError as exc:
+        if not marker.exists():  # only the last flush failed: the restore had finished
+            raise BackupError(
+                f"The restore finished, but its last write may not be on the disk: "
+                f"{cause(exc)}. Everything it restored is in place: check the disk."
+            ) from None
         raise BackupError(
             f"The restore stopped in its last step: {cause(exc)}. Everything it restored is "
             f"in place, and {marker.name} keeps this install from starting until the same "
@@ -210,7 +243,6 @@ def fill(
     src: Path,
     manifest: dict[str, Any],
     target: Path,
-    placed: list[Path],
     database: Path | None,
 ) -> None:
     """Place the originals, fill the database with its unsent tasks held back, check both.
@@ -223,7 +255,7 @@ def fill(
     ready = None if database is None else prepare_sqlite(result, src / SQLITE_FILE, database)
     names: set[str] = set()
     for entry in manifest["originals"]:
-        restore_original(result, src / "originals", target, entry, placed, names)
+        restore_original(result, src / "originals", target, entry, names)
     originals.fsync_dir(target)
     if ready is not None and database is not None:
         named = fill_sqlite(ready, database)
@@ -252,7 +284,8 @@ def prepare_sqlite(result: Restored, snapshot: Path, database: Path) -> Path:
             raise  # the disk (full, failing): said as such, and the same restore run again
         raise BackupError(
             f"{snapshot} holds tables this version of Avatars cannot restore into ({exc}): "
-            "it was not written by an Avatars backup this version knows. Nothing was restored."
+            "a backup of another version of Avatars, or not of Avatars. Restore it with the "
+            "version that made it, then upgrade that install. Nothing was restored."
         ) from None
     fsync_file(ready)
     check_filled(ready)
@@ -336,15 +369,23 @@ def used(data_dir: Path, database: Path | None) -> str:
     # original: the same restore must be able to run again over it.
     if folder.is_dir() and any(not leftovers.temporary(p.name) for p in folder.iterdir()):
         return f"{folder} already holds originals"
-    if database is None:
-        if connection.introspection.table_names():
-            return f"The database {connection.settings_dict['NAME']} already has tables"
-    elif database.exists() and database.stat().st_size:
-        with closing(sqlite3.connect(database)) as conn:
-            tables = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
-        if tables:
-            return f"The database {database} already has tables"
+    try:
+        if has_tables(database):
+            return f"The database {database or connection.settings_dict['NAME']} already has tables"
+    except sqlite3.DatabaseError as exc:
+        # Said as what it is: it read as "what it had placed was taken away" (a review).
+        return f"The database {database} is not an empty SQLite database ({exc})"
     return ""
+
+
+def has_tables(database: Path | None) -> bool:
+    """Say whether the database (the SQLite file, or PostgreSQL's when None) has tables."""
+    if database is None:
+        return bool(connection.introspection.table_names())
+    if not database.exists() or not database.stat().st_size:
+        return False
+    with closing(sqlite3.connect(database)) as conn:
+        return bool(conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0])
 
 
 def restore_original(
@@ -352,7 +393,6 @@ def restore_original(
     source: Path,
     target: Path,
     entry: object,
-    placed: list[Path],
     names: set[str],
 ) -> None:
     """Put one original of the manifest into the data dir, or say why not."""
@@ -367,9 +407,6 @@ def restore_original(
     if name in names:
         return  # listed twice: placed once, counted once
     names.add(name)
-    # Counted as placed before it is: a stop between the rename that places it and the
-    # line after left it behind when the rest was taken away (a review).
-    placed.append(target / name)
     try:
         done = result.placer.place(source / name, target / name, sha256)
     except FileNotFoundError:

@@ -241,3 +241,80 @@ def test_a_finished_restore_whose_rows_and_files_are_gone_since_is_run_again(bac
     assert tables(database) > 0
     with pytest.raises(restoring.AlreadyRestored):
         restoring.restore(backup, data_dir=target, database=database)
+
+
+def test_a_run_after_a_killed_one_takes_away_the_originals_both_placed_if_it_fails(
+    backup, tmp_path, monkeypatch
+):
+    """Found by a review: a run killed with no chance to undo (SIGKILL) left originals and
+    its marker; the next run failed early, took away only its own and the marker, and the
+    same restore was then refused ("already holds originals")."""
+    target, database = restore_into(tmp_path)
+    (target / "originals").mkdir()
+    first = sorted((backup / "originals").iterdir())[0]
+    shutil.copyfile(first, target / "originals" / first.name)  # what the killed run placed
+    (target / restoring.MARKER).write_text(f"restoring {backup}\n")
+
+    def full(*_args: object, **_kwargs: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(restoring, "copy_sqlite", full)
+    with pytest.raises(OSError):
+        restoring.restore(backup, data_dir=target, database=database)
+
+    assert placed(target) == [] and not (target / restoring.MARKER).exists()
+    monkeypatch.undo()
+    again = restoring.restore(backup, data_dir=target, database=database)
+    assert (again.restored, again.problems) == (2, [])
+
+
+def test_a_finished_restore_whose_database_alone_is_gone_is_run_again(backup, tmp_path):
+    """Found by a review: told "nothing was changed", an install whose database was removed
+    (its originals kept) came up empty after `migrate`."""
+    target, database = restore_into(tmp_path)
+    restoring.restore(backup, data_dir=target, database=database)
+    database.write_bytes(b"")
+
+    again = restoring.restore(backup, data_dir=target, database=database)
+
+    assert (again.restored, again.problems) == (2, [])
+    assert tables(database) > 0
+
+
+def test_a_last_flush_that_fails_after_the_marker_is_gone_says_the_restore_finished(
+    backup, tmp_path, monkeypatch
+):
+    """Found by a review: it said the marker kept the install from starting; there was none."""
+    target, database = restore_into(tmp_path)
+    real = originals.fsync_dir
+
+    def failing_at_the_end(folder: Path) -> None:
+        if folder == target and not (target / restoring.MARKER).exists():
+            raise OSError(errno.EIO, "Input/output error", str(folder))
+        real(folder)
+
+    monkeypatch.setattr(originals, "fsync_dir", failing_at_the_end)
+    with pytest.raises(backups.BackupError) as stopped:
+        restoring.restore(backup, data_dir=target, database=database)
+
+    assert str(stopped.value) == (
+        f"The restore finished, but its last write may not be on the disk: Input/output error: "
+        f"{target}. Everything it restored is in place: check the disk."
+    )
+    assert len(placed(target)) == 2 and tables(database) > 0
+
+
+def test_a_target_database_that_is_not_sqlite_is_refused_as_such(backup, tmp_path):
+    """Found by a review: "What it had placed was taken away", where nothing was placed and
+    the file was left as it was."""
+    target, database = restore_into(tmp_path)
+    database.write_bytes(b"not a database, " * 512)
+
+    with pytest.raises(backups.BackupError) as refused:
+        restoring.restore(backup, data_dir=target, database=database)
+
+    assert str(refused.value) == (
+        f"The database {database} is not an empty SQLite database (file is not a database): "
+        "restore into a new data dir with an empty database."
+    )
+    assert database.read_bytes() == b"not a database, " * 512

@@ -20,8 +20,9 @@ class NotingSigterm(BaseCommand):
     noted = False  # a SIGTERM came while the command's own handler was not in place
 
     def run_from_argv(self, argv: list[str]) -> None:
-        self.noted = bool(early.NOTED)  # during Django's start-up, before this ran
         signal.signal(signal.SIGTERM, self._note)
+        # During Django's start-up, before this ran: read after, so that none falls between.
+        self.noted = self.noted or bool(early.NOTED)
         try:
             super().run_from_argv(argv)
         finally:

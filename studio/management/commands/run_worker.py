@@ -104,8 +104,9 @@ def _sigterm_noted() -> Iterator[list[int]]:
     process: it stops as soon as it can, with a sentence and exit 0, as a service manager's
     stop should. It ended the process with -15 in its first second (a review's kills).
     One during Django's start-up, before this ran, was noted by manage.py (avatars/early.py)."""
-    asked: list[int] = list(early.NOTED)  # during Django's start-up, before this ran
+    asked: list[int] = []
     previous = signal.signal(signal.SIGTERM, lambda signum, _frame: asked.append(signum))
+    asked += early.NOTED  # during Django's start-up: read after, so that none falls between
     try:
         yield asked
     finally:
