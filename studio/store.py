@@ -156,8 +156,10 @@ def move(
         fields["next_attempt_at"] = None
     update(task, expected=expected, state=state, **fields)
     if before != state:
-        # One line per state change: who, from, to, and the sentence people see.
-        log.info("task=%s from=%s to=%s phase=%r", task.pk, before, state, task.phase)
+        # One line per state change: who, from, to, and the sentence people see. Once it
+        # is committed: a change rolled back (a full disk) was logged as if made (a review).
+        said = ("task=%s from=%s to=%s phase=%r", task.pk, before, state, task.phase)
+        transaction.on_commit(lambda: log.info(*said))
     return task
 
 

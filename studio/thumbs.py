@@ -9,6 +9,7 @@ the original, never data.
 
 import contextlib
 import io
+import logging
 import stat
 import struct
 import threading
@@ -19,6 +20,17 @@ from django.conf import settings
 from PIL import Image, ImageOps
 
 from studio import chunks, originals
+
+log = logging.getLogger(__name__)
+
+
+class NotCached(Exception):
+    """A thumbnail drawn but not kept: the disk refused it. `data` is the thumbnail."""
+
+    def __init__(self, data: bytes) -> None:
+        super().__init__("The thumbnail could not be kept.")
+        self.data = data
+
 
 SIZES = (128, 256, 512)  # pixels on the longer side; the only sizes pages ask for
 MIME = "image/webp"
@@ -82,7 +94,13 @@ def thumbnail(*, sha256: str, mime: str, size: int) -> Path:
         # Fsynced before the rename, so a power loss cannot leave a truncated thumbnail
         # under its final name; the directory is not fsynced, since losing the name only
         # costs a rebuild. Two processes building one thumbnail both win with equal bytes.
-        originals.write_atomically(target, data)
+        try:
+            originals.write_atomically(target, data)
+        except OSError as exc:
+            # A full or read-only disk: a cache, so shown all the same (every new
+            # thumbnail answered 500 on a full disk: a review).
+            log.warning("thumbnail %s not kept: %s", target.name, exc.strerror or exc)
+            raise NotCached(data) from exc
         _drop_older_renderings(sha256, size, target)
     return target
 

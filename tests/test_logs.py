@@ -5,9 +5,11 @@ import logging
 import re
 
 import pytest
+from django.db import transaction
 
 from studio.models import Task, TaskState
-from tests.factories import a_batch, drain
+from studio.store import move
+from tests.factories import a_batch, drain, plan
 from tests.fake_ember import FakeEmber
 from tests.processes import run_snippet
 
@@ -16,12 +18,15 @@ pytestmark = pytest.mark.django_db
 LINE = re.compile(r"^task=(?P<task>[0-9a-f-]{36}) from=(?P<from>\w+) to=(?P<to>\w+) phase='.*'$")
 
 
-def test_every_state_change_is_logged_once_as_one_line(subject, ember, worker, caplog):
+def test_every_state_change_is_logged_once_as_one_line(
+    subject, ember, worker, caplog, django_capture_on_commit_callbacks
+):
     FakeEmber(ember, history=False)
     batch = a_batch(subject, candidates=2)
     caplog.set_level(logging.INFO, logger="studio")
 
-    drain(worker)
+    with django_capture_on_commit_callbacks(execute=True):  # the test's transaction
+        drain(worker)
 
     lines = [r.getMessage() for r in caplog.records if r.name == "studio.tasks"]
     changes = [LINE.match(line) for line in lines]
@@ -36,6 +41,19 @@ def test_every_state_change_is_logged_once_as_one_line(subject, ember, worker, c
             ("copying", "history_missing"),
         ]
     assert Task.objects.filter(state=TaskState.HISTORY_MISSING).count() == 2
+
+
+def test_a_state_change_rolled_back_is_not_logged(subject, caplog):
+    """Found by a review on a full disk: changes whose transaction failed were logged, four
+    `to=uncertain` lines for one change; the log read as a record of what never happened."""
+    [task] = plan(subject)
+    caplog.set_level(logging.INFO, logger="studio")
+
+    with pytest.raises(RuntimeError), transaction.atomic():
+        move(task, TaskState.PREPARING)
+        raise RuntimeError("the commit fails")
+
+    assert [r.getMessage() for r in caplog.records if r.name == "studio.tasks"] == []
 
 
 def test_logs_carry_no_token_and_no_image_bytes(subject, ember, worker, caplog, settings):

@@ -156,6 +156,26 @@ def test_it_serves_a_cached_thumbnail_without_opening_the_original(signed_in: Cl
     assert response.content == thumbs.path_for(asset.sha256, 256).read_bytes()
 
 
+def test_a_thumbnail_the_disk_will_not_keep_is_shown_all_the_same(signed_in: Client, monkeypatch):
+    """Found by a review: on a full disk every thumbnail not yet cached answered 500, and
+    the gallery and batch pages showed broken images."""
+    asset = stored_asset(17)
+    real = originals.write_atomically
+
+    def full(path, data: bytes) -> None:
+        if path.parent == thumbs.thumbs_dir():
+            raise OSError(28, "No space left on device", str(path))
+        real(path, data)
+
+    monkeypatch.setattr(originals, "write_atomically", full)
+    response = signed_in.get(f"/assets/{asset.pk}/thumb/256/v3/")
+
+    assert response.status_code == 200
+    with Image.open(io.BytesIO(response.content)) as img:
+        assert img.format == "WEBP" and max(img.size) <= 256
+    assert not thumbs.path_for(asset.sha256, 256).exists()
+
+
 def test_it_rebuilds_a_thumbnail_whose_cache_file_was_deleted(signed_in: Client):
     asset = stored_asset(16)
     first = signed_in.get(f"/assets/{asset.pk}/thumb/128/v3/").content

@@ -457,6 +457,13 @@ def _settle_unrecorded(task_id: str, answer: Answer, detail: str) -> None:
 
 def _settle(task: Task, answer: Answer, *, detail: str = "") -> None:
     """Put a `submitting` task where Ember's answer (if it proves anything) or the table says."""
+    if isinstance(answer, Submitted):
+        # Ember accepted it and the job is known: recorded now, `running` (its first
+        # recording failed, on a full disk), not "may have reached Ember" with the job id
+        # in the log only (a review: 16 tasks waited 300 s for the history search).
+        number = max(task.attempts.values_list("number", flat=True), default=0) + 1
+        _record_accepted(task, answer, number, timezone.now())
+        return
     if isinstance(answer, EmberError) and not answer.may_have_arrived:
         # Nothing was accepted: back to `queued` after a pause, never "may have reached".
         _requeue(task, CRASH_BACKOFF, NOT_SENT_PHASE, error=answer.message, expected=task.version)

@@ -75,8 +75,11 @@ def asset_thumb(request: HttpRequest, asset_id: int, size: int) -> HttpResponseB
     found = get_object_or_404(Asset.objects.only("sha256", "mime"), pk=asset_id)
 
     def respond() -> HttpResponse:
-        path = thumbs.thumbnail(sha256=found.sha256, mime=found.mime, size=size)
-        return HttpResponse(path.read_bytes(), content_type=thumbs.MIME)
+        try:
+            data = thumbs.thumbnail(sha256=found.sha256, mime=found.mime, size=size).read_bytes()
+        except thumbs.NotCached as drawn:
+            data = drawn.data  # the disk would not keep it; the page shows it all the same
+        return HttpResponse(data, content_type=thumbs.MIME)
 
     return _image_response(request, f"{found.sha256}-{size}-v{thumbs.RENDERING}", respond)
 
