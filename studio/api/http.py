@@ -38,6 +38,7 @@ REFUSALS: list[tuple[type[Exception], int, str, str | None]] = [
     (engine.PublishRefused, 409, "publish_refused", None),
     (Conflict, 409, "conflict", CONFLICT),
     (originals.ChecksumFailed, 503, "checksum_failed", None),
+    (engine.StorageRefused, 503, "storage_refused", None),
 ]
 REFUSED = tuple(refused for refused, *_ in REFUSALS)
 

@@ -46,6 +46,7 @@ from studio.engine.errors import (
     RequeueRefused,
     ResubmitRefused,
     SpendCapReached,
+    StorageRefused,
     TooLate,
 )
 from studio.engine.library import add_reference, create_subject
@@ -111,6 +112,7 @@ __all__ = [
     "RequeueRefused",
     "ResubmitRefused",
     "SpendCapReached",
+    "StorageRefused",
     "TooLate",
     "add_reference",
     "adopt_due",

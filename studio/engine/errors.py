@@ -106,6 +106,16 @@ class KeyReused(Exception):
         self.batch = batch
 
 
+class StorageRefused(Exception):
+    """The disk (or the database's) would not take an upload: full, read-only, over quota."""
+
+    def __init__(self, cause: str) -> None:
+        super().__init__(
+            f"The photo was not kept: the disk Avatars stores photos on refused it ({cause}). "
+            "Try again once an operator has seen to that disk."
+        )
+
+
 class TooLate(Exception):
     """The task already reached Ember (or finished): it cannot be cancelled."""
 

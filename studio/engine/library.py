@@ -1,22 +1,25 @@
 """Subjects and their reference photos."""
 
+import errno
 import logging
 import re
 import secrets
 from dataclasses import dataclass
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, OperationalError, transaction
 from django.db.models import BigIntegerField, Count, Max, Q
 from django.db.models.functions import Cast, Substr
 from django.utils.text import slugify
 
 from studio import metadata, names, originals
-from studio.engine.errors import InvalidRequest
+from studio.engine.errors import InvalidRequest, StorageRefused
 from studio.engine.validation import text_or_none
 from studio.models import Asset, Origin, Subject, stored_facts
 
 log = logging.getLogger(__name__)
 
+# What a disk says when it will not take a write: full, over quota, read-only.
+DISK_REFUSED = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS})
 SLUG_TRIES = 3  # numbered slugs tried before a random suffix; a concurrent create costs one
 
 
@@ -98,6 +101,22 @@ def upload_reference(*, subject: Subject, data: bytes, file_name: str) -> Upload
     # Checked cheaply first: stripping walks the file's structure, and a file built of
     # millions of tiny JPEG segments would cost seconds before the store refused it.
     stored = metadata.strip_location(originals.precheck(data))
+    try:
+        return _stored_reference(subject, data, stored, file_name)
+    except OSError as exc:
+        if exc.errno not in DISK_REFUSED:
+            raise
+        raise StorageRefused(exc.strerror or str(exc)) from exc
+    except OperationalError as exc:
+        # SQLite's full disk: the row is not written (its original, if stored, is a file
+        # no row names, which check_originals reports and a later upload takes again).
+        if not any(word in str(exc) for word in ("full", "readonly", "disk")):
+            raise
+        raise StorageRefused(str(exc)) from exc
+
+
+def _stored_reference(subject: Subject, data: bytes, stored: bytes, file_name: str) -> Upload:
+    """Store `stored` (the upload `data` without its location) and its row for `subject`."""
     # Bytes the strip passed on as they were need not be checked again (~12 ms of 12 MB).
     original = originals.save(stored, checked=stored is data)
     with transaction.atomic():

@@ -107,7 +107,7 @@ def subject_detail(request: HttpRequest, subject_id: int) -> HttpResponse:
         had = set(found.assets.filter(origin=Origin.UPLOADED).values_list("pk", flat=True))
         try:
             upload = upload_reference(subject=found, data=data, file_name=file_name)
-        except (originals.NotAnImage, originals.ChecksumFailed) as exc:
+        except (originals.NotAnImage, originals.ChecksumFailed, engine.StorageRefused) as exc:
             form.add_error("photo", str(exc))
         else:
             _say_added(request, found, upload, had)

@@ -1,0 +1,76 @@
+"""An upload the disk will not take (full, read-only): a clear refusal, nothing kept.
+
+Found by a review on a full disk: the API answered 500 `internal_error` and the studio
+"Something went wrong", with nothing telling the person or the operator why.
+"""
+
+import errno
+
+import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.db import OperationalError
+
+from studio import originals
+from studio.engine import library
+from studio.models import Asset
+from tests.api.calls import API
+from tests.factories import png_bytes
+
+pytestmark = pytest.mark.django_db
+
+REFUSED = (
+    "The photo was not kept: the disk Avatars stores photos on refused it ({cause}). Try "
+    "again once an operator has seen to that disk."
+)
+
+
+def the_disk_refuses(monkeypatch, number: int, cause: str) -> None:
+    def refused(*_args: object, **_kwargs: object) -> None:
+        raise OSError(number, cause)
+
+    monkeypatch.setattr(originals, "write_temp", refused)
+
+
+@pytest.mark.parametrize(
+    ("number", "cause"),
+    [(errno.ENOSPC, "No space left on device"), (errno.EROFS, "Read-only file system")],
+)
+def test_the_api_says_the_disk_refused_an_upload(api, make_subject, monkeypatch, number, cause):
+    subject = make_subject()
+    the_disk_refuses(monkeypatch, number, cause)
+    photo = SimpleUploadedFile("ada.png", png_bytes(3), content_type="image/png")
+
+    response = api.post(f"{API}/subjects/{subject.pk}/references", {"file": photo})
+
+    assert response.status_code == 503
+    assert response.json() == {
+        "error": {"code": "storage_refused", "message": REFUSED.format(cause=cause)}
+    }
+    assert not Asset.objects.exists()
+
+
+def test_the_studio_says_the_disk_refused_an_upload(signed_in, make_subject, monkeypatch):
+    subject = make_subject()
+    the_disk_refuses(monkeypatch, errno.ENOSPC, "No space left on device")
+    photo = SimpleUploadedFile("ada.png", png_bytes(4), content_type="image/png")
+
+    response = signed_in.post(f"/subjects/{subject.pk}/", {"photo": photo})
+
+    assert response.status_code == 400  # the form again, with the reason on it
+    assert REFUSED.format(cause="No space left on device") in response.content.decode()
+    assert not Asset.objects.exists()
+
+
+def test_a_database_on_a_full_disk_is_said_as_such(api, make_subject, monkeypatch):
+    subject = make_subject()
+
+    def full(*_args: object) -> None:
+        raise OperationalError("database or disk is full")
+
+    monkeypatch.setattr(library, "_stored_reference", full)
+    photo = SimpleUploadedFile("ada.png", png_bytes(5), content_type="image/png")
+
+    response = api.post(f"{API}/subjects/{subject.pk}/references", {"file": photo})
+
+    assert response.status_code == 503
+    assert response.json()["error"]["message"] == REFUSED.format(cause="database or disk is full")
