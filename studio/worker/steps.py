@@ -33,7 +33,7 @@ from studio.ember.client import (
 from studio.models import ACTIVE, Asset, Attempt, Task, TaskState
 from studio.phrases import COPYING_PHASE, GONE_PHASE
 from studio.store import Conflict, move, update
-from studio.worker import archive, turns
+from studio.worker import archive, room, turns
 from studio.worker.pacing import Pacing
 from studio.worker.transitions import (
     COPY_FAILED_PHASE,
@@ -126,11 +126,11 @@ class Steps:
             # Versioned: a cancel that won while the references were read stands.
             await db(_reference_changed)(task)
             return None
-        if self.stopping:
+        full = room.archive_refuses()  # nothing is paid for that could not be kept
+        if self.stopping or full:
             # Nothing has been sent: a stopping worker does not start a paid request.
-            await db(move)(
-                task, TaskState.QUEUED, expected=task.version, phase="Waiting for the worker"
-            )
+            phase, due = ("Waiting for the worker", None) if not full else room.held(full)
+            await db(move)(task, TaskState.QUEUED, expected=task.version, phase=phase, due=due)
             return None
         body = encode_payload(build_payload(task, references, attempt=number))
         # The photos' base64 is in the body now: let it go before the (long) send.

@@ -1,0 +1,45 @@
+"""Room in the archive for what a send would pay for.
+
+A job Ember finishes is copied into the archive before anything else; on a disk that is
+full or read-only the copy fails and the job waits in Ember, protected, for a person's
+reconcile. A review saw the worker go on paying for 48 of 48 new jobs that way. Before a
+send, the worker looks (one `statvfs`, no write) whether the archive's disk could take
+one more image of the largest size it accepts; if not, the task waits, unsent and unpaid.
+"""
+
+import os
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.utils import timezone
+
+from studio import originals
+
+WAIT = timedelta(seconds=30)  # before a task held back for room is looked at again
+
+
+def archive_refuses() -> str:
+    """Say why the archive could not keep another image now; "" when it could."""
+    folder = originals.originals_dir()
+    while not folder.exists() and folder != folder.parent:  # not made yet: its disk
+        folder = folder.parent
+    try:
+        disk = os.statvfs(folder)
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    if disk.f_flag & os.ST_RDONLY:
+        return "its disk is read-only"
+    free, cap = disk.f_bavail * disk.f_frsize, settings.AVATARS_MAX_IMAGE_BYTES
+    if free < cap:
+        return f"{_mb(free)} free on its disk, less than one image may take ({_mb(cap)})"
+    return ""
+
+
+def held(why: str) -> tuple[str, datetime]:
+    """Return a held-back task's phase (what a person reads beside it) and when it is due."""
+    phase = f"Not sent: the archive could not keep the image ({why}); trying again in 30 s"
+    return phase, timezone.now() + WAIT
+
+
+def _mb(size: int) -> str:
+    return f"{size / 1024 / 1024:.1f} MB"

@@ -1,0 +1,60 @@
+"""Nothing is paid for that the archive could not keep (found by a review: with the archive's
+disk full, the worker paid for 48 of 48 new jobs, each then `copy_failed`)."""
+
+import os
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from studio.models import TaskState
+from studio.worker import room
+from tests.factories import plan
+from tests.fake_ember import FakeEmber
+from tests.worker_drive import drive_once
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+MB = 1024 * 1024
+
+
+def a_disk(*, free: int, read_only: bool = False) -> os.statvfs_result:
+    flag = os.ST_RDONLY if read_only else 0
+    # bsize, frsize, blocks, bfree, bavail, files, ffree, favail, flag, namemax
+    return os.statvfs_result((4096, 4096, 10**6, free // 4096, free // 4096, 0, 0, 0, flag, 255))
+
+
+@pytest.mark.parametrize(
+    ("disk", "why"),
+    [
+        (a_disk(free=10 * MB), "10.0 MB free on its disk, less than one image may take (25.0 MB)"),
+        (a_disk(free=10**4 * MB, read_only=True), "its disk is read-only"),
+    ],
+    ids=["full", "read-only"],
+)
+def test_a_task_waits_unsent_while_the_archive_could_not_keep_its_image(
+    subject, ember, worker, monkeypatch, settings, disk, why
+):
+    settings.AVATARS_MAX_IMAGE_BYTES = 25 * MB
+    fake = FakeEmber(ember)
+    [task] = plan(subject)
+    monkeypatch.setattr(room.os, "statvfs", lambda _path: disk)
+
+    task = drive_once(worker, task)
+
+    assert fake.submit_route.call_count == 0, "paid for an image the archive could not keep"
+    assert task.state == TaskState.QUEUED and task.attempts.count() == 0
+    assert task.phase == (
+        f"Not sent: the archive could not keep the image ({why}); trying again in 30 s"
+    )
+    assert task.next_attempt_at > timezone.now() + timedelta(seconds=25)
+
+    monkeypatch.undo()  # room again
+    task = drive_once(worker, task.__class__.objects.get(pk=task.pk))
+    assert fake.submit_route.call_count == 1
+
+
+def test_the_archive_not_made_yet_is_looked_at_on_its_disk(settings, tmp_path):
+    settings.AVATARS_DATA_DIR = tmp_path / "new"  # no originals/ (nor data dir) yet
+
+    assert room.archive_refuses() == ""
