@@ -118,6 +118,11 @@ class Steps:
         The answer leaves the task on the row docs/ember.md's table names. Return
         when Ember's acceptance arrived if the task went on to `running`, else None.
         """
+        full = room.archive_refuses()  # nothing is paid for that could not be kept
+        if full:  # before `preparing`: nothing is read or written again each 30 s but this
+            phase, due = room.held(full)
+            await db(move)(task, TaskState.QUEUED, expected=task.version, phase=phase, due=due)
+            return None
         number = await db(self._prepare)(task)
         if number is None:
             return None
@@ -126,11 +131,11 @@ class Steps:
             # Versioned: a cancel that won while the references were read stands.
             await db(_reference_changed)(task)
             return None
-        full = room.archive_refuses()  # nothing is paid for that could not be kept
-        if self.stopping or full:
+        if self.stopping:
             # Nothing has been sent: a stopping worker does not start a paid request.
-            phase, due = ("Waiting for the worker", None) if not full else room.held(full)
-            await db(move)(task, TaskState.QUEUED, expected=task.version, phase=phase, due=due)
+            await db(move)(
+                task, TaskState.QUEUED, expected=task.version, phase="Waiting for the worker"
+            )
             return None
         body = encode_payload(build_payload(task, references, attempt=number))
         # The photos' base64 is in the body now: let it go before the (long) send.
