@@ -71,6 +71,8 @@ class AvatarSetAdmin(VersionedAdmin):
     editable = ("name",)
     fields = ("name", "published_at", "created_at", "version")
     form = SetForm
+    inlines = (SetItemInline,)
+    actions = ("publish_sets",)
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
         """A published set keeps the name sibling apps read it by: shown, not editable
@@ -80,9 +82,6 @@ class AvatarSetAdmin(VersionedAdmin):
         if obj is not None and obj.published_at is not None and "name" not in shown:
             shown.insert(0, "name")
         return shown
-
-    inlines = (SetItemInline,)
-    actions = ("publish_sets",)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
         return super().get_queryset(request).annotate(n_items=Count("items"))
