@@ -142,7 +142,7 @@ class TaskRepairs(VersionedAdmin):
             return
         states = Counter(task.state for task in tasks)
         for state, count in sorted(states.items()):
-            said = f"{count} selected {state} tasks skipped; {why(state)}"
+            said = f"{count} selected {state} task{'' if count == 1 else 's'} skipped; {why(state)}"
             self.message_user(request, said, messages.WARNING)
 
     @admin.action(description="Reconcile with Ember's history", permissions=["change"])
@@ -199,6 +199,7 @@ class TaskRepairs(VersionedAdmin):
         return True
 
     def _reconciled(self, request: HttpRequest, task: Task, before: str, *, gone: bool) -> None:
+        """Say where a reconcile left `task` (from `before`), and what the worker does next."""
         if task.state == TaskState.COPYING and gone:
             self.report(request, task, f"{before} → copying, but {GONE_ADVICE}", messages.WARNING)
         elif task.state == TaskState.COPYING:
