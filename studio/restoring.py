@@ -169,13 +169,25 @@ def check_target(src: Path, data_dir: Path, database: Path | None, marker: Path)
 def manifest_files(manifest: dict[str, Any], target: Path) -> Iterator[Path]:
     """Yield where each original the manifest names goes in `target` (names the store gives)."""
     for entry in manifest["originals"]:
-        entry = entry if isinstance(entry, dict) else {}
-        sha256, name = str(entry.get("sha256", "")), str(entry.get("file", ""))
-        try:
-            originals.path_for(sha256, name.removeprefix(sha256))
-        except ValueError:
-            continue
-        yield target / name
+        sha256, name = entry_of(entry)
+        if is_original_name(sha256, name):
+            yield target / name
+
+
+def entry_of(entry: object) -> tuple[str, str]:
+    """Return a manifest entry's sha256 and file name ("" for what it lacks)."""
+    entry = entry if isinstance(entry, dict) else {}
+    return str(entry.get("sha256", "")), str(entry.get("file", ""))
+
+
+def is_original_name(sha256: str, name: str) -> bool:
+    """Say whether `name` is one the store would give: a manifest must not write outside
+    originals/."""
+    try:
+        originals.path_for(sha256, name.removeprefix(sha256))
+    except ValueError:
+        return False
+    return True
 
 
 def finish(src: Path, data_dir: Path, marker: Path) -> None:
@@ -396,12 +408,8 @@ def restore_original(
     names: set[str],
 ) -> None:
     """Put one original of the manifest into the data dir, or say why not."""
-    entry = entry if isinstance(entry, dict) else {}
-    sha256, name = str(entry.get("sha256", "")), str(entry.get("file", ""))
-    try:
-        # Only a name the store would give: a manifest must not write outside originals/.
-        originals.path_for(sha256, name.removeprefix(sha256))
-    except ValueError:
+    sha256, name = entry_of(entry)
+    if not is_original_name(sha256, name):
         result.problems.append(f"not an original's name in the manifest: {name!r}")
         return
     if name in names:
