@@ -36,8 +36,12 @@ def archive_refuses() -> str:
 
 
 def held(why: str) -> tuple[str, datetime]:
-    """Return a held-back task's phase (what a person reads beside it) and when it is due."""
-    phase = f"Not sent: the archive could not keep the image ({why}); trying again in 30 s"
+    """Return a held-back task's phase (what a person reads beside it) and when it is due.
+
+    Ending as every back-off's phase ends ("; will try again"): the batch page works out
+    how long is left from the due time, as a figure kept in the phase would go stale.
+    """
+    phase = f"Not sent: the archive could not keep the image ({why}); will try again"
     return phase, timezone.now() + WAIT
 
 
