@@ -44,9 +44,7 @@ def test_a_task_waits_unsent_while_the_archive_could_not_keep_its_image(
 
     assert fake.submit_route.call_count == 0, "paid for an image the archive could not keep"
     assert task.state == TaskState.QUEUED and task.attempts.count() == 0
-    assert task.phase == (
-        f"Not sent: the archive could not keep the image ({why}); will try again"
-    )
+    assert task.phase == (f"Not sent: the archive could not keep the image ({why}); will try again")
     assert task.next_attempt_at > timezone.now() + timedelta(seconds=25)
 
     monkeypatch.undo()  # room again
