@@ -110,10 +110,15 @@ def test_it_answers_the_results_section_alone_for_the_page_to_reload(signed_in: 
     body = response.content.decode()
     assert response.status_code == 200
     assert "<html" not in body
-    assert f'hx-get="/batches/{batch.pk}/results/"' in body
-    assert 'hx-trigger="results-changed from:body"' in body
+    assert body.lstrip().startswith('<section id="results"')
     assert 'data-delivered="1"' in body
     assert result_links(body) == [asset.pk]
+    # What reloads it is on the page, around it, and stays there (tests/e2e shows why).
+    page = signed_in.get(f"/batches/{batch.pk}/").content.decode()
+    holder = page[page.index('<div class="results-home"') :].split(">", 1)[0]
+    assert f'hx-get="/batches/{batch.pk}/results/"' in holder
+    assert 'hx-trigger="results-changed from:body"' in holder
+    assert 'hx-target="#results"' in holder
 
 
 def test_it_offers_to_choose_favourites_only_once_nothing_more_is_coming(

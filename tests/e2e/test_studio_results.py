@@ -249,3 +249,36 @@ def test_an_image_whose_original_went_missing_says_so_and_leads_back(
         expect(person).to_have_url(re.compile(rf"/assets/{shown}/$"))
     finally:
         aside.rename(original)
+
+
+# Counts the results section's reloads, and says "results-changed" again at the moment named.
+SAID_AGAIN = """when => {
+  window.reloads = 0;
+  document.body.addEventListener("htmx:afterRequest", event => {
+    if (event.detail.pathInfo.requestPath.endsWith("/results/")) window.reloads += 1;
+  });
+  const again = () => htmx.trigger(document.body, "results-changed");
+  if (when === "just swapped in") {
+    document.body.addEventListener("htmx:afterSwap", again, { once: true });
+    again();
+  } else {
+    again();
+    again();  // while the first reload's request is on its way
+  }
+}"""
+
+
+@pytest.mark.parametrize("when", ["on its way", "just swapped in"])
+def test_a_change_said_while_the_results_reload_is_not_lost(page: Page, batch_url: str, when: str):
+    """Found by a flaky run in CI: a change said while the results section reloaded (its
+    request on its way, or its new section not yet set up by htmx) went with the old
+    section, and the results could stay behind the progress for good."""
+    sign_in(page)
+    page.goto(batch_url)
+
+    page.evaluate(SAID_AGAIN, when)
+
+    page.wait_for_function("() => window.reloads >= 2", timeout=5_000)
+    expect(page.locator(RESULTS)).to_have_count(3)
+    page.evaluate("htmx.trigger(document.body, 'results-changed')")
+    page.wait_for_function("() => window.reloads >= 3", timeout=5_000)
