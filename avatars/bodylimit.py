@@ -50,6 +50,7 @@ from django.http import HttpResponse, parse_cookie
 from django.template.loader import render_to_string
 from django.urls import reverse
 
+from avatars import outage
 from studio import originals, uploads
 from studio.api.auth import token_for_header
 from studio.api.door import method_not_allowed, methods_taken, not_found
@@ -117,7 +118,7 @@ class BodyLimit:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         scope = origin_form(scope)
-        if scope["type"] != "http" or not scope["path"].startswith(API_PREFIX):
+        if scope["type"] != "http":
             await self._guard(scope, receive, send)
             return
         started = False
@@ -129,13 +130,12 @@ class BodyLimit:
 
         try:
             await self._guard(scope, receive, watching_send)
-        except Exception:
+        except Exception as exc:
             # Django answers what fails in a view; this is what fails around it (a token's
-            # lookup here, spooling the body there): the server's bare text, not the API's.
+            # or a session's lookup here, spooling the body there): the server's bare text.
             if started:
                 raise
-            logger.exception("An API request failed before it was answered: %s", scope["path"])
-            await _send_json(send, 500, "internal_error", INTERNAL_ERROR)
+            await _answer_failure(send, scope, exc)
 
     async def _guard(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -281,6 +281,24 @@ def signed_in(cookie_header: str) -> bool:
     return store.get(SESSION_KEY) is not None
 
 
+async def _answer_failure(send: Send, scope: Scope, exc: Exception) -> None:
+    """Answer a request the door failed on: 503 for a database out of reach, else a 500."""
+    api = scope["path"].startswith(API_PREFIX)
+    if outage.unusable(exc):
+        log = "A request failed before it was answered: %s: the database cannot be used (%s)"
+        logger.error(log, scope["path"], outage.reason(exc))
+        retry = [(b"retry-after", str(outage.RETRY_AFTER).encode())]
+        if api:
+            await _send_json(send, 503, outage.CODE, outage.MESSAGE, extra=retry)
+        else:
+            await _send_page(send, 503, outage.page_html, outage.MESSAGE, extra=retry)
+        return
+    if not api:
+        raise exc
+    logger.exception("An API request failed before it was answered: %s", scope["path"])
+    await _send_json(send, 500, "internal_error", INTERNAL_ERROR)
+
+
 async def _refuse_too_large(send: Send, scope: Scope, message: str, *, page: bool) -> None:
     """Answer 413: JSON to the API, a page of the studio to a signed-in person, else text.
 
@@ -297,15 +315,22 @@ async def _refuse_too_large(send: Send, scope: Scope, message: str, *, page: boo
     await _send_page(send, 413, lambda: too_large_page(headers), message)
 
 
-async def _send_page(send: Send, status: int, render: Callable[[], str], fallback: str) -> None:
+async def _send_page(
+    send: Send,
+    status: int,
+    render: Callable[[], str],
+    fallback: str,
+    *,
+    extra: list[tuple[bytes, bytes]] | None = None,
+) -> None:
     """Answer with a page of the studio drawn by `render`, or `fallback`'s sentence as text."""
     try:
         body = render()
     except Exception:  # a page that cannot be drawn (static files not collected): the sentence
         logger.exception("The door's page could not be rendered.")
-        await _send(send, status, fallback.encode(), b"text/plain; charset=utf-8")
+        await _send(send, status, fallback.encode(), b"text/plain; charset=utf-8", extra)
         return
-    await _send(send, status, body.encode(), b"text/html; charset=utf-8")
+    await _send(send, status, body.encode(), b"text/html; charset=utf-8", extra)
 
 
 def too_large_page(headers: Mapping[str, str]) -> str:

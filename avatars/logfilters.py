@@ -2,6 +2,8 @@
 
 import logging
 
+from avatars import outage
+
 
 class WithoutTraceback(logging.Filter):
     """Keep a record's message and drop its traceback.
@@ -14,4 +16,24 @@ class WithoutTraceback(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         record.exc_info = None
         record.exc_text = None
+        return True
+
+
+class DatabaseOutage(logging.Filter):
+    """Say a request failed for a database out of reach in one line, with the database's words.
+
+    A read-only data dir had every request log two tracebacks of 130 lines each (a review's):
+    the cause is the same for all of them, and its one line is what an operator acts on.
+    Any other error keeps its traceback.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if exc is not None and outage.unusable(exc):
+            record.msg = (
+                f"{record.getMessage()}: the database cannot be used ({outage.reason(exc)})"
+            )
+            record.args = None
+            record.exc_info = None
+            record.exc_text = None
         return True

@@ -328,17 +328,23 @@ LOGGING = {
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "filters": {"without_traceback": {"()": "avatars.logfilters.WithoutTraceback"}},
+    "filters": {
+        "without_traceback": {"()": "avatars.logfilters.WithoutTraceback"},
+        "database_outage": {"()": "avatars.logfilters.DatabaseOutage"},
+    },
     "loggers": {
         "studio": {
             "handlers": ["console"],
             "level": env_choice("AVATARS_LOG_LEVEL", "INFO", LEVELS),
         },
+        # The web server's door (avatars/bodylimit.py, heads.py): dated as the rest, not bare.
+        "avatars": {"handlers": ["console"], "level": "WARNING"},
         # Django's own console output is for DEBUG only, and it mails errors to ADMINS (none
         # here): without this, a 500 in production would leave no trace. 4xx answers to bad
         # input are not errors of ours, and are not logged one by one.
         "django": {"handlers": ["console"], "level": "WARNING"},
-        "django.request": {"level": "ERROR"},
+        # A database out of reach: one line a request, not a traceback (avatars/outage.py).
+        "django.request": {"level": "ERROR", "filters": ["database_outage"]},
         # A foreign Host header: one line saying which, not a traceback a request.
         "django.security.DisallowedHost": {"filters": ["without_traceback"]},
         "httpx": {"level": "WARNING"},

@@ -1,5 +1,7 @@
 """URL routes for Avatars: the studio pages, the JSON API, the admin, sign-in."""
 
+import sys
+
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.core.exceptions import DisallowedHost, RequestDataTooBig
@@ -8,6 +10,7 @@ from django.template.loader import render_to_string
 from django.urls import include, path
 from django.views import defaults
 
+from avatars import outage
 from studio import uploads
 from studio.api.door import not_found
 from studio.api.http import BAD_REQUEST, INTERNAL_ERROR, INVALID_HOST, error_response
@@ -44,8 +47,12 @@ def server_error(request: HttpRequest) -> HttpResponse:
 
     The API's callers read `{"error": {"code", "message"}}`, not a page; either way Django
     has already logged the error with its traceback, and the answer names nothing inside.
+    A database out of reach is no error of a page: 503, saying so (`avatars/outage.py`).
     """
-    if request.path.startswith("/api/"):
+    api = request.path.startswith("/api/")
+    if outage.unusable(sys.exc_info()[1]):  # Django calls this while handling the error
+        return outage.api_answer() if api else outage.page()
+    if api:
         return error_response(500, "internal_error", INTERNAL_ERROR)
     return defaults.server_error(request)
 

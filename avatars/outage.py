@@ -1,0 +1,71 @@
+"""The database out of reach: a 503 that says so, and one log line instead of a traceback.
+
+A disk gone read-only or full, a database file gone, a PostgreSQL server down: every
+request then fails where it first reads a row (its session, its token), and each was
+answered "Something went wrong here", an error "of its own", in two 130-line tracebacks
+a request (a review's, on a read-only data dir). Such a failure is not a bug of a page:
+it says Service Unavailable, names the cause in the log in one line, and the same page
+answers again once the database can be used. Any other database error is still a 500
+with its traceback: a bug, or a migration not run, is for the people who read the log.
+"""
+
+import sqlite3
+
+from django.db import DatabaseError, InterfaceError, OperationalError
+from django.http import HttpResponse, JsonResponse
+from django.template.loader import render_to_string
+from django.utils.cache import add_never_cache_headers
+
+# What a client is told to wait before it asks again, in seconds.
+RETRY_AFTER = 30
+CODE = "database_unavailable"
+MESSAGE = "Avatars cannot use its database right now; try again in a minute."
+# SQLite's result codes for a database it cannot open, read or write, whatever the query.
+SQLITE_UNUSABLE = frozenset(
+    {"CANTOPEN", "IOERR", "FULL", "READONLY", "BUSY", "LOCKED", "NOTADB", "CORRUPT", "PERM"}
+)
+# PostgreSQL's classes of the same: connection, resources (a full disk), operator
+# intervention (a shutdown), system (an I/O error).
+POSTGRESQL_UNUSABLE = frozenset({"08", "53", "57", "58"})
+
+
+def unusable(exc: BaseException | None) -> bool:
+    """Say whether `exc` is the database being out of reach rather than a query's fault."""
+    if not isinstance(exc, DatabaseError | InterfaceError):
+        return False
+    cause = exc.__cause__
+    if isinstance(cause, sqlite3.Error):  # "file is not a database" is no OperationalError
+        name = getattr(cause, "sqlite_errorname", "") or ""
+        return name.removeprefix("SQLITE_").split("_")[0] in SQLITE_UNUSABLE
+    if not isinstance(exc, OperationalError | InterfaceError):
+        return False
+    sqlstate = getattr(cause, "sqlstate", None)
+    if sqlstate is None:  # PostgreSQL's driver: the connection itself failed or was lost
+        return cause is not None and type(cause).__module__.startswith("psycopg")
+    return str(sqlstate)[:2] in POSTGRESQL_UNUSABLE
+
+
+def reason(exc: BaseException) -> str:
+    """Say the database's own words for `exc`, on one line."""
+    return " ".join(str(exc).split()).rstrip(".") or type(exc).__name__
+
+
+def api_answer() -> JsonResponse:
+    """Answer an API request with 503 `database_unavailable` in the API's error shape."""
+    response = JsonResponse({"error": {"code": CODE, "message": MESSAGE}}, status=503)
+    add_never_cache_headers(response)
+    response["Retry-After"] = str(RETRY_AFTER)
+    return response
+
+
+def page_html() -> str:
+    """Render the studio's page for it, drawn without the database (no session, no user)."""
+    return render_to_string("503.html")
+
+
+def page() -> HttpResponse:
+    """Answer a page of the studio with 503 and the page that says why."""
+    response = HttpResponse(page_html(), status=503)
+    add_never_cache_headers(response)
+    response["Retry-After"] = str(RETRY_AFTER)
+    return response
