@@ -11,12 +11,11 @@ from django.urls import reverse
 from studio import engine, originals
 from studio.models import Asset, AvatarSet, Batch, ScrubReport, Subject, TaskState
 from studio.store import move, update
-from tests.admin_pages import change_page, changelist, form_of, row_of, run_action, said, text
+from tests.admin_pages import change_page, changelist, form_of, row_of, said, text
 from tests.factories import a_set, ember_result, generated_asset, kept_image, plan, stored_asset
 
 pytestmark = pytest.mark.django_db
 
-PUBLISH_REFUSED = "Ember history must be recovered before publishing generated images."
 STALE_EDIT = (
     "This row changed while you were editing it (another person or the worker changed it). "
     "Reload and try again."
@@ -24,32 +23,6 @@ STALE_EDIT = (
 
 
 # --- sets -----------------------------------------------------------------------------
-
-
-def test_it_refuses_to_publish_a_set_whose_generated_image_lacks_its_history(admin_client):
-    blocked = a_set(generated_asset(history_id=""), name="Blocked")
-    ready = a_set(kept_image(history_id="hist_1"), name="Ready")
-
-    response = run_action(admin_client, AvatarSet, "publish_sets", [blocked, ready])
-
-    assert row_of(blocked).published_at is None
-    assert row_of(ready).published_at is not None
-    assert f"Blocked: not published. {PUBLISH_REFUSED}" in said(response)
-    assert "Ready: published." in said(response)
-
-
-def test_it_says_a_set_published_already_was_not_published_by_this_press(admin_client):
-    published = a_set(kept_image(history_id="hist_1"), name="Ready")
-    engine.publish(avatar_set=published)
-    before = row_of(published)
-
-    response = run_action(admin_client, AvatarSet, "publish_sets", [published])
-
-    assert said(response) == ["Ready: published already; nothing changed."]
-    assert (row_of(published).published_at, row_of(published).version) == (
-        before.published_at,
-        before.version,
-    )
 
 
 def test_it_shows_which_chosen_asset_blocks_publishing(admin_client):

@@ -4,8 +4,10 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.db.models import Count, QuerySet
 from django.http import HttpRequest
+from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.html import format_html
 
@@ -15,6 +17,7 @@ from studio.admin.display import admin_link
 from studio.models import AvatarSet, Origin, SetItem
 
 THUMB_SIZE = 128  # pixels, one of the studio's thumbnail sizes
+PUBLISH_CONFIRMATION = "admin/studio/avatarset/publish_confirmation.html"
 
 
 class SetItemInline(ReadOnlyInline):
@@ -91,17 +94,47 @@ class AvatarSetAdmin(VersionedAdmin):
         n = getattr(avatar_set, "n_items", None)
         return avatar_set.items.count() if n is None else n
 
-    @admin.action(description="Publish", permissions=["change"])
-    def publish_sets(self, request: HttpRequest, queryset: QuerySet[AvatarSet]) -> None:
+    @admin.action(description="Publish…", permissions=["change"])
+    def publish_sets(
+        self, request: HttpRequest, queryset: QuerySet[AvatarSet]
+    ) -> TemplateResponse | None:
+        """Ask first, as the studio does: publishing cannot be undone (a review's one press
+        published every selected set). The confirmed form publishes each set as it showed
+        it: one changed since is refused, and asked about again."""
+        drafts = []
         for avatar_set in queryset:
-            if avatar_set.published_at is not None:
-                # Not "published." again, as if this press had done it (a review).
+            if avatar_set.published_at is None:
+                drafts.append(avatar_set)
+            else:  # not "published." again, as if this press had done it (a review)
                 said = f"{avatar_set}: published already; nothing changed."
                 self.message_user(request, said, messages.INFO)
-                continue
-            try:
-                engine.publish(avatar_set=avatar_set)
-            except engine.PublishRefused as exc:
-                self.message_user(request, f"{avatar_set}: not published. {exc}", messages.ERROR)
-            else:
-                self.message_user(request, f"{avatar_set}: published.", messages.SUCCESS)
+        if request.POST.get("post") != "yes":
+            return self._publish_confirmation(request, drafts) if drafts else None
+        for avatar_set in drafts:
+            seen = request.POST.get(f"version-{avatar_set.pk}", "")
+            self._publish(request, avatar_set, int(seen) if seen.isdigit() else -1)
+        return None
+
+    def _publish(self, request: HttpRequest, avatar_set: AvatarSet, seen: int) -> None:
+        try:
+            engine.publish(avatar_set=avatar_set, seen_version=seen)
+        except engine.PublishRefused as exc:
+            self.message_user(request, f"{avatar_set}: not published. {exc}", messages.ERROR)
+        else:
+            self.message_user(request, f"{avatar_set}: published.", messages.SUCCESS)
+
+    def _publish_confirmation(
+        self, request: HttpRequest, drafts: list[AvatarSet]
+    ) -> TemplateResponse:
+        """Show what publishing the `drafts` means, each with its images, and ask."""
+        n = len(drafts)
+        context = {
+            **self.admin_site.each_context(request),
+            "title": f"Publish {n} set{'s' if n != 1 else ''}?",
+            "opts": self.model._meta,
+            "drafts": drafts,
+            "action_checkbox_name": ACTION_CHECKBOX_NAME,
+        }
+        return TemplateResponse(
+            request, "admin/studio/avatarset/publish_confirmation.html", context
+        )

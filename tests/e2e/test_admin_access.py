@@ -221,3 +221,43 @@ def test_the_columns_a_repair_turns_on_are_in_view_on_a_desktop(
         for header in headers:
             box = named[header.lower()]
             assert box is not None and box["x"] + box["width"] <= width, (path, header, named)
+
+
+# A draft set of one photo, and its name: a new one for each size the test runs at.
+DRAFT_SET = """
+from studio import engine
+from studio.models import Asset
+photo = Asset.objects.filter(origin="uploaded").first()
+result = engine.create_set(name="{name}", asset_ids=[photo.pk]).pk
+"""
+
+
+def test_publish_asks_first_and_its_answers_fit_a_phone(person: Page, browser: Browser, studio):
+    """Found by a review: the list's Publish published at one press, where the studio asks."""
+    name = f"Ask first at {person.viewport_size['width']} px"
+    set_id = int(studio.stack.django(DRAFT_SET.format(name=name)))
+    with unwatched(browser, studio, person) as page:
+        page.goto(f"/admin/studio/avatarset/?q={name.replace(' ', '+')}")
+        page.get_by_role("checkbox", name=re.compile("Select this object")).first.check()
+        page.get_by_role("combobox", name="Action").select_option("publish_sets")
+        page.get_by_role("button", name="Go").click()
+
+        expect(page.get_by_text("Publishing cannot be undone.")).to_be_visible()
+        fits_the_screen(page)
+        audit(page)
+        yes = page.get_by_role("button", name="Yes, publish for good")
+        if page.viewport_size["width"] < PHONE_WIDTH:
+            boxes = [
+                yes.bounding_box(),
+                page.get_by_role("link", name="No, take me back").bounding_box(),
+            ]
+            small = [b for b in boxes if b is None or b["height"] < TAP]
+            assert not small, f"shorter than {TAP} px on a phone: {boxes}"
+        yes.click()
+
+        expect(page.get_by_text(f"{name}: published.")).to_be_visible()
+    published = studio.stack.django(
+        f"from studio.models import AvatarSet\n"
+        f"result = AvatarSet.objects.get(pk={set_id}).published_at is not None"
+    )
+    assert published
