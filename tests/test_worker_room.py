@@ -18,10 +18,14 @@ pytestmark = pytest.mark.django_db(transaction=True)
 MB = 1024 * 1024
 
 
-def a_disk(*, free: int, read_only: bool = False) -> os.statvfs_result:
+def a_disk(*, free: int, read_only: bool = False, files: int = -1) -> os.statvfs_result:
+    """A disk with `free` bytes; `files` left of 10**6 (-1: a disk that counts none)."""
     flag = os.ST_RDONLY if read_only else 0
+    total, left = (0, 0) if files < 0 else (10**6, files)
     # bsize, frsize, blocks, bfree, bavail, files, ffree, favail, flag, namemax
-    return os.statvfs_result((4096, 4096, 10**6, free // 4096, free // 4096, 0, 0, 0, flag, 255))
+    return os.statvfs_result(
+        (4096, 4096, 10**6, free // 4096, free // 4096, total, left, left, flag, 255)
+    )
 
 
 @pytest.mark.parametrize(
@@ -29,8 +33,13 @@ def a_disk(*, free: int, read_only: bool = False) -> os.statvfs_result:
     [
         (a_disk(free=10 * MB), "10.0 MB free on its disk, less than one image may take (25.0 MB)"),
         (a_disk(free=10**4 * MB, read_only=True), "its disk is read-only"),
+        # Space left but no file to put it in: ENOSPC all the same (a disk of small files).
+        (
+            a_disk(free=10**4 * MB, files=3),
+            "3 files left on its disk, fewer than a copy may make (8)",
+        ),
     ],
-    ids=["full", "read-only"],
+    ids=["full", "read-only", "no files left"],
 )
 def test_a_task_waits_unsent_while_the_archive_could_not_keep_its_image(
     subject, ember, worker, monkeypatch, settings, disk, why
@@ -56,3 +65,10 @@ def test_the_archive_not_made_yet_is_looked_at_on_its_disk(settings, tmp_path):
     settings.AVATARS_DATA_DIR = tmp_path / "new"  # no originals/ (nor data dir) yet
 
     assert room.archive_refuses() == ""
+
+
+def test_a_disk_with_files_to_spare_or_none_counted_takes_the_image(monkeypatch, settings):
+    settings.AVATARS_MAX_IMAGE_BYTES = 25 * MB
+    for disk in (a_disk(free=10**4 * MB, files=room.FILES_A_COPY), a_disk(free=10**4 * MB)):
+        monkeypatch.setattr(room.os, "statvfs", lambda _path, disk=disk: disk)
+        assert room.archive_refuses() == "", disk

@@ -4,7 +4,8 @@ A job Ember finishes is copied into the archive before anything else; on a disk 
 full or read-only the copy fails and the job waits in Ember, protected, for a person's
 reconcile. A review saw the worker go on paying for 48 of 48 new jobs that way. Before a
 send, the worker looks (one `statvfs`, no write) whether the archive's disk could take
-one more image of the largest size it accepts; if not, the task waits, unsent and unpaid.
+one more image of the largest size it accepts, and the files a copy makes; if not, the
+task waits, unsent and unpaid.
 """
 
 import os
@@ -16,6 +17,9 @@ from django.utils import timezone
 from studio import originals
 
 WAIT = timedelta(seconds=30)  # before a task held back for room is looked at again
+# Files a copy may make: the original's temporary file, its thumbnails. A disk can run out of
+# them with bytes to spare (many small files), and the write then fails with ENOSPC too.
+FILES_A_COPY = 8
 
 
 def archive_refuses() -> str:
@@ -32,6 +36,10 @@ def archive_refuses() -> str:
     free, cap = disk.f_bavail * disk.f_frsize, settings.AVATARS_MAX_IMAGE_BYTES
     if free < cap:
         return f"{_mb(free)} free on its disk, less than one image may take ({_mb(cap)})"
+    if disk.f_files and disk.f_favail < FILES_A_COPY:  # f_files 0: a disk that counts none
+        return (
+            f"{disk.f_favail} files left on its disk, fewer than a copy may make ({FILES_A_COPY})"
+        )
     return ""
 
 
