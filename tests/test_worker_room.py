@@ -1,12 +1,14 @@
 """Nothing is paid for that the archive could not keep (found by a review: with the archive's
 disk full, the worker paid for 48 of 48 new jobs, each then `copy_failed`)."""
 
+import errno
 import os
 from datetime import timedelta
 
 import pytest
 from django.utils import timezone
 
+from studio import originals
 from studio.models import TaskState
 from studio.worker import room
 from tests.factories import plan
@@ -72,3 +74,35 @@ def test_a_disk_with_files_to_spare_or_none_counted_takes_the_image(monkeypatch,
     for disk in (a_disk(free=10**4 * MB, files=room.FILES_A_COPY), a_disk(free=10**4 * MB)):
         monkeypatch.setattr(room.os, "statvfs", lambda _path, disk=disk: disk)
         assert room.archive_refuses() == "", disk
+
+
+def failing_fsync(fd: int) -> None:
+    raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+
+def test_after_a_copy_the_disk_refused_nothing_is_sent_until_a_write_goes_through(
+    subject, ember, worker, monkeypatch
+):
+    """With room judged by `statvfs` alone, a disk that fails its writes (an I/O error, a
+    quota) would have every new job paid for and then left `copy_failed`."""
+    fake = FakeEmber(ember)
+    first, second = plan(subject, candidates=2)
+    monkeypatch.setattr(originals.os, "fsync", failing_fsync)  # the disk fails every write
+
+    first = drive_once(worker, first)
+    assert first.state == TaskState.COPY_FAILED, first.phase
+    second = drive_once(worker, second)
+
+    assert fake.submit_route.call_count == 1, "paid for a job the failing archive could not keep"
+    assert second.state == TaskState.QUEUED and second.attempts.count() == 0
+    assert second.phase == (
+        "Not sent: the archive could not keep the image "
+        "(its last write failed: Input/output error); will try again"
+    )
+    assert not list(originals.originals_dir().rglob("*.tmp")), "the looks left files behind"
+
+    monkeypatch.undo()  # the disk writes again: the next look's small write goes through
+    second.next_attempt_at = None
+    second = drive_once(worker, second)
+    assert fake.submit_route.call_count == 2
+    assert second.state == TaskState.DONE, second.phase

@@ -31,7 +31,7 @@ from studio.ember.client import EmberClient
 from studio.engine.adoption import adopt_due
 from studio.models import ACTIVE, POLL_BOUND, Task, TaskState
 from studio.ownership import LOCK_LOST, NotOwner, Ownership, OwnershipLost
-from studio.worker import turns
+from studio.worker import room, turns
 from studio.worker.heartbeat import beat as _beat
 from studio.worker.heartbeat import record_stop
 from studio.worker.pacing import Pacing
@@ -81,6 +81,7 @@ class Worker(Steps):
             settings.AVATARS_POLL_INTERVAL if poll_interval is None else poll_interval
         )
         self.pacing = Pacing(self.poll_interval)  # when to poll a job first (§6.6)
+        self.room = room.Room()  # whether a send's image could be kept (room.py)
         self.poll_bound = poll_bound
         self.tick = tick
         self.fetch_retry_delay = fetch_retry_delay

@@ -5,11 +5,15 @@ full or read-only the copy fails and the job waits in Ember, protected, for a pe
 reconcile. A review saw the worker go on paying for 48 of 48 new jobs that way. Before a
 send, the worker looks (one `statvfs`, no write) whether the archive's disk could take
 one more image of the largest size it accepts, and the files a copy makes; if not, the
-task waits, unsent and unpaid.
+task waits, unsent and unpaid. A disk can refuse writes with room to spare (an I/O error,
+a quota): once a write to the archive failed, each look also makes a small write, and
+sends wait until one goes through.
 """
 
 import os
+from collections.abc import Callable
 from datetime import datetime, timedelta
+from typing import Any, TypeVar
 
 from django.conf import settings
 from django.utils import timezone
@@ -20,6 +24,31 @@ WAIT = timedelta(seconds=30)  # before a task held back for room is looked at ag
 # Files a copy may make: the original's temporary file, its thumbnails. A disk can run out of
 # them with bytes to spare (many small files), and the write then fails with ENOSPC too.
 FILES_A_COPY = 8
+T = TypeVar("T")
+
+
+class Room:
+    """The archive's room as this worker sees it: its disk, and how its last write went."""
+
+    def __init__(self) -> None:
+        self.failed = ""  # why the archive's last write failed; "" when it went through
+
+    def refuses(self) -> str:
+        """Say why the archive could not keep another image now; "" when it could."""
+        why = archive_refuses()
+        if not why and self.failed:
+            self.failed = why = _tried()
+        return why
+
+    def keep(self, write: Callable[..., T], *args: Any) -> T:
+        """Run a write to the archive, noting whether the disk took it."""
+        try:
+            kept = write(*args)
+        except OSError as exc:
+            self.failed = f"its last write failed: {_said(exc)}"
+            raise
+        self.failed = ""
+        return kept
 
 
 def archive_refuses() -> str:
@@ -41,6 +70,21 @@ def archive_refuses() -> str:
             f"{disk.f_favail} files left on its disk, fewer than a copy may make ({FILES_A_COPY})"
         )
     return ""
+
+
+def _tried() -> str:
+    """Make (and take away) a small file in the archive; say why it failed, "" if it did not."""
+    try:
+        originals.write_temp(originals.originals_dir() / "room", b"room").unlink()
+    except OSError as exc:
+        return f"its last write failed: {_said(exc)}"
+    return ""
+
+
+def _said(exc: OSError) -> str:
+    """Say the disk's own words: a failed fsync's, under the sentence NotDurable makes."""
+    cause = exc.__cause__ if isinstance(exc.__cause__, OSError) else exc
+    return cause.strerror or str(cause)
 
 
 def held(why: str) -> tuple[str, datetime]:

@@ -75,6 +75,7 @@ class Steps:
     poll_bound: float
     poll_interval: float
     pacing: Pacing
+    room: room.Room
     fetch_retry_delay: float
     unrecorded: dict[str, Answer]
     _handoff: deque[turns.Turn]
@@ -118,7 +119,7 @@ class Steps:
         The answer leaves the task on the row docs/ember.md's table names. Return
         when Ember's acceptance arrived if the task went on to `running`, else None.
         """
-        full = room.archive_refuses()  # nothing is paid for that could not be kept
+        full = self.room.refuses()  # nothing is paid for that could not be kept
         if full:  # before `preparing`: nothing is read or written again each 30 s but this
             phase, due = room.held(full)
             await db(move)(task, TaskState.QUEUED, expected=task.version, phase=phase, due=due)
@@ -418,8 +419,8 @@ class Steps:
                     image["id"], sha256=image.get("sha256"), size=image.get("bytes")
                 )
                 if over is not None:
-                    return await asyncio.to_thread(archive.put_back, data, over)
-                return await asyncio.to_thread(originals.save, data)
+                    return await asyncio.to_thread(self.room.keep, archive.put_back, data, over)
+                return await asyncio.to_thread(self.room.keep, originals.save, data)
             except EmberNotFound as gone:
                 if over is not None:
                     raise
