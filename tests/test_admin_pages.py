@@ -26,6 +26,7 @@ from tests.admin_pages import (
     form_on,
     one_message_about,
     row_of,
+    said,
     serve_history,
     text,
 )
@@ -279,10 +280,15 @@ def test_it_offers_no_repair_to_a_person_who_may_only_look(client, subject):
 def test_it_runs_no_repair_on_a_get_nor_under_an_unknown_name(admin_client, subject):
     task = in_state(subject, TaskState.QUEUED)
 
-    fetched = admin_client.get(reverse("admin:studio_task_repair", args=[task.pk, "cancel_tasks"]))
+    fetched = admin_client.get(
+        reverse("admin:studio_task_repair", args=[task.pk, "cancel_tasks"]), follow=True
+    )
     unknown = admin_client.post(reverse("admin:studio_task_repair", args=[task.pk, "delete"]))
 
-    assert fetched.status_code == 405
+    # A repair's address opened (the history, a link passed on): the task's page, which says
+    # where repairs run, not the studio's 405 page inside the admin (a review).
+    assert fetched.redirect_chain == [(change_page(task), 302)]
+    assert said(fetched) == ["Repairs run from the buttons on this page; nothing was changed."]
     assert unknown.status_code == 404
     assert row_of(task).state == TaskState.QUEUED
 

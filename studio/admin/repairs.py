@@ -17,7 +17,6 @@ from django.http import (
     Http404,
     HttpRequest,
     HttpResponse,
-    HttpResponseNotAllowed,
     HttpResponseRedirect,
 )
 from django.template.response import TemplateResponse
@@ -39,6 +38,7 @@ SKIPS_EACH = 10
 # Uncertain tasks one resubmit confirmation shows: each wants a look in Ember, and each
 # row posts two fields (Django reads at most 1,000: a review's 2,906 rows got a 400).
 RESUBMIT_AT_ONCE = 100
+REPAIRS_HERE = "Repairs run from the buttons on this page; nothing was changed."
 
 
 def task_name(task: Task) -> str:
@@ -80,8 +80,11 @@ class TaskRepairs(VersionedAdmin):
         It is the list's action (same checks, same messages); resubmit answers with its
         confirmation page, whose form posts back here.
         """
-        if request.method != "POST":
-            return HttpResponseNotAllowed(["POST"])
+        if request.method != "POST":  # its address opened: the page its buttons are on
+            messages.info(
+                request, "Repairs run from the buttons on this page; nothing was changed."
+            )
+            return HttpResponseRedirect(self._url("change", quote(unquote(object_id))))
         if action not in OFFERED:
             raise Http404("No such repair.")
         found = self.get_actions(request).get(action)  # only those this person may run
