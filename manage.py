@@ -20,6 +20,11 @@ def main() -> None:
         # A setting, a folder or a disk the install needs: the sentence says which and
         # what to do; a traceback through Django's start-up says nothing more to an operator.
         sys.exit(f"Avatars cannot start: {exc}")
+    except KeyboardInterrupt:
+        # Ctrl-C that no command's own handler had yet (Django's start-up, half a second):
+        # the shell's 130, not a traceback through Django's imports (a review).
+        print("Interrupted (Ctrl-C).", file=sys.stderr)
+        sys.exit(130)
     except DatabaseError as exc:
         if not isinstance(exc, OperationalError) and type(exc) is not DatabaseError:
             raise  # a constraint, a query: a fault of the code, with its traceback

@@ -32,3 +32,13 @@ def test_a_database_its_disk_refuses_mid_command_is_said_in_one_sentence(monkeyp
 def test_a_fault_of_the_code_keeps_its_traceback(monkeypatch):
     with pytest.raises(IntegrityError):
         run_manage(monkeypatch, IntegrityError("UNIQUE constraint failed"))
+
+
+def test_a_ctrl_c_no_command_had_yet_ends_with_130_and_a_sentence(monkeypatch, capsys):
+    """Found by a review: Ctrl-C in a backup's first half second (Django's start-up, before
+    the command's own handler) printed a traceback through Django's imports."""
+    with pytest.raises(SystemExit) as ended:
+        run_manage(monkeypatch, KeyboardInterrupt())
+
+    assert ended.value.code == 130
+    assert capsys.readouterr().err == "Interrupted (Ctrl-C).\n"
