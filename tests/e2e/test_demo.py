@@ -109,6 +109,11 @@ def test_the_demo_runs_everything_prints_a_login_and_stops_on_ctrl_c(tmp_path):
         base = printed["studio"]
         assert base == f"http://127.0.0.1:{web}/"
         assert wait_until(lambda: sign_in(base, printed["login"], printed["password"]))
+        # A wrong address meets the studio's own page, as deployed (a review's showed Django's
+        # debug page, listing the URL patterns, 980 px wide on a phone).
+        missing = httpx.get(f"{base}no-such-page/")
+        assert missing.status_code == 404
+        assert "There is nothing at this address" in missing.text, missing.text[:300]
         # The worker drives the sample batch through the simulator: 3 providers x 2 frames.
         charges = wait_until(
             lambda: (

@@ -2,6 +2,7 @@
 
 import ctypes
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -44,7 +45,11 @@ class Command(BaseCommand):
         seeded = seed_demo()
         ember_url = f"http://127.0.0.1:{options['ember_port']}"
         # The worker talks to the simulator this command starts, whatever EMBER_URL says.
-        env = {**os.environ, "EMBER_URL": ember_url, "EMBER_TOKEN": settings.EMBER_TOKEN}
+        env = {
+            **_as_deployed(data_dir),
+            "EMBER_URL": ember_url,
+            "EMBER_TOKEN": settings.EMBER_TOKEN,
+        }
         stopping = threading.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda *_: stopping.set())
@@ -71,6 +76,33 @@ class Command(BaseCommand):
         if failed:
             raise CommandError(failed)
         self.stdout.write("Avatars demo stopped.")
+
+
+def _as_deployed(data_dir: Path) -> dict[str, str]:
+    """The three processes' environment: DEBUG off, as deployed, so that a person meets the
+    studio's own pages (a review's wrong address showed Django's debug page, its URL patterns
+    listed); plain HTTP on loopback, with a secret of the demo's own, kept in its data dir."""
+    return {
+        **os.environ,
+        "DJANGO_DEBUG": "false",
+        "DJANGO_SECRET_KEY": _secret(data_dir / "demo-secret-key"),
+        "AVATARS_SSL_REDIRECT": "false",
+        "AVATARS_SECURE_COOKIES": "false",
+        "AVATARS_HSTS_SECONDS": "0",
+    }
+
+
+def _secret(path: Path) -> str:
+    """Return the demo's secret key, made (readable by its owner only) on the first run."""
+    try:
+        return path.read_text().strip()
+    except FileNotFoundError:
+        pass
+    secret = secrets.token_urlsafe(48)  # 64 characters
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(secret)
+    return secret
 
 
 def _check_free(*ports: int) -> None:
