@@ -6,6 +6,7 @@ import os
 from datetime import timedelta
 
 import pytest
+from asgiref.sync import async_to_sync
 from django.utils import timezone
 
 from studio import originals
@@ -106,3 +107,50 @@ def test_after_a_copy_the_disk_refused_nothing_is_sent_until_a_write_goes_throug
     second = drive_once(worker, second)
     assert fake.submit_route.call_count == 2
     assert second.state == TaskState.DONE, second.phase
+
+
+def over_quota(*args: object) -> None:
+    raise OSError(errno.EDQUOT, os.strerror(errno.EDQUOT))
+
+
+def test_a_quota_that_takes_a_small_file_but_not_an_image_holds_sends_back(
+    subject, ember, worker, monkeypatch
+):
+    """Found by a review of the first version: its look wrote 4 bytes, which a quota with 1 MB
+    left takes, and every send after it was paid for until the next copy failed. The look
+    now reserves one image of the largest accepted size."""
+    fake = FakeEmber(ember)
+    first, second = plan(subject, candidates=2)
+    monkeypatch.setattr(originals, "save", over_quota)  # an image's write: refused
+    monkeypatch.setattr(room.os, "posix_fallocate", over_quota)  # so is an image's size
+
+    first = drive_once(worker, first)
+    second = drive_once(worker, second)
+
+    assert first.state == TaskState.COPY_FAILED, first.phase
+    assert fake.submit_route.call_count == 1, "paid for a job the quota could not keep"
+    assert "(its last write failed: Disk quota exceeded)" in second.phase, second.phase
+    assert not list(originals.originals_dir().rglob("*.tmp")), "the looks left files behind"
+
+
+def test_a_copy_that_fails_while_a_look_reserves_is_not_forgotten(monkeypatch):
+    """Found by a review: the look ran on the loop while copies fail in threads of their own,
+    and a look that went through cleared a failure noted meanwhile."""
+    seen = room.Room()
+    with pytest.raises(OSError):
+        seen.keep(over_quota)
+
+    def reserve_while_a_copy_fails() -> str:
+        with pytest.raises(OSError):
+            seen.keep(failing_fsync, 3)  # another slot's copy, meanwhile
+        return ""  # the look's own reserve went through
+
+    monkeypatch.setattr(room, "archive_refuses", lambda: "")
+    monkeypatch.setattr(room, "_reserve", reserve_while_a_copy_fails)
+
+    assert async_to_sync(seen.refuses)() == "its last write failed: Input/output error"
+    assert seen.failed == "its last write failed: Input/output error"
+
+    monkeypatch.setattr(room, "_reserve", lambda: "")
+    assert async_to_sync(seen.refuses)() == ""
+    assert seen.failed == ""

@@ -5,12 +5,16 @@ full or read-only the copy fails and the job waits in Ember, protected, for a pe
 reconcile. A review saw the worker go on paying for 48 of 48 new jobs that way. Before a
 send, the worker looks (one `statvfs`, no write) whether the archive's disk could take
 one more image of the largest size it accepts, and the files a copy makes; if not, the
-task waits, unsent and unpaid. A disk can refuse writes with room to spare (an I/O error,
-a quota): once a write to the archive failed, each look also makes a small write, and
-sends wait until one goes through.
+task waits, unsent and unpaid. A disk can refuse writes with room to spare by `statvfs`
+(an I/O error, a quota): once a write to the archive failed, each look also reserves one
+image's size in a file of its own (and takes it away), off the event loop, and sends wait
+until that goes through.
 """
 
+import asyncio
+import logging
 import os
+import threading
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
@@ -19,6 +23,8 @@ from django.conf import settings
 from django.utils import timezone
 
 from studio import originals
+
+log = logging.getLogger("studio.worker")
 
 WAIT = timedelta(seconds=30)  # before a task held back for room is looked at again
 # Files a copy may make: the original's temporary file, its thumbnails. A disk can run out of
@@ -31,24 +37,33 @@ class Room:
     """The archive's room as this worker sees it: its disk, and how its last write went."""
 
     def __init__(self) -> None:
-        self.failed = ""  # why the archive's last write failed; "" when it went through
+        self.failed = ""  # why a write to the archive failed; "" once a look's reserve went through
+        self._failures = 0  # how many have failed: a look clears only what it saw
+        self._lock = threading.Lock()  # the copies note failures from threads of their own
 
-    def refuses(self) -> str:
+    async def refuses(self) -> str:
         """Say why the archive could not keep another image now; "" when it could."""
         why = archive_refuses()
-        if not why and self.failed:
-            self.failed = why = _tried()
-        return why
+        if why or not self.failed:
+            return why
+        # Off the loop: on a failing disk the reserve's fsync may hang, and every slot with it.
+        seen = self._failures
+        why = await asyncio.to_thread(_reserve)
+        with self._lock:
+            if self._failures == seen:  # no copy failed meanwhile: the look has the last word
+                self.failed = why
+            return why or self.failed
 
     def keep(self, write: Callable[..., T], *args: Any) -> T:
-        """Run a write to the archive, noting whether the disk took it."""
+        """Run a write to the archive, noting a failure (only a look clears it: a save of
+        bytes already stored writes nothing, and proves nothing about the disk)."""
         try:
-            kept = write(*args)
+            return write(*args)
         except OSError as exc:
-            self.failed = f"its last write failed: {_said(exc)}"
+            with self._lock:
+                self._failures += 1
+                self.failed = f"its last write failed: {_said(exc)}"
             raise
-        self.failed = ""
-        return kept
 
 
 def archive_refuses() -> str:
@@ -72,12 +87,28 @@ def archive_refuses() -> str:
     return ""
 
 
-def _tried() -> str:
-    """Make (and take away) a small file in the archive; say why it failed, "" if it did not."""
+def _reserve() -> str:
+    """Reserve one image of the largest accepted size in a file of the archive's own, fsynced,
+    and take it away; say why that failed, "" when it went through. `posix_fallocate` asks
+    for the blocks as a copy's write would (a quota, a full disk refuse them), without
+    writing them where the filesystem allows."""
+    folder = originals.originals_dir()
+    temp = folder / f".room.{os.urandom(6).hex()}{originals.TEMP_SUFFIX}"
     try:
-        originals.write_temp(originals.originals_dir() / "room", b"room").unlink()
+        folder.mkdir(parents=True, exist_ok=True)
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.posix_fallocate(fd, 0, settings.AVATARS_MAX_IMAGE_BYTES)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
     except OSError as exc:
+        temp.unlink(missing_ok=True)
         return f"its last write failed: {_said(exc)}"
+    try:
+        temp.unlink()
+    except OSError as exc:  # the room was there; the file is swept at the worker's next start
+        log.warning("the archive's look at its room left %s: %s", temp, _said(exc))
     return ""
 
 

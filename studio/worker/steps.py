@@ -119,7 +119,7 @@ class Steps:
         The answer leaves the task on the row docs/ember.md's table names. Return
         when Ember's acceptance arrived if the task went on to `running`, else None.
         """
-        full = self.room.refuses()  # nothing is paid for that could not be kept
+        full = await self.room.refuses()  # nothing is paid for that could not be kept
         if full:  # before `preparing`: nothing is read or written again each 30 s but this
             phase, due = room.held(full)
             await db(move)(task, TaskState.QUEUED, expected=task.version, phase=phase, due=due)
