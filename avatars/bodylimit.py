@@ -26,7 +26,9 @@ before its 401. Here, before the body is read:
   that trickles its body holds a connection, not the server, for ever; and so is one
   slower on average than `AVATARS_BODY_MIN_BYTES_PER_SECOND` after that grace;
 - a read-only path (`/metrics`) answers anything but GET or HEAD with a 405, unread;
-- an API request that fails before anything answers it is answered the API's JSON 500.
+- a request that fails before anything answers it because the database cannot be used
+  (a token's or a session's lookup) is answered 503, a page of the studio or the API's
+  JSON (`avatars/outage.py`); any other API request that fails so, the API's JSON 500.
 
 The token's and the session's lookups here run before Django's request starts, so each is
 given what a request gives a view: its thread's connection to the database is closed if

@@ -11,7 +11,8 @@ with its traceback: a bug, or a migration not run, is for the people who read th
 
 import sqlite3
 
-from django.db import DatabaseError, InterfaceError, OperationalError
+import psycopg
+from django.db import DatabaseError, InterfaceError
 from django.http import HttpResponse, JsonResponse
 from django.template.loader import render_to_string
 from django.utils.cache import add_never_cache_headers
@@ -21,8 +22,9 @@ RETRY_AFTER = 30
 CODE = "database_unavailable"
 MESSAGE = "Avatars cannot use its database right now; try again in a minute."
 # SQLite's result codes for a database it cannot open, read or write, whatever the query.
+# (Not LOCKED: a conflict inside one connection, a fault of the code.)
 SQLITE_UNUSABLE = frozenset(
-    {"CANTOPEN", "IOERR", "FULL", "READONLY", "BUSY", "LOCKED", "NOTADB", "CORRUPT", "PERM"}
+    {"CANTOPEN", "IOERR", "FULL", "READONLY", "BUSY", "NOTADB", "CORRUPT", "PERM"}
 )
 # PostgreSQL's classes of the same: connection, resources (a full disk), operator
 # intervention (a shutdown), system (an I/O error).
@@ -37,12 +39,12 @@ def unusable(exc: BaseException | None) -> bool:
     if isinstance(cause, sqlite3.Error):  # "file is not a database" is no OperationalError
         name = getattr(cause, "sqlite_errorname", "") or ""
         return name.removeprefix("SQLITE_").split("_")[0] in SQLITE_UNUSABLE
-    if not isinstance(exc, OperationalError | InterfaceError):
-        return False
-    sqlstate = getattr(cause, "sqlstate", None)
-    if sqlstate is None:  # PostgreSQL's driver: the connection itself failed or was lost
-        return cause is not None and type(cause).__module__.startswith("psycopg")
-    return str(sqlstate)[:2] in POSTGRESQL_UNUSABLE
+    if isinstance(cause, psycopg.OperationalError):
+        sqlstate = cause.sqlstate
+        # None: the connection itself failed or was lost, before the server said anything.
+        return sqlstate is None or sqlstate[:2] in POSTGRESQL_UNUSABLE
+    # A connection the server closed, used again; not a cursor closed by the code.
+    return isinstance(cause, psycopg.InterfaceError) and "connection" in str(cause)
 
 
 def reason(exc: BaseException) -> str:

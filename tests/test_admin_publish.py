@@ -85,3 +85,19 @@ def test_a_set_published_already_is_said_so_and_not_asked_about(admin_client):
         before.published_at,
         before.version,
     )
+
+
+def test_more_sets_than_one_confirmation_takes_are_refused_whole(admin_client, monkeypatch):
+    """Found by a review: 499 sets selected made the confirmation's form pass Django's 1,000
+    fields, and the Yes a 400."""
+    monkeypatch.setattr("studio.admin.sets.PUBLISH_AT_ONCE", 2)
+    drafts = [a_set(kept_image(history_id=f"hist_{n}"), name=f"Draft {n}") for n in range(3)]
+
+    response = run_action(admin_client, AvatarSet, "publish_sets", drafts)
+
+    assert said(response) == [
+        "3 unpublished sets were selected; publish at most 2 at a time. "
+        "Nothing was published: select fewer."
+    ]
+    assert "Publishing cannot be undone." not in text(response)
+    assert all(row_of(d).published_at is None for d in drafts)

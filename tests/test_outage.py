@@ -14,7 +14,7 @@ from pathlib import Path
 import psycopg
 import pytest
 from django.contrib.auth.models import User
-from django.db import DatabaseError, IntegrityError, OperationalError, connection
+from django.db import DatabaseError, IntegrityError, InterfaceError, OperationalError, connection
 from django.test import Client
 
 from avatars import outage
@@ -89,6 +89,19 @@ def as_django(driver_error: BaseException, kind: type[DatabaseError]) -> Databas
 )
 def test_postgresql_out_of_reach_by_its_sqlstate(driver_error, out_of_reach):
     assert outage.unusable(as_django(driver_error, OperationalError)) is out_of_reach
+
+
+@pytest.mark.parametrize(
+    ("driver_error", "out_of_reach"),
+    [
+        (psycopg.InterfaceError("the connection is closed"), True),
+        (psycopg.InterfaceError("the cursor is closed"), False),  # the code's own doing
+    ],
+    ids=["connection closed", "cursor closed"],
+)
+def test_postgresql_interface_errors_only_for_a_lost_connection(driver_error, out_of_reach):
+    """Found by a review: a cursor the code closed was called an outage, its traceback gone."""
+    assert outage.unusable(as_django(driver_error, InterfaceError)) is out_of_reach
 
 
 def test_other_errors_are_not_an_outage():

@@ -81,9 +81,7 @@ class TaskRepairs(VersionedAdmin):
         confirmation page, whose form posts back here.
         """
         if request.method != "POST":  # its address opened: the page its buttons are on
-            messages.info(
-                request, "Repairs run from the buttons on this page; nothing was changed."
-            )
+            messages.info(request, REPAIRS_HERE)
             return HttpResponseRedirect(self._url("change", quote(unquote(object_id))))
         if action not in OFFERED:
             raise Http404("No such repair.")

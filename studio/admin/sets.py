@@ -18,6 +18,7 @@ from studio.models import AvatarSet, Origin, SetItem
 
 THUMB_SIZE = 128  # pixels, one of the studio's thumbnail sizes
 PUBLISH_CONFIRMATION = "admin/studio/avatarset/publish_confirmation.html"
+PUBLISH_AT_ONCE = 100  # sets one confirmation asks about: two fields each
 
 
 class SetItemInline(ReadOnlyInline):
@@ -108,6 +109,13 @@ class AvatarSetAdmin(VersionedAdmin):
             else:  # not "published." again, as if this press had done it (a review)
                 said = f"{avatar_set}: published already; nothing changed."
                 self.message_user(request, said, messages.INFO)
+        if len(drafts) > PUBLISH_AT_ONCE:  # its form would pass Django's 1,000 fields
+            said = (
+                f"{len(drafts)} unpublished sets were selected; publish at most "
+                f"{PUBLISH_AT_ONCE} at a time. Nothing was published: select fewer."
+            )
+            self.message_user(request, said, messages.ERROR)
+            return None
         if request.POST.get("post") != "yes":
             return self._publish_confirmation(request, drafts) if drafts else None
         for avatar_set in drafts:
@@ -135,6 +143,4 @@ class AvatarSetAdmin(VersionedAdmin):
             "drafts": drafts,
             "action_checkbox_name": ACTION_CHECKBOX_NAME,
         }
-        return TemplateResponse(
-            request, "admin/studio/avatarset/publish_confirmation.html", context
-        )
+        return TemplateResponse(request, PUBLISH_CONFIRMATION, context)
