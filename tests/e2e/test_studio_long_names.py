@@ -18,12 +18,15 @@ LATE = 0.5  # seconds the stylesheet is held back in the test of a slow one
 
 SEED = f"""
 from studio import engine
-from tests.factories import batch_request, png_bytes
+from tests.factories import batch_request, generated_asset, png_bytes
 long = engine.create_subject(name={NAME!r})
 photo = engine.add_reference(subject=long, data=png_bytes(4000), file_name={FILE!r})
 batch = engine.generate(request=batch_request(long, title={TITLE!r}))
+result_of_it = generated_asset(task=batch.tasks.first(), history_id="hist_long")
 avatar_set = engine.create_set(name={SET!r}, asset_ids=[photo.pk])
-result = {{"subject": long.pk, "batch": str(batch.pk), "set": avatar_set.pk}}
+result = {{
+    "subject": long.pk, "batch": str(batch.pk), "set": avatar_set.pk, "asset": result_of_it.pk
+}}
 """
 
 
@@ -85,7 +88,19 @@ def test_a_long_rename_message_fits_a_phone(person: Page, named: dict[str, str])
 
 @pytest.mark.parametrize(
     "where",
-    ["/", "/batches/{batch}/", "/gallery/", "/sets/", "/sets/{set}/", "/subjects/{subject}/"],
+    [
+        "/",
+        "/batches/{batch}/",
+        "/gallery/",
+        "/sets/",
+        "/sets/{set}/",
+        "/subjects/{subject}/",
+        # Their trails name the batch, the set, the subject (found by a review: 535 px wide).
+        "/assets/{asset}/",
+        "/sets/{set}/publish/",
+        "/sets/{set}/delete/",
+        "/subjects/{subject}/remove/",
+    ],
 )
 def test_the_pages_that_show_long_names_fit_a_phone(
     person: Page, named: dict[str, str], where: str
