@@ -256,6 +256,26 @@ def test_space_on_the_button_still_starts_the_batch(person: Page):
     expect(person.get_by_role("heading", name=prompt)).to_be_visible()
 
 
+# --- the skip link -----------------------------------------------------------------------------
+
+
+def test_the_first_tab_offers_to_skip_the_header_and_enter_takes_it(person: Page):
+    """Found by a review: every page had eight stops in its header before its own content."""
+    person.goto("/subjects/")
+    person.keyboard.press("Tab")
+
+    skip = person.get_by_role("link", name="Skip to the page's content")
+    expect(skip).to_be_focused()
+    expect(skip).to_be_in_viewport()
+    box = skip.bounding_box()
+    assert box is not None and box["y"] >= 0 and box["height"] >= 24, box
+
+    person.keyboard.press("Enter")
+    person.keyboard.press("Tab")
+    inside = person.evaluate("document.activeElement.closest('main') !== null")
+    assert inside, "the Tab after the skip went back to the header"
+
+
 # --- the selection bar -------------------------------------------------------------------------
 
 
