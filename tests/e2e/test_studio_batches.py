@@ -85,6 +85,9 @@ def test_it_says_the_same_batch_was_started_minutes_ago_and_starts_it_again_on_p
 
     twin = page.get_by_test_id("twin")
     expect(twin).to_contain_text("You started the same batch less than a minute ago")
+    # Focus on the question, as the many-jobs one has it (a review found it on the page).
+    expect(twin).to_be_focused()
+    expect(twin).to_be_in_viewport()
     expect(twin.get_by_role("link", name="Bo, the same again")).to_have_attribute(
         "href", urlparse(first).path
     )

@@ -157,5 +157,6 @@
   var problems = document.getElementById("problems");
   var twin = form.querySelector("[data-testid=twin]");
   if (problems) problems.focus();
-  else if (question && !twin) question.focus();
+  else if (twin) twin.focus();  // the same batch started minutes ago: asked first
+  else if (question) question.focus();
 })();
