@@ -102,3 +102,26 @@ def test_a_photo_past_the_limit_gets_a_page_of_the_studio_leading_back(page: Pag
     screenshot(page, "too-large")
     page.get_by_role("link", name="Go back").click()
     expect(page).to_have_url(subject_url)
+
+
+def test_a_refused_photo_is_said_on_its_field_with_the_focus_there(page: Page, tmp_path: Path):
+    """Found by a review: "The file is not a PNG, JPEG, WebP or GIF image." showed under the
+    form, the field neither marked invalid nor pointing at it, and the focus on the page."""
+    sign_in(page)
+    go(page, "Subjects")
+    page.get_by_label("New subject").fill("Eve")
+    page.get_by_role("button", name="Add subject").click()
+    expect(page.get_by_role("heading", name="Eve", exact=True)).to_be_visible()
+    not_a_photo = tmp_path / "notes.png"
+    not_a_photo.write_text("a shopping list, not a photo")
+
+    page.get_by_label("Add a reference photo").set_input_files(not_a_photo)
+    page.get_by_role("button", name="Upload").click()
+
+    field = page.get_by_label("Add a reference photo")
+    expect(field).to_be_focused()
+    expect(field).to_have_attribute("aria-invalid", "true")
+    expect(field).to_have_accessible_description(
+        re.compile(r"^The file is not a PNG, JPEG, WebP or GIF image\.")
+    )
+    audit(page)
