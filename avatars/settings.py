@@ -180,6 +180,8 @@ MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     # Before anything parses an upload (the CSRF check reads a form's fields): a few at once.
     "studio.uploads.UploadTurns",
+    # What WhiteNoise answers, read a chunk at a time off uvicorn's loop (static_files.py).
+    "studio.web.static_files.AsyncStaticFiles",
     # Serves static files from the app itself (admin CSS, htmx) under any server.
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
