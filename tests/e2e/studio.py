@@ -213,6 +213,12 @@ def start_button(page: Page) -> Locator:
     return page.get_by_role("button", name=re.compile(r"^Start \d+ paid jobs?$"))
 
 
+def cancel_batch(page: Page) -> None:
+    """Press "Cancel batch…", then the question's "Yes, cancel them"."""
+    page.get_by_text("Cancel batch…").click()
+    page.get_by_role("button", name="Yes, cancel them").click()
+
+
 def plan_batch(page: Page, *, prompt: str, subject: str = "Bo", candidates: int = 2) -> str:
     """Fill in the new-batch form, start it, and return the batch page's URL."""
     fill_batch(page, prompt=prompt, subject=subject, candidates=candidates)

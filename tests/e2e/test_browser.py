@@ -73,13 +73,19 @@ def test_it_cancels_a_batch_that_is_still_queued(page: Page, studio: Studio):
         plan_batch(page, prompt="Bo in a hat, nobody sends this", candidates=3)
         expect(page.get_by_test_id("task-state")).to_have_text(["Waiting to start"] * 3)
 
-        page.get_by_role("button", name="Cancel batch").click()
+        # One press asks first, in place (a review's one tap had cancelled a whole batch).
+        page.get_by_text("Cancel batch…").click()
+        yes = page.get_by_role("button", name="Yes, cancel them")
+        expect(yes).to_be_in_viewport()
+        expect(page.get_by_text("Cancel every task of this batch not yet sent")).to_be_visible()
+        expect(page.get_by_test_id("task-state")).to_have_text(["Waiting to start"] * 3)
+        yes.click()
 
         expect(page.get_by_text("Cancelled 3 tasks.")).to_be_visible()
         expect(page.get_by_test_id("task-state")).to_have_text(["Cancelled"] * 3)
         expect(page.get_by_test_id("progress-text")).to_have_text("3 cancelled")
         expect(page.get_by_test_id("paid")).to_have_text("Paid Ember requests: 0")
-        expect(page.get_by_role("button", name="Cancel batch")).to_have_count(0)
+        expect(page.get_by_text("Cancel batch…")).to_have_count(0)
     finally:
         studio.start_worker()
 

@@ -14,6 +14,7 @@ from tests.e2e.studio import (
     SLOW,
     Studio,
     audit,
+    cancel_batch,
     fill_batch,
     fits_the_screen,
     go,
@@ -129,7 +130,7 @@ def test_it_asks_a_second_time_before_many_paid_jobs(
     start_button(page).click()
     expect(page.get_by_role("heading", name=prompt)).to_be_visible()
     expect(page.get_by_test_id("progress-text")).to_have_text("14 in progress")
-    page.get_by_role("button", name="Cancel batch").click()
+    cancel_batch(page)
     expect(page.get_by_test_id("progress-text")).to_have_text("14 cancelled")
     # What was said, the batch's title and its progress all on the screen (a review's phone
     # saw only the progress, the sentence scrolled away above it).
@@ -231,7 +232,12 @@ def test_it_shows_progress_in_words_and_keeps_focus_while_it_polls(person: Page,
     audit(person)
     screenshot(person, "batch-running")
 
-    person.get_by_role("button", name="Cancel batch").click()
+    person.get_by_text("Cancel batch…").click()  # asks first, in place
+    expect(person.get_by_role("button", name="Yes, cancel them")).to_be_in_viewport()
+    fits_the_screen(person)
+    audit(person)
+    screenshot(person, "batch-cancel-asked")
+    person.get_by_role("button", name="Yes, cancel them").click()
     expect(person.get_by_test_id("progress-text")).to_have_text("3 cancelled")
     expect(person).to_have_title(f"None ready {DASH} {prompt} · Avatars")
 
@@ -245,7 +251,7 @@ def test_it_updates_the_words_and_title_without_a_reload(page: Page):
     expect(page.get_by_test_id("progress-text")).to_have_text("2 ready", timeout=SLOW)
     expect(page).to_have_title(f"All done {DASH} {prompt} · Avatars", timeout=SLOW)
     expect(page.get_by_test_id("task-state")).to_have_text(["Ready", "Ready"])
-    expect(page.get_by_role("button", name="Cancel batch")).to_have_count(0)
+    expect(page.get_by_text("Cancel batch…")).to_have_count(0)
     assert page.evaluate("window.sameDocument") is True
 
 
