@@ -36,6 +36,8 @@ def test_it_asks_before_publishing_and_publishes_nothing_until_asked(admin_clien
     assert "Publishing cannot be undone." in body
     assert "Ready" in body and "1 image" in body
     assert f'name="version-{ready.pk}" value="{ready.version}"' in body
+    assert "publish-confirmation confirmation" in body  # its rows one block each on a phone
+    assert "\u203a Publish\n</div>" in body  # the trail back to the list
 
 
 def test_the_confirmation_publishes_and_says_which(admin_client):
