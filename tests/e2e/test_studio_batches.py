@@ -231,6 +231,10 @@ def test_it_shows_progress_in_words_and_keeps_focus_while_it_polls(person: Page,
     fits_the_screen(person)
     audit(person)
     screenshot(person, "batch-running")
+    if (person.viewport_size or {"width": 0})["width"] < 600:  # a phone: a finger's 44 px
+        cancels = person.get_by_role("button", name=re.compile(r"^Cancel GPT Image")).all()
+        heights = [b and b["height"] for b in (c.bounding_box() for c in cancels)]
+        assert all(h and h >= 44 for h in heights), f"a task's Cancel on a phone: {heights} px"
 
     person.get_by_text("Cancel batch…").click()  # asks first, in place
     expect(person.get_by_role("button", name="Yes, cancel them")).to_be_in_viewport()

@@ -186,6 +186,35 @@ def test_a_phone_gives_every_link_of_the_viewer_room_for_a_finger(phone: Page, b
     fits_the_screen(phone)
 
 
+def heights_under_a_finger(targets: list) -> dict[str, float]:
+    """The targets shorter than a finger needs, by their accessible name or text."""
+    boxes = {
+        target.get_attribute("aria-label") or target.inner_text(): target.bounding_box()
+        for target in targets
+    }
+    return {
+        name: box and box["height"] for name, box in boxes.items() if not box or box["height"] < TAP
+    }
+
+
+def test_a_phone_gives_ticking_and_moving_room_for_a_finger(phone: Page, batch_url: str):
+    """Found by a review at 390 px: Favourite's labels were 24 px tall, a set's Earlier,
+    Later and Remove 28 px (a task's Cancel, 28 px: tests/e2e/test_studio_batches.py)."""
+    sign_in(phone)
+    phone.goto(batch_url)
+    ticks = phone.locator("label.choose").all()
+    assert len(ticks) == 3
+    assert heights_under_a_finger(ticks) == {}
+    for asset_id in results_of(phone)[:2]:
+        phone.locator(f'input[name="assets"][value="{asset_id}"]').check()
+    phone.get_by_role("button", name="Choose favourites").click()
+
+    moves = phone.locator("[data-testid=chosen] button").all()
+    assert len(moves) == 6, [m.get_attribute("aria-label") for m in moves]
+    assert heights_under_a_finger(moves) == {}
+    fits_the_screen(phone)
+
+
 def test_it_speaks_of_the_arrow_keys_only_where_there_is_a_keyboard(
     page: Page, phone: Page, batch_url: str
 ):
