@@ -41,3 +41,16 @@ NO_ROW_LATE_PHASE = (
     "have arrived, its job may have failed, or Ember did not write its row. A person decides "
     "whether to resubmit"
 )
+# The start of reconcile's note of paid originals of a task it did not take, left protected
+# in Ember. A task keeps it once done: a done task is not reconciled again, and nothing
+# else says those originals are there (a review's `done` had wiped it).
+LEFT_IN_EMBER = "Ember's history also holds "
+
+
+def left_in_ember(error: str) -> str:
+    """Return the note of other paid originals in a task's `error`; "" when it has none."""
+    start = error.find(LEFT_IN_EMBER)
+    end = error.find("does not release ", start)
+    if start < 0 or end < 0:
+        return ""
+    return error[start : error.find(".", end) + 1]

@@ -105,6 +105,23 @@ def test_it_says_since_when_no_worker_was_seen_so_a_person_knows_why_tasks_wait(
 # --- finding tasks --------------------------------------------------------------------
 
 
+def test_it_finds_the_tasks_with_paid_originals_left_in_ember(admin_client, subject):
+    """Found by a review: 227 paid originals of resubmitted tasks were left in Ember, and no
+    list flagged the tasks once they were done."""
+    left, plain = plan(subject, candidates=2)
+    note = (
+        "Ember's history also holds another paid original of this task, still protected in "
+        "Ember: job job_1, image img_1. Avatars did not copy it and does not release it."
+    )
+    move(left, TaskState.DONE, ember_job_id="job_2", result=ember_result(), error=note)
+    move(plain, TaskState.DONE, ember_job_id="job_3", result=ember_result(), phase="Complete")
+
+    found = admin_client.get(changelist(Task), {"left_in_ember": "yes"})
+
+    assert {t.pk for t in found.context["cl"].result_list} == {left.pk}
+    assert "Paid originals left in Ember" in text(found)
+
+
 def test_it_filters_tasks_by_the_active_and_reconcilable_groups(admin_client, subject):
     queued, running, copying, unsure, missing, broken, done = plan(subject, candidates=7)
     move(running, TaskState.RUNNING, ember_job_id="job_1")

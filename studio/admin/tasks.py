@@ -9,6 +9,7 @@ from django.http import HttpRequest
 from django.utils.html import format_html, format_html_join
 from django.utils.timesince import timesince
 
+from studio import phrases
 from studio.admin.base import ReadOnlyInline
 from studio.admin.display import ProviderFilter, admin_link, pretty_json, protection_text
 from studio.admin.repairs import TaskRepairs
@@ -53,6 +54,22 @@ class StateFilter(admin.SimpleListFilter):
         return queryset
 
 
+class LeftInEmberFilter(admin.SimpleListFilter):
+    """The tasks whose other paid originals (a resubmit's, a lost send's) a reconcile found
+    left protected in Ember, which Avatars did not copy: once done, no other list shows them."""
+
+    title = "paid originals left in Ember"
+    parameter_name = "left_in_ember"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("yes", "Paid originals left in Ember")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        if self.value() == "yes":
+            return queryset.filter(error__contains=phrases.LEFT_IN_EMBER)
+        return queryset
+
+
 class AttemptInline(ReadOnlyInline):
     model = Attempt
     fields = (
@@ -89,7 +106,12 @@ class TaskAdmin(TaskRepairs):
         "batch_link",
         "phase",
     )
-    list_filter = (StateFilter, ProviderFilter, ("batch", admin.RelatedOnlyFieldListFilter))
+    list_filter = (
+        StateFilter,
+        ProviderFilter,
+        LeftInEmberFilter,
+        ("batch", admin.RelatedOnlyFieldListFilter),
+    )
     search_fields = ("id", "batch__id", "ember_job_id")
     search_help_text = "Task id, batch id or Ember job id."
     ordering = ("-created_at",)

@@ -25,7 +25,13 @@ from studio.ember.client import (
 )
 from studio.engine.errors import RESUBMIT_STALE, RESUBMIT_TOO_EARLY, ResubmitRefused
 from studio.models import RECONCILABLE, Asset, Attempt, Kind, Task, TaskState
-from studio.phrases import COPYING_PHASE, GONE_PHASE, NO_ROW_LATE_PHASE, NO_ROW_PHASE
+from studio.phrases import (
+    COPYING_PHASE,
+    GONE_PHASE,
+    LEFT_IN_EMBER,
+    NO_ROW_LATE_PHASE,
+    NO_ROW_PHASE,
+)
 from studio.store import Conflict, move, update
 
 REFUSED_SHOWN = 3  # unsafe ids a reconcile names on the task; the rest are counted
@@ -358,13 +364,13 @@ def _others_note(others: list[dict[str, Any]]) -> str:
     if len(others) == 1:
         row = others[0]
         return (
-            "Ember's history also holds another paid original of this task, still protected "
+            f"{LEFT_IN_EMBER}another paid original of this task, still protected "
             f"in Ember: job {row.get('job_id') or '?'}, image {_row_image(row)}. "
             "Avatars did not copy it and does not release it."
         )
     listed = ", ".join(f"job {r.get('job_id') or '?'} (image {_row_image(r)})" for r in others)
     return (
-        f"Ember's history also holds {len(others)} other paid originals of this task, still "
+        f"{LEFT_IN_EMBER}{len(others)} other paid originals of this task, still "
         f"protected in Ember: {listed}. Avatars did not copy them and does not release them."
     )
 

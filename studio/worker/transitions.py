@@ -332,12 +332,8 @@ def _rest_unsafe(task: Task, exc: EmberUnsafeId) -> Task:
 
 def _rest_unknown(task: Task) -> Task:
     """Rest a task whose job Ember answers 404 for `uncertain`; nothing is resubmitted."""
-    return move(
-        task,
-        TaskState.UNCERTAIN,
-        phase=RECONCILE_PHASE,
-        error=f"Ember does not know job {task.ember_job_id}. Nothing was resubmitted.",
-    )
+    error = f"Ember does not know job {task.ember_job_id}. Nothing was resubmitted."
+    return move(task, TaskState.UNCERTAIN, phase=RECONCILE_PHASE, error=error)
 
 
 def record_asset(task: Task, original: originals.Original) -> Asset | None:
@@ -376,9 +372,13 @@ def record_asset(task: Task, original: originals.Original) -> Asset | None:
 
 
 def _rest(task: Task, asset: Asset, released: bool | None) -> Task:
-    """Write `done` when the asset has its history id, else `history_missing` saying why."""
+    """Write `done` when the asset has its history id, else `history_missing` saying why;
+    a note of other paid originals left in Ember stays (nothing would say it again)."""
+    left = phrases.left_in_ember(task.error)
     if asset.ember_history_id:
-        return move(task, TaskState.DONE, phase="Complete", error="", protection_released=released)
+        return move(
+            task, TaskState.DONE, phase="Complete", error=left, protection_released=released
+        )
     image_id = task.saved("image").get("id")
     if image_id != asset.ember_image_id:
         error = (
@@ -391,7 +391,7 @@ def _rest(task: Task, asset: Asset, released: bool | None) -> Task:
         task,
         TaskState.HISTORY_MISSING,
         phase="Original saved; history needs repair",
-        error=error,
+        error=f"{error} {left}".strip(),
         protection_released=released,
     )
 
@@ -400,9 +400,8 @@ def _rest(task: Task, asset: Asset, released: bool | None) -> Task:
 
 
 def _postpone(task_id: str, error: str) -> None:
-    """Park a task whose step raised, so it is not retried in a tight loop.
-
-    A task caught in `preparing` goes back to `queued` (nothing was sent); one
+    """Park a task whose step raised, so it is not retried in a tight loop: one caught in
+    `preparing` goes back to `queued` (nothing was sent); one
     caught in `submitting` is left to the pump's sweep (the wake-up table), which
     knows what an interrupted submit may mean. The write is versioned: a cancel
     that lands between this read and this write stands.
