@@ -1,6 +1,7 @@
 """The worker sending a task and every answer to a submit (docs/design.md §6.5)."""
 
 import asyncio
+from datetime import timedelta
 
 import httpx
 import pytest
@@ -290,3 +291,33 @@ def test_it_sends_a_batchs_tasks_in_the_order_its_page_lists_them(subject, ember
     assert sent == [f"job_{n}" for n in range(1, len(listed) + 1)], (
         f"Ember's job numbers in the page's order: {sent}"
     )
+
+
+@pytest.mark.parametrize(
+    ("first_sent", "least", "most"), [(0, 1.5, 2.5), (200, 45, 55), (1500, 59, 61)]
+)
+def test_a_clip_whose_answers_keep_getting_lost_is_resent_less_and_less_often(
+    subject, ember, worker, first_sent, least, most
+):
+    """Found by a review: 41 clips whose answers were lost each time were re-sent every
+    6.5 s, 3,358 free replays in nine minutes, each carrying its reference photos. The wait
+    grows with the time since the key was first sent (a quarter of it), up to a minute."""
+    fake = FakeEmber(ember)
+
+    def lost(request: httpx.Request) -> httpx.Response:
+        fake._submit(request)  # Ember has the job (charged once under the key) ...
+        raise httpx.ReadError("... and its answer is lost, every time")
+
+    fake.submit_route.mock(side_effect=lost)
+    [task] = plan(subject, frames=("clip",))
+    task = submit_once(worker, task)  # its key's first send
+    since = timezone.now() - timedelta(seconds=first_sent)
+    Attempt.objects.filter(task=task).update(submitted_at=since)
+    move(task, TaskState.QUEUED, due=timezone.now())
+
+    task = submit_once(worker, task.__class__.objects.get(pk=task.pk))  # lost again
+
+    wait = (task.next_attempt_at - timezone.now()).total_seconds()
+    assert task.state == TaskState.QUEUED, task.phase
+    assert least <= wait <= most, f"re-sent in {wait:.1f} s, {first_sent} s after its first send"
+    assert fake.charges(str(task.pk)) == 1

@@ -123,3 +123,16 @@ class Pacing:
         # No further than 0: a drop past the top would only double on, unbounded.
         drop = min(drop, max(seen_done, CLOSEST / 2))
         return Bracket(max(0.0, seen_done - drop), seen_done, drop)
+
+
+# A clip whose answer was lost is sent again under its key (free: one job, one charge).
+RESEND_FIRST = 2.0  # seconds before the first time
+RESEND_MOST = 60.0  # seconds: the longest wait between two sends
+
+
+def resend_delay(since_first: float) -> float:
+    """Return the seconds before a clip is sent again, `since_first` seconds after its key
+    was first sent: 2 at first, then a quarter of that time, at most a minute. Every 2 s
+    until the poll bound, a review's clips whose answers kept getting lost were sent about
+    275 times each, with their reference photos."""
+    return min(max(RESEND_FIRST, since_first / 4), RESEND_MOST)

@@ -33,10 +33,10 @@ from studio.ember.client import (
 from studio.models import ACTIVE, Asset, Attempt, Kind, Origin, Task, TaskState
 from studio.store import Conflict, fitted, move, update
 from studio.worker import named_twice, turns
+from studio.worker.pacing import resend_delay
 
 UNREACHABLE_BACKOFF = 10.0  # seconds before re-sending after nothing reached Ember
 AUTH_BACKOFF = 300.0  # seconds; wrong credentials will not fix themselves quickly
-RESEND_BACKOFF = 2.0  # seconds before a clip is re-sent under its key
 CRASH_BACKOFF = 60.0  # seconds before a task whose step raised is tried again
 
 MAY_HAVE_REACHED = phrases.MAY_HAVE_REACHED
@@ -193,7 +193,9 @@ def _record_refusal(task: Task, exc: EmberError, number: int) -> Task:
         # A clip accepted under an unsafe id would get the same id back if re-sent.
         if task.kind == Kind.CLIP and not isinstance(exc, EmberUnsafeId):
             phase = "Ember's answer was lost; re-sending under the same key"
-            return _requeue(task, RESEND_BACKOFF, phase, error=exc.message)
+            first = task.attempts.get(idempotency_key=task.idempotency_key).submitted_at
+            wait = resend_delay((timezone.now() - first).total_seconds())
+            return _requeue(task, wait, phase, error=exc.message)
         return move(
             task,
             TaskState.UNCERTAIN,
