@@ -311,3 +311,28 @@ def test_a_change_said_while_the_results_reload_is_not_lost(page: Page, batch_ur
     expect(page.locator(RESULTS)).to_have_count(3)
     page.evaluate("htmx.trigger(document.body, 'results-changed')")
     page.wait_for_function("() => window.reloads >= 3", timeout=5_000)
+
+
+def test_a_results_reload_keeps_the_ticks_their_order_and_the_set_name(page: Page, batch_url: str):
+    """Found by a review: a batch waiting for an operator is settled (ticks offered) and
+    still polled; a repair's new image reloaded the results, and every tick and the set
+    name being typed were gone ("Nothing ticked yet")."""
+    sign_in(page)
+    page.goto(batch_url)
+    first, second, _third = results_of(page)
+    page.locator(f'input[name="assets"][value="{second}"]').check()
+    page.locator(f'input[name="assets"][value="{first}"]').check()
+    page.get_by_label("Set name").fill("Kept through a reload")
+    old = page.locator("#results").element_handle()
+
+    with page.expect_response(re.compile(r"/results/$")):
+        page.evaluate("htmx.trigger(document.body, 'results-changed')")
+    page.wait_for_function("old => !old.isConnected", arg=old)
+
+    expect(page.get_by_test_id("ticked-count")).to_have_text("2 images ticked")
+    expect(page.locator(f'input[name="assets"][value="{second}"]')).to_be_checked()
+    expect(page.get_by_label("Set name")).to_have_value("Kept through a reload")
+    page.get_by_role("button", name="Choose favourites").click()
+    expect(page.get_by_role("heading", name="Kept through a reload")).to_be_visible()
+    chosen = page.locator("[data-testid=chosen] > li")
+    assert [chosen.nth(i).get_attribute("data-asset") for i in range(2)] == [second, first]

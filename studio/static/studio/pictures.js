@@ -386,8 +386,17 @@
     focusTheFragment();
     sayProgress();
   });
+  // A set's name being typed when the results reload (its ticks are kept with the bar's).
+  var typedName = null;
+  document.addEventListener("htmx:beforeSwap", function () {
+    var name = document.getElementById("selection-name");
+    typedName = name && name.value !== name.defaultValue ? name.value : null;
+  });
   // Sections htmx swaps in (the progress and results sections) are set up again.
   document.addEventListener("htmx:afterSettle", function (event) {
+    var name = document.getElementById("selection-name");
+    if (name && typedName !== null) name.value = typedName;
+    typedName = null;
     setUpSelections(document);
     keepDetails();
     findFocusAgain();
