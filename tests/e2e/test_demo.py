@@ -114,6 +114,12 @@ def test_the_demo_runs_everything_prints_a_login_and_stops_on_ctrl_c(tmp_path):
         missing = httpx.get(f"{base}no-such-page/")
         assert missing.status_code == 404
         assert "There is nothing at this address" in missing.text, missing.text[:300]
+        # ... styled and live: with DEBUG off the static files are served collected (a
+        # review's first demo had none, every page bare and without its scripts).
+        for name, kind in (("studio.css", "text/css"), ("pictures.js", "text/javascript")):
+            served = httpx.get(f"{base}static/studio/{name}")
+            assert served.status_code == 200, (name, served.status_code)
+            assert served.headers["content-type"].startswith(kind), served.headers
         # The worker drives the sample batch through the simulator: 3 providers x 2 frames.
         charges = wait_until(
             lambda: (

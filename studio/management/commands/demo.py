@@ -42,6 +42,8 @@ class Command(BaseCommand):
         database = data_dir / "db.sqlite3"  # made empty when settings load, if it was not there
         kept = database.exists() and database.stat().st_size > 0
         call_command("migrate", verbosity=0)
+        # The studio runs with DEBUG off, as deployed: it serves the collected static files.
+        call_command("collectstatic", interactive=False, verbosity=0)
         seeded = seed_demo()
         ember_url = f"http://127.0.0.1:{options['ember_port']}"
         # The worker talks to the simulator this command starts, whatever EMBER_URL says.
