@@ -386,6 +386,15 @@
     focusTheFragment();
     sayProgress();
   });
+  // A question asked in place ("Cancel batch…") closes on Escape, focus back on its button.
+  document.addEventListener("keydown", function (event) {
+    var asked = event.key === "Escape" && event.target instanceof Element &&
+      event.target.closest("details.ask-first[open]");
+    if (!asked) return;
+    asked.open = false;
+    asked.querySelector("summary").focus();
+  });
+
   // A set's name being typed when the results reload (its ticks are kept with the bar's).
   var typedName = null;
   document.addEventListener("htmx:beforeSwap", function () {
