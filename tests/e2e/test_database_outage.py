@@ -13,9 +13,14 @@ import httpx
 import pytest
 
 from tests.e2e.wire import limited
-from tests.processes import Template
+from tests.processes import Template, server_url
 
-pytestmark = pytest.mark.e2e
+# The outage is made on SQLite's file; PostgreSQL's is tests/test_outage.py's (its driver's
+# errors), and a server restarted under the web is tests/e2e/test_pg_restart.py's.
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.skipif(bool(server_url()), reason="SQLite's file"),
+]
 
 PAGE = "The studio cannot reach its records"
 # As deployed: DEBUG off (a real secret then; with it on, Django's own page shows the error),
