@@ -40,6 +40,7 @@ import json
 import logging
 import re
 from collections.abc import Awaitable, Callable, Mapping
+from functools import partial
 from importlib import import_module
 from typing import Any, NamedTuple
 from urllib.parse import urlencode
@@ -293,12 +294,26 @@ async def _answer_failure(send: Send, scope: Scope, exc: Exception) -> None:
         if api:
             await _send_json(send, 503, outage.CODE, outage.MESSAGE, extra=retry)
         else:
-            await _send_page(send, 503, outage.page_html, outage.MESSAGE, extra=retry)
+            headers = {
+                k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]
+            }
+            sent = scope["method"] not in ("GET", "HEAD")
+            where = {"sent": sent, "here": scope["path"], "back": _came_from(headers) or ""}
+            page = partial(outage.page_html, **where)
+            await _send_page(send, 503, page, outage.MESSAGE, extra=retry)
         return
     if not api:
         raise exc
     logger.exception("An API request failed before it was answered: %s", scope["path"])
     await _send_json(send, 500, "internal_error", INTERNAL_ERROR)
+
+
+def _outage_page(scope: Scope) -> Callable[[], str]:
+    """Draw the studio's outage page for this request: a form sent is said not saved."""
+    headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+    sent = scope["method"] not in ("GET", "HEAD")
+    where = {"sent": sent, "here": scope["path"], "back": _came_from(headers) or ""}
+    return partial(outage.page_html, **where)
 
 
 async def _refuse_too_large(send: Send, scope: Scope, message: str, *, page: bool) -> None:

@@ -13,9 +13,11 @@ import sqlite3
 
 import psycopg
 from django.db import DatabaseError, InterfaceError
-from django.http import HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.template.loader import render_to_string
 from django.utils.cache import add_never_cache_headers
+
+from studio.web.refusals import same_site_path
 
 # What a client is told to wait before it asks again, in seconds.
 RETRY_AFTER = 30
@@ -60,14 +62,20 @@ def api_answer() -> JsonResponse:
     return response
 
 
-def page_html() -> str:
-    """Render the studio's page for it, drawn without the database (no session, no user)."""
-    return render_to_string("503.html")
+def page_html(*, sent: bool, here: str, back: str) -> str:
+    """Render the studio's page for it, drawn without the database (no session, no user).
+
+    `sent`: the request carried a form, which was not saved (a review's page said only that
+    "this page could not be shown"); `back` is the page it came from, `here` what was asked.
+    """
+    return render_to_string("503.html", {"sent": sent, "here": here, "back": back or "/"})
 
 
-def page() -> HttpResponse:
+def page(request: HttpRequest) -> HttpResponse:
     """Answer a page of the studio with 503 and the page that says why."""
-    response = HttpResponse(page_html(), status=503)
+    sent = request.method not in ("GET", "HEAD")
+    back = same_site_path(request.headers.get("referer", ""), request.get_host())
+    response = HttpResponse(page_html(sent=sent, here=request.path, back=back), status=503)
     add_never_cache_headers(response)
     response["Retry-After"] = str(RETRY_AFTER)
     return response

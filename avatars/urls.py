@@ -51,7 +51,7 @@ def server_error(request: HttpRequest) -> HttpResponse:
     """
     api = request.path.startswith("/api/")
     if outage.unusable(sys.exc_info()[1]):  # Django calls this while handling the error
-        return outage.api_answer() if api else outage.page()
+        return outage.api_answer() if api else outage.page(request)
     if api:
         return error_response(500, "internal_error", INTERNAL_ERROR)
     return defaults.server_error(request)

@@ -93,6 +93,11 @@ def test_a_database_out_of_reach_is_said_as_such_and_the_server_answers_again_af
     for what in ("a page", "the sign-in page", "a form sent"):
         assert answers[what].headers["content-type"].startswith("text/html"), what
         assert PAGE in answers[what].text, (what, answers[what].text[:300])
+    # A form sent is said not saved, with the way back to its page (a review: the page said
+    # only that "this page could not be shown", and led to the batches).
+    assert "what you sent was not saved" in answers["a form sent"].text
+    assert '<a href="/subjects/">back to the page you were on</a>' in answers["a form sent"].text
+    assert "this page could not be shown" in answers["a page"].text
     for what in ("an API read", "an API write"):
         assert answers[what].json()["error"]["code"] == "database_unavailable", what
     assert again == [200, 200], again
