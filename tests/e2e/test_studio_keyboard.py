@@ -136,6 +136,39 @@ def test_focus_goes_to_the_progress_when_its_control_goes_away(
     expect(person.get_by_test_id("progress-text")).to_be_focused()
 
 
+ALL_SENT = """
+from datetime import timedelta
+from django.db.models import F
+from django.utils import timezone
+from studio.models import Task
+result = Task.objects.filter(batch__title={title!r}).update(
+    state="running", phase="Ember is generating", ember_job_id="job_x",
+    next_attempt_at=timezone.now() + timedelta(hours=1), version=F("version") + 1,
+)
+"""
+
+
+def test_the_cancel_question_gone_under_the_focus_says_why(
+    person: Page, studio: Studio, no_worker: None
+):
+    """Found by a review: the question's "Yes, cancel them" had the focus when the batch's
+    last tasks reached Ember; the area became "Nothing left to cancel…", and a screen reader
+    heard only the progress, never why the button went."""
+    title = f"Bo, sent under the question, {size(person)}"
+    plan_batch(person, prompt=title, candidates=2)
+    person.get_by_text("Cancel batch…").click()
+    person.get_by_role("button", name="Yes, cancel them").focus()
+    person.evaluate("window.before = document.activeElement")
+
+    assert studio.stack.django(ALL_SENT.format(title=title)) == 2
+    replaced(person)
+
+    expect(person.get_by_test_id("progress-text")).to_be_focused()
+    expect(person.locator("#progress-said")).to_contain_text(
+        "Nothing left to cancel: the rest is with Ember, and what it makes will be kept."
+    )
+
+
 def test_a_tasks_cancel_comes_back_to_its_row_with_focus_on_it(
     person: Page, studio: Studio, no_worker: None
 ):

@@ -255,6 +255,7 @@
   // what the control names in data-focus-after (the task's new picture), else to the
   // progress in words, never to the top of the page.
   var lostFocus = null;
+  var alsoSay = "";  // what took the place of a control that went (said by sayProgress)
   document.addEventListener("htmx:beforeSwap", function () {
     var active = document.activeElement;
     lostFocus = active && active !== document.body && active.id
@@ -274,6 +275,11 @@
     var next = (lost.after && document.getElementById(lost.after)) ||
       document.querySelector("[data-focus-fallback]");
     if (next) next.focus();
+    // The cancel question went with its offer (the rest reached Ember meanwhile): what took
+    // its place is said too, or the person would not learn why it went (a review).
+    var instead = lost.id.indexOf("batch-cancel") === 0 &&
+      document.getElementById("batch-cancel");
+    alsoSay = instead ? instead.textContent.trim() : "";
   }
 
   // --- the place a form sent the person back to -----------------------------------------
@@ -311,6 +317,8 @@
   function sayProgress() {
     var region = document.getElementById("progress-said");
     var now = counted();
+    var extra = alsoSay;
+    alsoSay = "";
     if (!region || !now) return;
     var before = heard;
     heard = now;
@@ -318,10 +326,11 @@
     var moved = RESTING.some(function (key) {
       return (now.counts[key] || 0) !== (before.counts[key] || 0);
     });
-    if (!moved) return;
+    if (!moved && !extra) return;
     var summary = document.getElementById("progress-summary");
     var finished = summary && summary.getAttribute("data-finished") === "true";
-    region.textContent = (finished ? "Batch finished: " : "") + now.words;
+    var words = moved ? (finished ? "Batch finished: " : "") + now.words : "";
+    region.textContent = [words, extra].filter(Boolean).join(". ");
   }
 
   // --- progress that cannot be reached ---------------------------------------------------
