@@ -149,7 +149,7 @@ class BodyLimit:
                 send, 405, b"Method not allowed.", b"text/plain", [(b"allow", b"GET, HEAD")]
             )
             return
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        headers = _headers(scope)
         content_type = headers.get("content-type", "")
         form_data = uploads.is_upload(content_type)
         limit = uploads.body_limit(content_type)
@@ -294,13 +294,7 @@ async def _answer_failure(send: Send, scope: Scope, exc: Exception) -> None:
         if api:
             await _send_json(send, 503, outage.CODE, outage.MESSAGE, extra=retry)
         else:
-            headers = {
-                k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]
-            }
-            sent = scope["method"] not in ("GET", "HEAD")
-            where = {"sent": sent, "here": scope["path"], "back": _came_from(headers) or ""}
-            page = partial(outage.page_html, **where)
-            await _send_page(send, 503, page, outage.MESSAGE, extra=retry)
+            await _send_page(send, 503, _outage_page(scope), outage.MESSAGE, extra=retry)
         return
     if not api:
         raise exc
@@ -308,9 +302,14 @@ async def _answer_failure(send: Send, scope: Scope, exc: Exception) -> None:
     await _send_json(send, 500, "internal_error", INTERNAL_ERROR)
 
 
+def _headers(scope: Scope) -> dict[str, str]:
+    """Return the request's headers by their lower-case names."""
+    return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+
+
 def _outage_page(scope: Scope) -> Callable[[], str]:
     """Draw the studio's outage page for this request: a form sent is said not saved."""
-    headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+    headers = _headers(scope)
     sent = scope["method"] not in ("GET", "HEAD")
     where = {"sent": sent, "here": scope["path"], "back": _came_from(headers) or ""}
     return partial(outage.page_html, **where)
@@ -328,7 +327,7 @@ async def _refuse_too_large(send: Send, scope: Scope, message: str, *, page: boo
     if not page:
         await _answer(send, scope, 413, "too_large", message)
         return
-    headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+    headers = _headers(scope)
     await _send_page(send, 413, lambda: too_large_page(headers), message)
 
 
