@@ -288,8 +288,9 @@ async def _answer_failure(send: Send, scope: Scope, exc: Exception) -> None:
     """Answer a request the door failed on: 503 for a database out of reach, else a 500."""
     api = scope["path"].startswith(API_PREFIX)
     if outage.unusable(exc):
-        log = "A request failed before it was answered: %s: the database cannot be used (%s)"
-        logger.error(log, scope["path"], outage.reason(exc))
+        logger.error(
+            "A request failed before it was answered: %s: %s", scope["path"], outage.said(exc)
+        )
         retry = [(b"retry-after", str(outage.RETRY_AFTER).encode())]
         if api:
             await _send_json(send, 503, outage.CODE, outage.MESSAGE, extra=retry)

@@ -30,9 +30,7 @@ class DatabaseOutage(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info else None
         if exc is not None and outage.unusable(exc):
-            record.msg = (
-                f"{record.getMessage()}: the database cannot be used ({outage.reason(exc)})"
-            )
+            record.msg = f"{record.getMessage()}: {outage.said(exc)}"
             record.args = None
             record.exc_info = None
             record.exc_text = None

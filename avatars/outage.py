@@ -49,9 +49,10 @@ def unusable(exc: BaseException | None) -> bool:
     return isinstance(cause, psycopg.InterfaceError) and "connection" in str(cause)
 
 
-def reason(exc: BaseException) -> str:
-    """Say the database's own words for `exc`, on one line."""
-    return " ".join(str(exc).split()).rstrip(".") or type(exc).__name__
+def said(exc: BaseException) -> str:
+    """Say, for the log, that the database cannot be used, in its own words, on one line."""
+    words = " ".join(str(exc).split()).rstrip(".") or type(exc).__name__
+    return f"the database cannot be used ({words})"
 
 
 def api_answer() -> JsonResponse:
