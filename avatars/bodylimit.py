@@ -54,7 +54,7 @@ from django.template.loader import render_to_string
 from django.urls import reverse
 
 from avatars import outage
-from studio import originals, uploads
+from studio import dbfaults, originals, uploads
 from studio.api.auth import token_for_header
 from studio.api.door import method_not_allowed, methods_taken, not_found
 from studio.api.http import INTERNAL_ERROR, READ_ONLY, UNAUTHORIZED, error_response
@@ -287,7 +287,7 @@ def signed_in(cookie_header: str) -> bool:
 async def _answer_failure(send: Send, scope: Scope, exc: Exception) -> None:
     """Answer a request the door failed on: 503 for a database out of reach, else a 500."""
     api = scope["path"].startswith(API_PREFIX)
-    if outage.unusable(exc):
+    if dbfaults.unusable(exc):
         logger.error(
             "A request failed before it was answered: %s: %s", scope["path"], outage.said(exc)
         )

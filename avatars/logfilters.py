@@ -3,6 +3,7 @@
 import logging
 
 from avatars import outage
+from studio import dbfaults
 
 
 class WithoutTraceback(logging.Filter):
@@ -29,7 +30,7 @@ class DatabaseOutage(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info else None
-        if exc is not None and outage.unusable(exc):
+        if exc is not None and dbfaults.unusable(exc):
             record.msg = f"{record.getMessage()}: {outage.said(exc)}"
             record.args = None
             record.exc_info = None

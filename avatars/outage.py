@@ -7,12 +7,9 @@ a request (a review's, on a read-only data dir). Such a failure is not a bug of 
 it says Service Unavailable, names the cause in the log in one line, and the same page
 answers again once the database can be used. Any other database error is still a 500
 with its traceback: a bug, or a migration not run, is for the people who read the log.
+Which errors are which: studio/dbfaults.py.
 """
 
-import sqlite3
-
-import psycopg
-from django.db import DatabaseError, InterfaceError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.template.loader import render_to_string
 from django.utils.cache import add_never_cache_headers
@@ -23,30 +20,6 @@ from studio.web.refusals import same_site_path
 RETRY_AFTER = 30
 CODE = "database_unavailable"
 MESSAGE = "Avatars cannot use its database right now; try again in a minute."
-# SQLite's result codes for a database it cannot open, read or write, whatever the query.
-# (Not LOCKED: a conflict inside one connection, a fault of the code.)
-SQLITE_UNUSABLE = frozenset(
-    {"CANTOPEN", "IOERR", "FULL", "READONLY", "BUSY", "NOTADB", "CORRUPT", "PERM"}
-)
-# PostgreSQL's classes of the same: connection, resources (a full disk), operator
-# intervention (a shutdown), system (an I/O error).
-POSTGRESQL_UNUSABLE = frozenset({"08", "53", "57", "58"})
-
-
-def unusable(exc: BaseException | None) -> bool:
-    """Say whether `exc` is the database being out of reach rather than a query's fault."""
-    if not isinstance(exc, DatabaseError | InterfaceError):
-        return False
-    cause = exc.__cause__
-    if isinstance(cause, sqlite3.Error):  # "file is not a database" is no OperationalError
-        name = getattr(cause, "sqlite_errorname", "") or ""
-        return name.removeprefix("SQLITE_").split("_")[0] in SQLITE_UNUSABLE
-    if isinstance(cause, psycopg.OperationalError):
-        sqlstate = cause.sqlstate
-        # None: the connection itself failed or was lost, before the server said anything.
-        return sqlstate is None or sqlstate[:2] in POSTGRESQL_UNUSABLE
-    # A connection the server closed, used again; not a cursor closed by the code.
-    return isinstance(cause, psycopg.InterfaceError) and "connection" in str(cause)
 
 
 def said(exc: BaseException) -> str:

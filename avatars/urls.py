@@ -11,7 +11,7 @@ from django.urls import include, path
 from django.views import defaults
 
 from avatars import outage
-from studio import uploads
+from studio import dbfaults, uploads
 from studio.api.door import not_found
 from studio.api.http import BAD_REQUEST, INTERNAL_ERROR, INVALID_HOST, error_response
 from studio.web import metrics, signing_in
@@ -50,7 +50,7 @@ def server_error(request: HttpRequest) -> HttpResponse:
     A database out of reach is no error of a page: 503, saying so (`avatars/outage.py`).
     """
     api = request.path.startswith("/api/")
-    if outage.unusable(sys.exc_info()[1]):  # Django calls this while handling the error
+    if dbfaults.unusable(sys.exc_info()[1]):  # Django calls this while handling the error
         return outage.api_answer() if api else outage.page(request)
     if api:
         return error_response(500, "internal_error", INTERNAL_ERROR)

@@ -8,67 +8,30 @@ answers a person and a script see: tests/e2e/test_database_outage.py.
 import logging
 import sqlite3
 import sys
-from collections.abc import Callable
-from pathlib import Path
-from types import SimpleNamespace
 
 import psycopg
 import pytest
 from django.contrib.auth.models import User
 from django.db import DatabaseError, IntegrityError, InterfaceError, OperationalError
-from django.db.utils import DatabaseErrorWrapper
 from django.test import Client
 
-from avatars import outage
 from avatars.logfilters import DatabaseOutage
+from studio import dbfaults
 from studio.api.auth import issue_token
+from tests.sqlite_errors import sqlite_error
 
 
-def wrapped(call: Callable[[], object]) -> BaseException:
-    """Run `call`, which fails in SQLite, and return the error as Django's SQLite backend
-    raises it (whatever database the suite runs on)."""
-    sqlite_backend = SimpleNamespace(Database=sqlite3, errors_occurred=False)
-    try:
-        with DatabaseErrorWrapper(sqlite_backend):
-            call()
-    except DatabaseError as exc:
-        return exc
-    raise AssertionError("the call did not fail")
-
-
-def sqlite_error(tmp_path: Path, how: str) -> BaseException:
-    database = tmp_path / "db.sqlite3"
-    sqlite3.connect(database).execute("create table t (x)").connection.commit()
-    if how == "cannot open":  # a folder where the file should be
-        return wrapped(lambda: sqlite3.connect(tmp_path).execute("select 1"))
-    if how == "read-only":
-        read_only = sqlite3.connect(f"file:{database}?mode=ro", uri=True)
-        return wrapped(lambda: read_only.execute("insert into t values (1)"))
-    if how == "locked":
-        holder = sqlite3.connect(database, isolation_level=None)
-        holder.execute("begin exclusive")
-        waiter = sqlite3.connect(database, timeout=0)
-        return wrapped(lambda: waiter.execute("select * from t"))
-    if how == "not a database":
-        junk = tmp_path / "junk.sqlite3"
-        junk.write_bytes(b"not a database, whatever its name says" * 100)
-        return wrapped(lambda: sqlite3.connect(junk).execute("select * from sqlite_master"))
-    if how == "no such table":
-        return wrapped(lambda: sqlite3.connect(database).execute("select * from missing"))
-    raise AssertionError(how)
-
-
-@pytest.mark.parametrize("how", ["cannot open", "read-only", "locked", "not a database"])
+@pytest.mark.parametrize("how", ["cannot open", "read-only", "full", "locked", "not a database"])
 def test_sqlite_that_cannot_open_read_or_write_its_file_is_out_of_reach(tmp_path, how):
     exc = sqlite_error(tmp_path, how)
-    assert outage.unusable(exc), f"{how}: {exc} ({exc.__cause__.sqlite_errorname})"
+    assert dbfaults.unusable(exc), f"{how}: {exc} ({exc.__cause__.sqlite_errorname})"
 
 
 def test_a_query_sqlite_refuses_is_a_bug_not_an_outage(tmp_path):
     """ "no such table" is an OperationalError too: a migration not run, or a bug."""
     exc = sqlite_error(tmp_path, "no such table")
     assert isinstance(exc, OperationalError)
-    assert not outage.unusable(exc)
+    assert not dbfaults.unusable(exc)
 
 
 def as_django(driver_error: BaseException, kind: type[DatabaseError]) -> DatabaseError:
@@ -92,7 +55,7 @@ def as_django(driver_error: BaseException, kind: type[DatabaseError]) -> Databas
     ids=lambda value: type(value).__name__ if isinstance(value, Exception) else str(value),
 )
 def test_postgresql_out_of_reach_by_its_sqlstate(driver_error, out_of_reach):
-    assert outage.unusable(as_django(driver_error, OperationalError)) is out_of_reach
+    assert dbfaults.unusable(as_django(driver_error, OperationalError)) is out_of_reach
 
 
 @pytest.mark.parametrize(
@@ -105,15 +68,15 @@ def test_postgresql_out_of_reach_by_its_sqlstate(driver_error, out_of_reach):
 )
 def test_postgresql_interface_errors_only_for_a_lost_connection(driver_error, out_of_reach):
     """Found by a review: a cursor the code closed was called an outage, its traceback gone."""
-    assert outage.unusable(as_django(driver_error, InterfaceError)) is out_of_reach
+    assert dbfaults.unusable(as_django(driver_error, InterfaceError)) is out_of_reach
 
 
 def test_other_errors_are_not_an_outage():
     sqlite_full = sqlite3.OperationalError("database or disk is full")  # no result code
-    assert not outage.unusable(as_django(sqlite_full, IntegrityError))
-    assert not outage.unusable(RuntimeError("a bug"))
-    assert not outage.unusable(OperationalError("no cause"))
-    assert not outage.unusable(None)
+    assert not dbfaults.unusable(as_django(sqlite_full, IntegrityError))
+    assert not dbfaults.unusable(RuntimeError("a bug"))
+    assert not dbfaults.unusable(OperationalError("no cause"))
+    assert not dbfaults.unusable(None)
 
 
 def record_of(exc: BaseException) -> logging.LogRecord:

@@ -6,12 +6,12 @@ import re
 import secrets
 from dataclasses import dataclass
 
-from django.db import IntegrityError, OperationalError, transaction
+from django.db import DatabaseError, IntegrityError, transaction
 from django.db.models import BigIntegerField, Count, Max, Q
 from django.db.models.functions import Cast, Substr
 from django.utils.text import slugify
 
-from studio import metadata, names, originals
+from studio import dbfaults, metadata, names, originals
 from studio.engine.errors import InvalidRequest, StorageRefused
 from studio.engine.validation import text_or_none
 from studio.models import Asset, Origin, Subject, stored_facts
@@ -107,12 +107,13 @@ def upload_reference(*, subject: Subject, data: bytes, file_name: str) -> Upload
         if exc.errno not in DISK_REFUSED:
             raise
         raise StorageRefused(exc.strerror or str(exc)) from exc
-    except OperationalError as exc:
-        # SQLite's full disk: the row is not written (its original, if stored, is a file
-        # no row names, which check_originals reports and a later upload takes again).
-        if not any(word in str(exc) for word in ("full", "readonly", "disk")):
+    except DatabaseError as exc:
+        # The database's disk full, read-only or failing, by its code (a locked database is
+        # no refusing disk): the row is not written (its original, if stored, is a file no
+        # row names, which check_originals reports and a later upload takes again).
+        if not dbfaults.disk_refused(exc):
             raise
-        raise StorageRefused(str(exc)) from exc
+        raise StorageRefused(" ".join(str(exc).split())) from exc
 
 
 def _stored_reference(subject: Subject, data: bytes, stored: bytes, file_name: str) -> Upload:

@@ -6,6 +6,7 @@ Found by a review on a full disk: the API answered 500 `internal_error` and the 
 
 import errno
 
+import psycopg
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.db import OperationalError
@@ -15,6 +16,7 @@ from studio.engine import library
 from studio.models import Asset
 from tests.api.calls import API
 from tests.factories import png_bytes
+from tests.sqlite_errors import sqlite_error
 
 pytestmark = pytest.mark.django_db
 
@@ -61,16 +63,66 @@ def test_the_studio_says_the_disk_refused_an_upload(signed_in, make_subject, mon
     assert not Asset.objects.exists()
 
 
-def test_a_database_on_a_full_disk_is_said_as_such(api, make_subject, monkeypatch):
+def the_database_fails(monkeypatch, exc: BaseException) -> None:
+    def fails(*_args: object) -> None:
+        raise exc
+
+    monkeypatch.setattr(library, "_stored_reference", fails)
+
+
+@pytest.mark.parametrize("how", ["full", "read-only"])
+def test_a_database_whose_disk_refuses_the_row_is_said_as_such(
+    api, make_subject, monkeypatch, tmp_path, how
+):
+    """By SQLite's result code, not its message's words (which once decided it)."""
     subject = make_subject()
-
-    def full(*_args: object) -> None:
-        raise OperationalError("database or disk is full")
-
-    monkeypatch.setattr(library, "_stored_reference", full)
+    exc = sqlite_error(tmp_path, how)
+    the_database_fails(monkeypatch, exc)
     photo = SimpleUploadedFile("ada.png", png_bytes(5), content_type="image/png")
 
     response = api.post(f"{API}/subjects/{subject.pk}/references", {"file": photo})
 
     assert response.status_code == 503
-    assert response.json()["error"]["message"] == REFUSED.format(cause="database or disk is full")
+    assert response.json()["error"] == {
+        "code": "storage_refused",
+        "message": REFUSED.format(cause=str(exc)),
+    }
+
+
+def test_postgresql_out_of_disk_is_said_as_such(api, make_subject, monkeypatch):
+    subject = make_subject()
+    full = OperationalError("could not extend file")
+    full.__cause__ = psycopg.errors.DiskFull("could not extend file")
+    the_database_fails(monkeypatch, full)
+    photo = SimpleUploadedFile("ada.png", png_bytes(6), content_type="image/png")
+
+    response = api.post(f"{API}/subjects/{subject.pk}/references", {"file": photo})
+
+    assert (response.status_code, response.json()["error"]["code"]) == (503, "storage_refused")
+
+
+def test_a_busy_database_is_no_refusing_disk(api, make_subject, monkeypatch, tmp_path):
+    """A database locked past its wait is out of reach for now: no words about a disk."""
+    api.raise_request_exception = False  # answered as deployed, by the error pages
+    subject = make_subject()
+    the_database_fails(monkeypatch, sqlite_error(tmp_path, "locked"))
+    photo = SimpleUploadedFile("ada.png", png_bytes(7), content_type="image/png")
+
+    response = api.post(f"{API}/subjects/{subject.pk}/references", {"file": photo})
+
+    assert (response.status_code, response.json()["error"]["code"]) == (
+        503,
+        "database_unavailable",
+    ), response.content
+
+
+def test_words_alone_do_not_make_a_refusing_disk(api, make_subject, monkeypatch):
+    """An error with no database code under it is a bug's, whatever its words say."""
+    api.raise_request_exception = False  # answered as deployed, by the error pages
+    subject = make_subject()
+    the_database_fails(monkeypatch, OperationalError("database or disk is full"))
+    photo = SimpleUploadedFile("ada.png", png_bytes(8), content_type="image/png")
+
+    response = api.post(f"{API}/subjects/{subject.pk}/references", {"file": photo})
+
+    assert (response.status_code, response.json()["error"]["code"]) == (500, "internal_error")
