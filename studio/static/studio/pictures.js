@@ -344,6 +344,10 @@
     "It will catch up when the connection is back.";
   var NOT_ANSWERED = "Avatars could not answer just now; progress paused. " +
     "It will catch up when it can.";
+  // A 503 is the database out of reach (the page it answers says so): the same cause as
+  // the page a person would get, said the same way (a review had two reasons for one).
+  var NO_RECORDS = "The studio cannot reach its records just now; progress paused. " +
+    "It will catch up when they are back.";
 
   function polled(event) {
     return event.target instanceof Element && event.target.id === "progress-summary";
@@ -352,13 +356,16 @@
   function sayUnreachable(event) {
     var region = document.getElementById("progress-unreachable");
     if (!polled(event) || !region) return;
+    // An error answered is not the connection: the server is there, and says so.
+    var answered = event.type === "htmx:responseError";
+    var status = answered && event.detail.xhr ? event.detail.xhr.status : 0;
+    var words = !answered ? UNREACHABLE : status === 503 ? NO_RECORDS : NOT_ANSWERED;
     var worker = event.target.querySelector("[data-testid=worker]");
     if (worker) {
-      worker.textContent = "Worker: not known while Avatars can't be reached";
+      worker.textContent = answered ? "Worker: not known while Avatars cannot answer"
+        : "Worker: not known while Avatars can't be reached";
       worker.classList.add("warn");
     }
-    // An error answered is not the connection: the server is there, and says so.
-    var words = event.type === "htmx:responseError" ? NOT_ANSWERED : UNREACHABLE;
     if (region.textContent === words) return;  // said once, not at every failed poll
     var notice = document.createElement("p");
     notice.className = "notice";
