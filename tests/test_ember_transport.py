@@ -10,6 +10,8 @@ import hashlib
 import json
 import socket
 import socketserver
+import struct
+import threading
 import time
 from typing import Any
 
@@ -19,7 +21,12 @@ from asgiref.sync import async_to_sync
 from studio.ember import client as ember_client
 from studio.ember import transport
 from studio.ember.client import EmberClient
-from studio.ember.errors import EmberBadAnswer, EmberUnavailable, EmberUnknownOutcome
+from studio.ember.errors import (
+    EmberBadAnswer,
+    EmberBusy,
+    EmberUnavailable,
+    EmberUnknownOutcome,
+)
 from tests.ember_client.calls import PAYLOAD
 from tests.scripted_ember import (
     TLS,
@@ -327,3 +334,91 @@ def test_an_image_whose_connection_ends_it_is_taken_when_its_size_or_sha256_says
             answer = call(server.url, lambda client, claims=claims: client.fetch("img_1", **claims))
 
         assert answer == (WHOLE, "image/png"), (claims, answer)
+
+
+@pytest.mark.parametrize("status", ["429 Too Many Requests", "503 Service Unavailable"])
+@pytest.mark.parametrize("closing", ["close", "reset"])
+def test_a_submit_refused_before_its_body_was_read_is_a_refusal_not_an_unknown(status, closing):
+    """Found by a review: a server that answered 429 after the head and closed with the
+    photos unread made the rest of the body fail to go, and the refusal was taken for an
+    answer lost (`unknown`): an image left `uncertain` for a person, from a busy signal."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+    payload = {**PAYLOAD, "prompt": "x" * (8 * 1024 * 1024)}
+    read: list[int] = []
+
+    def refuse_early() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            head = b""
+            while b"\r\n\r\n" not in head:
+                head += conn.recv(65536)
+            read.append(len(head))
+            body = b'{"error": {"code": "busy", "message": "Slow down."}}'
+            conn.sendall(
+                f"HTTP/1.1 {status}\r\nRetry-After: 5\r\nConnection: close\r\n"
+                f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+                + body
+            )
+            if closing == "reset":
+                conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+
+    with listener:
+        server = threading.Thread(target=refuse_early)
+        server.start()
+        error = call(url, lambda client: client.submit(payload))
+        server.join(5)
+
+    assert read and read[0] < len(payload["prompt"]), f"the server read {read} bytes"
+    assert isinstance(error, EmberBusy), f"{type(error).__name__}: {error}"
+    assert (error.status, error.retry_after, error.message) == (int(status[:3]), 5.0, "Slow down.")
+
+
+def read_request(conn: socket.socket) -> bytes:
+    """Read one request's head and body (by its Content-Length); return the head."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += conn.recv(65536)
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = [
+        int(line.split(b":")[1])
+        for line in head.split(b"\r\n")
+        if b"content-length" in line.lower()
+    ]
+    while len(body) < (length[0] if length else 0):
+        body += conn.recv(65536)
+    return head
+
+
+def test_a_release_on_a_kept_connection_the_server_closed_unread_goes_again_on_a_new_one():
+    """Found by a review: a server that closed an idle connection as the release went on it
+    (nothing of it read, nothing answered) left the release "unconfirmed" for a person."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+    heads: list[tuple[int, bytes]] = []
+
+    def serve() -> None:
+        first, _ = listener.accept()
+        with first:
+            heads.append((1, read_request(first)))
+            body = b'{"id": "job_1", "status": "running"}'
+            first.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+            time.sleep(0.3)  # the release arrives meanwhile, and is never read
+            first.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        second, _ = listener.accept()
+        with second:
+            heads.append((2, read_request(second)))
+            second.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")
+
+    async def poll_then_release(client: EmberClient) -> bool:
+        await client.poll("job_1")
+        return await client.let_go("img_1")
+
+    with listener:
+        server = threading.Thread(target=serve)
+        server.start()
+        released = call(url, poll_then_release)
+        server.join(5)
+
+    assert released is True, f"the release was not confirmed: {released!r}"
+    assert [(n, head.split(b" ")[0]) for n, head in heads] == [(1, b"GET"), (2, b"PATCH")]

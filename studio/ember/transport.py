@@ -12,7 +12,8 @@ none looked at otherwise.
 What a failure proves is what the client's `_exchange` reads from its type: only
 `httpx.ConnectError`/`ConnectTimeout` say the request never left; anything that
 goes wrong once a connection is open is a `WriteError`, `ReadError`, timeout or
-`RemoteProtocolError`, which say it may have arrived.
+`RemoteProtocolError`, which say it may have arrived; unless an answer arrived before
+the request was whole (a server refusing early), which says what became of it.
 """
 
 import asyncio
@@ -58,6 +59,7 @@ class Connection:
         self.writer = writer
         self.h11 = h11.Connection(h11.CLIENT)
         self.idle_since = 0.0  # time.monotonic() it was last given back
+        self.heard = False  # whether any byte of the current exchange's answer was read
 
     @property
     def _transport(self) -> asyncio.Transport:
@@ -119,7 +121,7 @@ class Connection:
                 if event is not h11.NEED_DATA:
                     return event  # type: ignore[return-value]
                 async with asyncio.timeout(seconds):
-                    data = await self.reader.read(READ_SIZE)
+                    data = await self._read()
                 self.h11.receive_data(data)
         except TimeoutError as exc:
             raise httpx.ReadTimeout("Reading the answer timed out.", request=request) from exc
@@ -127,6 +129,28 @@ class Connection:
             raise httpx.RemoteProtocolError(str(exc), request=request) from exc
         except OSError as exc:
             raise httpx.ReadError(str(exc) or type(exc).__name__, request=request) from exc
+
+    async def _read(self) -> bytes:
+        """Read what arrived, even on a connection that failed since (see `answered`)."""
+        reader = self.reader
+        ahead = reader._buffer  # type: ignore[attr-defined]
+        if ahead and reader.exception() is not None:  # read() would raise, dropping these
+            data = bytes(ahead)
+            ahead.clear()
+        else:
+            data = await reader.read(READ_SIZE)
+        self.heard = self.heard or bool(data)
+        return data
+
+    def answered(self) -> bool:
+        """Say whether the server sent anything back while the request was being written.
+
+        A server may answer before it has read a whole request, a refusal most often (429,
+        503, 413), and close: the rest of the request then fails to go, but its answer
+        arrived and says what became of it (a review's 429 was taken for an answer lost,
+        and its image left for a person to reconcile).
+        """
+        return bool(self.reader._buffer)  # type: ignore[attr-defined]
 
     def reusable(self) -> bool:
         """Say whether the exchange ended cleanly: both messages whole, nothing after them.
@@ -163,6 +187,7 @@ class Connection:
 
     def wake(self) -> None:
         """Read again, for the request about to be sent."""
+        self.heard = False
         self._transport.resume_reading()
 
     def close(self) -> None:
@@ -221,9 +246,35 @@ class Transport(httpx.AsyncBaseTransport):
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         url = request.url
         origin = (url.scheme, url.host, url.port or PORTS.get(url.scheme, 80))
-        connection = self._reuse(origin) or await self._connect(origin, request)
+        kept = self._reuse(origin)
         try:
-            await connection.send(request, _timeouts(request).get("write"))
+            connection = kept or await self._connect(origin, request)
+            event = await self._answer(connection, request)
+        except (httpx.WriteError, httpx.ReadError, httpx.RemoteProtocolError):
+            if kept is None or kept.heard:
+                raise
+            # A kept-alive connection the server closed as the request went (its idle
+            # timeout): nothing of an answer came, and what was sent met a closed socket.
+            # Once more on a new connection, as browsers do; only a request that may go
+            # twice rides a kept one (polls, fetches, the release: never a paid submit).
+            # A review's releases were "unconfirmed" for a person to ask again.
+            connection = await self._connect(origin, request)
+            event = await self._answer(connection, request)
+        return httpx.Response(
+            event.status_code,
+            headers=event.headers.raw_items(),
+            stream=Body(self, origin, connection, request),
+            extensions={"http_version": b"HTTP/1.1", "reason_phrase": event.reason},
+        )
+
+    async def _answer(self, connection: Connection, request: httpx.Request) -> h11.Response:
+        """Send `request` on `connection` and read its answer's head; forget it on failure."""
+        try:
+            try:
+                await connection.send(request, _timeouts(request).get("write"))
+            except (httpx.WriteError, httpx.WriteTimeout):
+                if not connection.answered():
+                    raise
             read = _timeouts(request).get("read")
             event = await connection.next_event(read, request)
             for _ in range(MAX_INTERIM):  # an endless stream of them would hold a core
@@ -237,12 +288,7 @@ class Transport(httpx.AsyncBaseTransport):
         except BaseException:
             self._forget(connection)
             raise
-        return httpx.Response(
-            event.status_code,
-            headers=event.headers.raw_items(),
-            stream=Body(self, origin, connection, request),
-            extensions={"http_version": b"HTTP/1.1", "reason_phrase": event.reason},
-        )
+        return event
 
     def _reuse(self, origin: Origin) -> Connection | None:
         """Return the idle connection last given back, if one is fit to carry a request."""
