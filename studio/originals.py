@@ -83,7 +83,6 @@ class Original:
     path: Path
     info: ImageInfo
     size: int
-    from_archive: bool = False  # the archive's own file, for an image Ember no longer has
 
 
 def originals_dir() -> Path:

@@ -42,6 +42,7 @@ def gone_from_ember(subject, ember, worker):
 
 def test_a_reconcile_takes_the_bytes_an_operator_put_back_in_the_archive(subject, ember, worker):
     fake, task = gone_from_ember(subject, ember, worker)
+    fake.release_route.mock(return_value=GONE)  # Ember let go of it, and removed it since
     image = task.saved("image")
     placed = originals.save(fake.images[image["id"]])  # as an operator would, from a backup
     assert placed.sha256 == image["sha256"]
@@ -55,11 +56,28 @@ def test_a_reconcile_takes_the_bytes_an_operator_put_back_in_the_archive(subject
     asset = Asset.objects.get(task=task)
     assert (asset.sha256, asset.ember_image_id) == (image["sha256"], image["id"])
     assert originals.read(asset.sha256, asset.mime) == fake.images[image["id"]]
-    assert fake.file_route.call_count == fetches + 1  # Ember was asked first, once
+    # Ember was asked for the image, then asked to let go of it (404), which its file
+    # route confirmed (404 again): released, not "unconfirmed" for good (a re-review).
+    assert fake.file_route.call_count == fetches + 2
     assert len(fake.submits) == 1  # nothing paid again
-    # Ember has nothing left to let go of: no PATCH answered 404 and left unconfirmed (a
-    # re-review: an alert, and an "Ask Ember again" that could never clear it).
-    assert fake.release_route.call_count == 0
+    assert fake.release_route.call_count == 1
+    assert task.protection_released is True
+
+
+def test_bytes_taken_from_the_archive_are_released_only_once_ember_says_so(subject, ember, worker):
+    """Found by a review: one 404 from the file route, for an image Ember still held, was
+    taken for "released" with no release asked; Ember kept its copy protected for good."""
+    fake, task = gone_from_ember(subject, ember, worker)
+    image = task.saved("image")
+    originals.save(fake.images[image["id"]])
+
+    engine.reconcile(task=task, client=worker.client)
+    drain(quick(worker))
+
+    task.refresh_from_db()
+    assert task.state == TaskState.DONE, (task.phase, task.error)
+    assert fake.release_route.call_count == 1  # the release asked, and answered 200
+    assert fake.release_route.calls.last.request.url.path.split("/")[4] == image["id"]
     assert task.protection_released is True
 
 

@@ -2,7 +2,6 @@
 written again, or already there for an image Ember no longer has."""
 
 import asyncio
-import dataclasses
 from typing import Any
 
 from studio import originals
@@ -37,7 +36,7 @@ def found(image: dict[str, Any]) -> originals.Original | None:
     if held is None:
         return None
     try:
-        return dataclasses.replace(originals.save(held[0]), from_archive=True)
+        return originals.save(held[0])
     except (OSError, ValueError, originals.ChecksumFailed):
         return None  # not an image after all, or the disk refused to name it
 

@@ -310,12 +310,10 @@ class Steps:
         # so the task, read as this coroutine started, says whether the bytes are safe.
         asset = None if task.asset_id is None else await db(Asset.objects.get)(pk=task.asset_id)
         copied = asset is None  # by this call: its bytes were hashed as they were written
-        gone = False  # Ember said it no longer has the image: nothing is left to let go of
         if asset is None:
             original = await self._copy_or_rest(task, image)
             if original is None:
                 return
-            gone = original.from_archive
             asset = await db(record_asset)(task, original)
             if asset is None:  # another task's original is that image: nothing to release
                 return
@@ -327,14 +325,12 @@ class Steps:
             # The bytes are already safe: only the history id is new. An answer about
             # another image (another attempt's) never lends this one its history.
             await db(update)(asset, ember_history_id=history["id"])
-        if gone:
-            # A PATCH would be answered 404 and read as unconfirmed for good: an alert, and
-            # an "Ask Ember again" that could never clear it (a re-review).
-            released: bool | None = True
-        else:
-            rest, released = await self._let_go(task, asset, copied=copied)
-            if not rest:
-                return
+        # Bytes the archive held for an image Ember answered 404 for are released too: a
+        # 404 then is confirmed by the file route's (`let_go`), and one 404 alone had been
+        # taken for "released" (a review's Ember still held the image).
+        rest, released = await self._let_go(task, asset, copied=copied)
+        if not rest:
+            return
         await db(_rest)(task, asset, released)
 
     async def _let_go(self, task: Task, asset: Asset, *, copied: bool) -> tuple[bool, bool | None]:
