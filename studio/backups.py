@@ -57,20 +57,25 @@ class Placer:
         self.follow = follow  # read an original through a symbolic link (a restore does not)
         self.linked = 0
         self.copied = 0
+        # Where `source` was read whole: what the same run could place there again.
+        self.from_source: list[Path] = []
 
     def place(self, source: Path, target: Path, sha256: str) -> bool:
         """Put `source` at `target`; return False, placing nothing, if it fails its hash.
 
         Raises FileNotFoundError when `source` is not there, NotAnOriginal when it is
         not a regular file of at most the image cap (a folder, a device, a pipe: nothing
-        is read from those). A `target` already holding these bytes is left as it is.
+        is read from those). A `target` already holding these bytes is left as it is,
+        whatever `source` holds (a review's restore reported as corrupt in its backup an
+        original whose copy in place was whole).
         """
+        if target.is_file() and not target.is_symlink() and originals.file_sha256(target) == sha256:
+            self.copied += 1  # put there by an earlier run of the same restore
+            return True
         data = originals.read_regular(source, links=self.follow)
         if originals.sha256_of(data) != sha256:
             return False
-        if target.is_file() and originals.file_sha256(target) == sha256:
-            self.copied += 1  # put there by an earlier run of the same restore
-            return True
+        self.from_source.append(target)
         # A hard link to a symbolic link is that link again (link(2) does not follow it),
         # not the bytes: those are copied, so the backup holds them itself.
         if self.link and not source.is_symlink():

@@ -3,7 +3,8 @@
 The manifest: a regular file of a bounded size, in a shape this version can trust. The
 database snapshot: there, the bytes the manifest recorded, and readable whole by SQLite
 without anything beside it being read or written (a backup is never written). The
-originals folder: the backup's own, not a link to another place.
+originals folder: the backup's own, not a link to another place. And, on the target's
+side, what SQLite would play into the database restored, and the database filled, whole.
 """
 
 import json
@@ -23,6 +24,10 @@ from studio.models import Task
 # never ends, a link to /dev/zero), is not read: a review hung a restore on a pipe and
 # ran another out of memory on /dev/zero.
 MANIFEST_MAX = 64 * 1024 * 1024
+# Beside a SQLite file, what SQLite plays into it when it opens it: a write-ahead log, its
+# index, a rollback journal. Left by another database, they would be played into the
+# restored one: a mix of its rows and theirs, or a damaged file (found by a review).
+SIDE_FILES = ("-wal", "-shm", "-journal")
 
 
 def read_manifest(src: Path) -> dict[str, Any]:
@@ -52,6 +57,8 @@ def manifest_text(src: Path) -> str:
     path = src / MANIFEST
     try:
         info = path.lstat()
+    except NotADirectoryError:
+        raise BackupError(f"{src} is not a folder: name the backup's folder.") from None
     except FileNotFoundError:
         if not src.is_dir():
             raise BackupError(f"There is no folder {src}: name the backup's folder.") from None
@@ -141,3 +148,40 @@ def check_sqlite(snapshot: Path) -> None:
         raise BackupError(f"{snapshot} is damaged ({verdict}). Nothing was restored.")
     if not has_tasks:
         raise BackupError(f"{snapshot} holds no Avatars tables. Nothing was restored.")
+
+
+def side_files(database: Path) -> list[Path]:
+    """Return the side files SQLite would play into `database` that are there."""
+    return [
+        side
+        for side in (database.with_name(f"{database.name}{end}") for end in SIDE_FILES)
+        if side.exists()
+    ]
+
+
+def refuse_side_files(database: Path) -> None:
+    """Refuse, naming them, side files beside `database` that SQLite would play into it."""
+    found = side_files(database)
+    if found:
+        names = " and ".join(str(side) for side in found)
+        are, them = ("is", "it") if len(found) == 1 else ("are", "them")
+        raise BackupError(
+            f"{names} {are} left beside {database} from an earlier database, and SQLite "
+            f"would play {them} into the restored one: with no studio process running on "
+            f"this data dir, remove {them} and run the restore again. Nothing was restored."
+        )
+
+
+def check_filled(database: Path) -> None:
+    """Refuse a filled database that SQLite does not find whole (`PRAGMA integrity_check`)."""
+    try:
+        with closing(sqlite3.connect(database)) as conn:
+            verdict = conn.execute("PRAGMA integrity_check").fetchone()[0]
+    except sqlite3.DatabaseError as exc:
+        verdict = str(exc)
+    if verdict != "ok":
+        raise BackupError(
+            f"The restored database was damaged as it was filled ({verdict}), so it was not "
+            "put in place and what was placed was taken away: check the disk, then run the "
+            "restore again."
+        )

@@ -47,16 +47,19 @@ from studio.backups import (
 )
 from studio.holdback import hold_back
 from studio.models import Asset, WorkerHeartbeat
-from studio.restore_checks import check_snapshot, read_manifest, refuse_linked_originals
+from studio.restore_checks import (
+    check_filled,
+    check_snapshot,
+    read_manifest,
+    refuse_linked_originals,
+    refuse_side_files,
+    side_files,
+)
 
 NOT_EMPTY = "restore into a new data dir with an empty database."
 MARKER = "RESTORE-UNFINISHED"  # in the data dir while a restore is under way
 LOCK = "restore.lock"  # in the data dir: held (flock) by the one restore that runs
 DONE = "RESTORED"  # in the data dir once a restore finished: which backup it was
-# Beside a SQLite file, what SQLite plays into it when it opens it: a write-ahead log, its
-# index, a rollback journal. Left by another database, they would be played into the
-# restored one: a mix of its rows and theirs, or a damaged file (found by a review).
-SIDE_FILES = ("-wal", "-shm", "-journal")
 
 
 class AlreadyRestored(Exception):
@@ -124,23 +127,34 @@ def restore_alone(src: Path, data_dir: Path, database: Path | None) -> Restored:
     marker = data_dir / MARKER
     check_target(src, data_dir, database, marker)
     result = Restored(database=str(database or connection.settings_dict["NAME"]))
-    # Every original the manifest names, as this run or an earlier one (killed, with no
-    # undo) may have placed it: a failed run takes them all away, or the earlier run's were
-    # left behind without the marker, and the same restore then refused (a review).
-    placed = list(manifest_files(manifest, data_dir / "originals"))
+    target = data_dir / "originals"
     with contextlib.ExitStack() as finishing:
         try:
             mark(marker, str(src))
-            fill(result, src, manifest, data_dir / "originals", database)
+            fill(result, src, manifest, target, database)
             # From here on a stop lets it finish: it was said to be taken away (a review).
             finishing.enter_context(not_stopped())
-        except BaseException:
+        except BaseException as exc:
             with not_stopped():  # quick, and a second Ctrl-C must not leave it half done
-                undo(placed, database)
-                marker.unlink(missing_ok=True)
-            raise
+                kept = undo(result.placer.from_source, manifest_files(manifest, target), database)
+                if not kept or not marker.exists():
+                    marker.unlink(missing_ok=True)
+                    raise
+            raise Stopped(exc, kept) from exc
         finish(src, data_dir, marker)
     return result
+
+
+class Stopped(BackupError):
+    """A restore stopped part way, leaving originals it could not give back in place."""
+
+    def __init__(self, exc: BaseException, kept: int) -> None:
+        said = str(exc) if isinstance(exc, BackupError) else f"The restore stopped: {cause(exc)}."
+        super().__init__(
+            f"{said} It took away the originals it had copied from the backup; {kept} more "
+            f"that the backup names were in place before it ran and stay there, and {MARKER} "
+            "keeps this install from starting until the same restore, run again, finishes it."
+        )
 
 
 def check_target(src: Path, data_dir: Path, database: Path | None, marker: Path) -> None:
@@ -151,8 +165,14 @@ def check_target(src: Path, data_dir: Path, database: Path | None, marker: Path)
     "nothing was changed", a review's install with its database removed came up empty.
     """
     finished = not marker.exists() and finished_from(data_dir) == str(src)
-    if finished and has_tables(database):
-        raise AlreadyRestored(src)
+    if finished:
+        try:
+            if has_tables(database):
+                raise AlreadyRestored(src)
+        except sqlite3.DatabaseError as exc:  # said as what it is, not as a stopped restore
+            raise BackupError(
+                f"The database {database} is not an empty SQLite database ({exc}): {NOT_EMPTY}"
+            ) from None
     # Empty: a run killed while it made the marker (as versions before the atomic one
     # could be), before it placed anything. The target is then as it was before it.
     if not finished and (not marker.exists() or not marker.read_text().strip()):
@@ -313,43 +333,6 @@ def fill_sqlite(ready: Path, database: Path) -> list[tuple[str, str]]:
     return named
 
 
-def side_files(database: Path) -> list[Path]:
-    """Return the side files SQLite would play into `database` that are there."""
-    return [
-        side
-        for side in (database.with_name(f"{database.name}{end}") for end in SIDE_FILES)
-        if side.exists()
-    ]
-
-
-def refuse_side_files(database: Path) -> None:
-    """Refuse, naming them, side files beside `database` that SQLite would play into it."""
-    found = side_files(database)
-    if found:
-        names = " and ".join(str(side) for side in found)
-        are, them = ("is", "it") if len(found) == 1 else ("are", "them")
-        raise BackupError(
-            f"{names} {are} left beside {database} from an earlier database, and SQLite "
-            f"would play {them} into the restored one: with no studio process running on "
-            f"this data dir, remove {them} and run the restore again. Nothing was restored."
-        )
-
-
-def check_filled(database: Path) -> None:
-    """Refuse a filled database that SQLite does not find whole (`PRAGMA integrity_check`)."""
-    try:
-        with closing(sqlite3.connect(database)) as conn:
-            verdict = conn.execute("PRAGMA integrity_check").fetchone()[0]
-    except sqlite3.DatabaseError as exc:
-        verdict = str(exc)
-    if verdict != "ok":
-        raise BackupError(
-            f"The restored database was damaged as it was filled ({verdict}), so it was not "
-            "put in place and what was placed was taken away: check the disk, then run the "
-            "restore again."
-        )
-
-
 def fill_postgres(result: Restored, dump: Path) -> list[tuple[str, str]]:
     """Fill the empty database from the dump, then hold back its unsent tasks."""
     clear_postgres()  # what an unfinished run of this restore left, if anything
@@ -458,19 +441,31 @@ def settle(cursor: Any, *, marker: str) -> int:
     return hold_back(cursor, marker=marker)
 
 
-def undo(placed: list[Path], database: Path | None) -> None:
-    """Take away what a failed restore placed, so that it can be run again."""
-    for path in placed:
+def undo(copied: list[Path], named: Iterable[Path], database: Path | None) -> int:
+    """Take away what a failed restore placed, so that it can be run again; return how many
+    originals the backup names stay in place.
+
+    Only what this run copied from the backup, its bytes read whole there, is taken away:
+    the same restore puts it back. What was in place before it ran stays: an earlier run's
+    (killed with no undo), or a finished restore's whose database was lost since, which
+    may be the only whole copy (a review's second run took away an original whose copy
+    in the backup was damaged). The caller then keeps the marker, so that running the
+    same restore again finishes it over them.
+    """
+    for path in copied:
         path.unlink(missing_ok=True)
+    kept = sum(1 for path in set(named) if path.is_file() or path.is_symlink())
     connection.close()
     if database is None:
         clear_postgres()
-        return
+        return kept
     ready = database.with_name(f"{database.name}.restoring")
     for leftover in (ready, *side_files(ready)):
-        leftover.unlink(missing_ok=True)
+        with contextlib.suppress(IsADirectoryError):  # not this run's: the fault itself
+            leftover.unlink(missing_ok=True)
     if database.exists():
         database.write_bytes(b"")  # as a new data dir has it: an empty file
+    return kept
 
 
 def restore_postgres(dump: Path) -> None:

@@ -243,12 +243,13 @@ def test_a_finished_restore_whose_rows_and_files_are_gone_since_is_run_again(bac
         restoring.restore(backup, data_dir=target, database=database)
 
 
-def test_a_run_after_a_killed_one_takes_away_the_originals_both_placed_if_it_fails(
+def test_a_run_after_a_killed_one_keeps_its_originals_and_marker_if_it_fails(
     backup, tmp_path, monkeypatch
 ):
     """Found by a review: a run killed with no chance to undo (SIGKILL) left originals and
     its marker; the next run failed early, took away only its own and the marker, and the
-    same restore was then refused ("already holds originals")."""
+    same restore was then refused ("already holds originals"). What it did not copy itself
+    now stays, with the marker: the same restore, run again, finishes over it."""
     target, database = restore_into(tmp_path)
     (target / "originals").mkdir()
     first = sorted((backup / "originals").iterdir())[0]
@@ -259,13 +260,15 @@ def test_a_run_after_a_killed_one_takes_away_the_originals_both_placed_if_it_fai
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(restoring, "copy_sqlite", full)
-    with pytest.raises(OSError):
+    with pytest.raises(restoring.Stopped) as stopped:
         restoring.restore(backup, data_dir=target, database=database)
 
-    assert placed(target) == [] and not (target / restoring.MARKER).exists()
+    assert "1 more that the backup names were in place before it ran" in str(stopped.value)
+    assert placed(target) == [first.name] and (target / restoring.MARKER).exists()
     monkeypatch.undo()
     again = restoring.restore(backup, data_dir=target, database=database)
     assert (again.restored, again.problems) == (2, [])
+    assert not (target / restoring.MARKER).exists()
 
 
 def test_a_finished_restore_whose_database_alone_is_gone_is_run_again(backup, tmp_path):
