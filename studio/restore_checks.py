@@ -11,9 +11,12 @@ import json
 import os
 import sqlite3
 import stat
+from collections.abc import Iterable
 from contextlib import closing
 from pathlib import Path
 from typing import Any
+
+from django.db.migrations.loader import MigrationLoader
 
 from studio import originals
 from studio.backups import MANIFEST, BackupError, sqlite_read_only
@@ -184,4 +187,22 @@ def check_filled(database: Path) -> None:
             f"The restored database was damaged as it was filled ({verdict}), so it was not "
             "put in place and what was placed was taken away: check the disk, then run the "
             "restore again."
+        )
+
+
+def refuse_newer(applied: Iterable[tuple[str, str]], snapshot: Path) -> None:
+    """Refuse a snapshot whose database has migrations this version does not have.
+
+    A newer version's tables would be written wrongly by this one: a review's restored with
+    exit 0, `migrate` had nothing to do, and every new batch failed (a column this version
+    does not fill). An older snapshot is fine: `migrate` brings it up to date.
+    """
+    known = set(MigrationLoader(None, ignore_no_migrations=True).disk_migrations)
+    unknown = sorted(f"{app}.{name}" for app, name in set(applied) - known)
+    if unknown:
+        more = f" and {len(unknown) - 3} more" if len(unknown) > 3 else ""
+        raise BackupError(
+            f"{snapshot} was made by a newer version of Avatars: its database has migrations "
+            f"this version does not have ({', '.join(unknown[:3])}{more}). Restore it with "
+            "that version or a later one. Nothing was restored."
         )

@@ -31,6 +31,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
+from django.db.migrations.recorder import MigrationRecorder
 
 from studio import flocks, leftovers, originals
 from studio.backups import (
@@ -52,6 +53,7 @@ from studio.restore_checks import (
     check_snapshot,
     read_manifest,
     refuse_linked_originals,
+    refuse_newer,
     refuse_side_files,
     side_files,
 )
@@ -309,6 +311,7 @@ def prepare_sqlite(result: Restored, snapshot: Path, database: Path) -> Path:
     copy_sqlite(snapshot, ready, read_only=True)
     try:
         with closing(sqlite3.connect(ready)) as conn:
+            refuse_newer(conn.execute("SELECT app, name FROM django_migrations"), snapshot)
             result.held_back = settle(conn.cursor(), marker="?")
             conn.commit()
     except sqlite3.DatabaseError as exc:
@@ -337,6 +340,7 @@ def fill_postgres(result: Restored, dump: Path) -> list[tuple[str, str]]:
     """Fill the empty database from the dump, then hold back its unsent tasks."""
     clear_postgres()  # what an unfinished run of this restore left, if anything
     restore_postgres(dump)
+    refuse_newer(MigrationRecorder(connection).applied_migrations(), dump)
     with transaction.atomic(), connection.cursor() as cursor:
         result.held_back = settle(cursor, marker="%s")
     return list(Asset.objects.values_list("sha256", "mime").distinct())

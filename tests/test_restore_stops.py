@@ -226,6 +226,32 @@ def test_a_snapshot_this_version_cannot_fill_is_refused_before_any_original_is_p
     assert placed(target) == [] and database.stat().st_size == 0
 
 
+def test_a_snapshot_of_a_newer_version_is_refused_before_any_original_is_placed(backup, tmp_path):
+    """Found by a review: a backup whose database a newer version had migrated restored
+    with exit 0, `migrate` had nothing to do, and every new batch then failed with a 500
+    (a column this version does not fill)."""
+    snapshot = backup / "db.sqlite3"
+    with sqlite3.connect(snapshot) as conn:
+        conn.execute("ALTER TABLE studio_task ADD COLUMN priority integer NOT NULL DEFAULT 0")
+        conn.execute(
+            "INSERT INTO django_migrations (app, name, applied) "
+            "VALUES ('studio', '0099_task_priority', '2027-01-01 00:00:00')"
+        )
+    record(backup, database_sha256=sha256_of(snapshot), database_size=snapshot.stat().st_size)
+    target, database = restore_into(tmp_path)
+
+    with pytest.raises(backups.BackupError) as refused:
+        restoring.restore(backup, data_dir=target, database=database)
+
+    assert str(refused.value) == (
+        f"{snapshot} was made by a newer version of Avatars: its database has migrations "
+        "this version does not have (studio.0099_task_priority). Restore it with that "
+        "version or a later one. Nothing was restored."
+    )
+    assert placed(target) == [] and database.stat().st_size == 0
+    assert not (target / restoring.MARKER).exists()
+
+
 def test_a_finished_restore_whose_rows_and_files_are_gone_since_is_run_again(backup, tmp_path):
     """Found by a review: with the database and the originals removed, the same restore
     said it had finished and changed nothing, and its advice (migrate) made an empty
