@@ -18,7 +18,12 @@ class PrivatePages(MiddlewareMixin):
     def process_response(
         self, request: HttpRequest, response: HttpResponseBase
     ) -> HttpResponseBase:
+        # Looked at first: the person is not looked up for an answer that says already.
+        # An answer to a database out of reach does, and looking the person up read the
+        # session again and failed again: two log lines a request (a review's).
+        if response.has_header("Cache-Control"):
+            return response
         user = getattr(request, "user", None)
-        if user is not None and user.is_authenticated and not response.has_header("Cache-Control"):
+        if user is not None and user.is_authenticated:
             add_never_cache_headers(response)
         return response
