@@ -289,7 +289,7 @@ async def _answer_failure(send: Send, scope: Scope, exc: Exception) -> None:
     api = scope["path"].startswith(API_PREFIX)
     if dbfaults.unusable(exc):
         logger.error(
-            "A request failed before it was answered: %s: %s", scope["path"], outage.said(exc)
+            "A request failed before it was answered: %s: %s", scope["path"], dbfaults.said(exc)
         )
         retry = [(b"retry-after", str(outage.RETRY_AFTER).encode())]
         if api:

@@ -2,7 +2,6 @@
 
 import logging
 
-from avatars import outage
 from studio import dbfaults
 
 
@@ -31,7 +30,7 @@ class DatabaseOutage(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info else None
         if exc is not None and dbfaults.unusable(exc):
-            record.msg = f"{record.getMessage()}: {outage.said(exc)}"
+            record.msg = f"{record.getMessage()}: {dbfaults.said(exc)}"
             record.args = None
             record.exc_info = None
             record.exc_text = None

@@ -22,12 +22,6 @@ CODE = "database_unavailable"
 MESSAGE = "Avatars cannot use its database right now; try again in a minute."
 
 
-def said(exc: BaseException) -> str:
-    """Say, for the log, that the database cannot be used, in its own words, on one line."""
-    words = " ".join(str(exc).split()).rstrip(".") or type(exc).__name__
-    return f"the database cannot be used ({words})"
-
-
 def api_answer() -> JsonResponse:
     """Answer an API request with 503 `database_unavailable` in the API's error shape."""
     response = JsonResponse({"error": {"code": CODE, "message": MESSAGE}}, status=503)

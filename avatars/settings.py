@@ -329,14 +329,23 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "handlers": {
+        "console": {"class": "logging.StreamHandler", "formatter": "plain"},
+        # The worker's and the commands' lines: a database out of reach in one line, as the
+        # web's (a review's worker wrote 1,130 lines of tracebacks over a 60 s stop).
+        "studio": {
+            "class": "logging.StreamHandler",
+            "formatter": "plain",
+            "filters": ["database_outage"],
+        },
+    },
     "filters": {
         "without_traceback": {"()": "avatars.logfilters.WithoutTraceback"},
         "database_outage": {"()": "avatars.logfilters.DatabaseOutage"},
     },
     "loggers": {
         "studio": {
-            "handlers": ["console"],
+            "handlers": ["studio"],
             "level": env_choice("AVATARS_LOG_LEVEL", "INFO", LEVELS),
         },
         # The web server's door (avatars/bodylimit.py, heads.py): dated as the rest, not bare.

@@ -54,3 +54,9 @@ def _sqlite_code(error: sqlite3.Error) -> str:
     """Return the primary result code's name ("FULL" for SQLITE_FULL, "IOERR" for its kinds)."""
     name = getattr(error, "sqlite_errorname", "") or ""
     return name.removeprefix("SQLITE_").split("_")[0]
+
+
+def said(exc: BaseException) -> str:
+    """Say, for the log, that the database cannot be used, in its own words, on one line."""
+    words = " ".join(str(exc).split()).rstrip(".") or type(exc).__name__
+    return f"the database cannot be used ({words})"

@@ -44,7 +44,8 @@ TICK = 1.0  # seconds between pump passes
 STOP_GRACE = 30.0  # seconds in-flight steps get to record Ember's answer on shutdown
 HEARTBEAT_INTERVAL = 5.0  # seconds between the worker's "still alive" writes
 DB_RETRY_DELAY = 1.0  # seconds before the pump retries a failed database; doubled each time
-DB_RETRY_MAX = 30.0  # seconds; the back-off's ceiling
+DB_RETRY_MAX = 8.0  # seconds; the back-off's ceiling (a page says "No worker seen" after 15 s
+# of no heartbeat: a review's said so for 30 s after the database was back)
 ADOPT_CHECK = 5.0  # seconds between looks for lost submits due a history search
 # The database thread lets go of the interpreter at every SQLite call and then waits for
 # the event loop to hand it back: at Python's default of 5 ms a state write waited longer
@@ -97,6 +98,8 @@ class Worker(Steps):
         self._ahead_at = float("-inf")
         # Ember's answers whose recording failed, by task id, until the task is settled.
         self.unrecorded: dict[str, Answer] = {}
+        # Tasks a database out of reach stopped mid-step, by task id: when to go on (monotonic).
+        self.interrupted: dict[str, float] = {}
         self._last_beat = float("-inf")  # loop time of the last heartbeat written
         self._last_verified = float("-inf")  # loop time the lock was last checked
         self.db_retry_delay = db_retry_delay
@@ -226,12 +229,14 @@ class Worker(Steps):
         `preparing`, is versioned: a cancel that landed meanwhile stands, and the
         coroutine leaves it); any other is read afresh by its coroutine.
         """
+        chosen = self._resumed(room)
+        taken = {i for i, _row in chosen}
         fresh = time.monotonic() - self._ahead_at < self.tick
         ahead = [r for r in self._ahead if str(r.pk) not in self.in_hand] if fresh else []
-        chosen: list[tuple[str, Task | None]] = [
-            (str(r.pk), r if r.state == TaskState.QUEUED else None) for r in ahead[:room]
-        ]
-        self._ahead = ahead[room:]
+        ahead = [r for r in ahead if str(r.pk) not in taken]
+        more = room - len(chosen)
+        chosen += [(str(r.pk), r if r.state == TaskState.QUEUED else None) for r in ahead[:more]]
+        self._ahead = ahead[more:]
         if len(chosen) < room:
             wanted = room - len(chosen)
             taken = {i for i, _row in chosen}
@@ -241,6 +246,19 @@ class Worker(Steps):
             chosen += [(str(r.pk), r) for r in found[:wanted]]
             self._ahead, self._ahead_at = found[wanted:], time.monotonic()
         return chosen
+
+    def _resumed(self, room: int) -> list[tuple[str, Task | None]]:
+        """Return up to `room` tasks a database out of reach stopped mid-step, due again.
+
+        They go first, read afresh by their coroutines: one at Ember had otherwise waited
+        behind every task queued before it reached Ember (a review's finished images sat
+        uncopied for a minute behind a batch's queue).
+        """
+        now = time.monotonic()
+        ready = [t for t, at in self.interrupted.items() if at <= now and t not in self.in_hand]
+        for task_id in ready[:room]:
+            del self.interrupted[task_id]
+        return [(task_id, None) for task_id in ready[:room]]
 
     async def sweep(self) -> None:
         """Settle tasks left `preparing`/`submitting` that no coroutine holds (once a tick).

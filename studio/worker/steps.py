@@ -9,6 +9,7 @@ transitions.py, run on the database thread through `db`.
 
 import asyncio
 import logging
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
@@ -17,7 +18,7 @@ from typing import Any
 
 from django.utils import timezone
 
-from studio import originals
+from studio import dbfaults, originals
 from studio.ember.client import (
     EmberBusy,
     EmberClient,
@@ -78,9 +79,10 @@ class Steps:
     room: room.Room
     fetch_retry_delay: float
     unrecorded: dict[str, Answer]
+    interrupted: dict[str, float]
+    tick: float
     _handoff: deque[turns.Turn]
-    # The loop's sleep, which wakes early when a stop is asked.
-    _sleep: Callable[[float], Awaitable[None]]
+    _sleep: Callable[[float], Awaitable[None]]  # the loop's: wakes early when a stop is asked
 
     async def drive(
         self, task_id: str, *, row: Task | None = None, turn: turns.Turn | None = None
@@ -107,6 +109,11 @@ class Steps:
         except Conflict:
             log.info("task=%s moved under us; leaving it to the other writer", task_id)
         except Exception as exc:
+            if dbfaults.unusable(exc):
+                # Nothing can be written: it goes on first once the database is back (_resumed).
+                log.warning("task=%s stopped mid-step: %s", task_id, dbfaults.said(exc))
+                self.interrupted[task_id] = time.monotonic() + self.tick
+                return
             # One task's surprise never stops the pump; it waits before being tried again.
             log.exception("task=%s step failed", task_id)
             await db(_postpone)(task_id, f"The worker hit an error: {exc}")
