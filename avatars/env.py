@@ -20,6 +20,22 @@ def env_str(name: str, default: str) -> str:
     return os.environ.get(name, default)
 
 
+def env_folder(name: str, default: str) -> str:
+    """Return the variable naming a folder, or the default when it is unset.
+
+    Set but empty it names no folder: read as a path it is the current directory, where
+    a review's command made a new install (an empty line in a service's environment file).
+    """
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    if not raw.strip():
+        raise ImproperlyConfigured(
+            f"{name} is set but empty: name a folder, or unset it for {default}"
+        )
+    return raw
+
+
 def env_bool(name: str, default: bool) -> bool:
     """Return the variable read as a boolean (1/0, true/false, yes/no, on/off)."""
     raw = os.environ.get(name)

@@ -15,6 +15,7 @@ from avatars.env import (
     env_bool,
     env_choice,
     env_float,
+    env_folder,
     env_int,
     env_list,
     env_str,
@@ -71,7 +72,7 @@ def _make_folder(folder: Path, name: str) -> None:
         ) from None
 
 
-AVATARS_DATA_DIR = Path(env_str("AVATARS_DATA_DIR", str(BASE_DIR / "data"))).resolve()
+AVATARS_DATA_DIR = Path(env_folder("AVATARS_DATA_DIR", str(BASE_DIR / "data"))).resolve()
 # The SQLite file lives here, so the directory must exist before the first connection.
 # It holds every original and the database: only the owner may look inside.
 _make_folder(AVATARS_DATA_DIR, "AVATARS_DATA_DIR")
@@ -80,7 +81,7 @@ _make_folder(AVATARS_DATA_DIR, "AVATARS_DATA_DIR")
 # per machine: its files are named by process id, which another machine may reuse.
 # prometheus_client reads the variable once, when first imported: settings come first.
 AVATARS_METRICS_DIR = Path(
-    env_str("AVATARS_METRICS_DIR", str(AVATARS_DATA_DIR / "metrics" / socket.gethostname()))
+    env_folder("AVATARS_METRICS_DIR", str(AVATARS_DATA_DIR / "metrics" / socket.gethostname()))
 ).resolve()
 _make_folder(AVATARS_METRICS_DIR, "AVATARS_METRICS_DIR")
 os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(AVATARS_METRICS_DIR)

@@ -228,6 +228,20 @@ def test_a_setting_the_install_cannot_run_with_is_said_in_one_sentence(
     assert line.startswith(f"Avatars cannot start: {sentence}"), line
 
 
+@pytest.mark.parametrize("name", ["AVATARS_DATA_DIR", "AVATARS_METRICS_DIR"])
+def test_a_folder_set_but_empty_is_refused_not_read_as_the_current_directory(tmp_path, name):
+    """Found by a review: `AVATARS_DATA_DIR=` (an empty line in a service's environment
+    file) made a new install in the directory the command ran from."""
+    env = {"AVATARS_DATA_DIR": str(tmp_path), name: " "}
+    done = manage("check", **env)
+
+    assert done.returncode == 1
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith(f"Avatars cannot start: {name} is set but empty: name a folder"), line
+    made = [p.name for p in (ROOT / "db.sqlite3", ROOT / "metrics", ROOT / " ") if p.exists()]
+    assert made == [], f"made in the directory the command ran from: {made}"
+
+
 def test_the_web_server_stops_with_the_same_one_sentence(tmp_path):
     done = subprocess.run(
         [sys.executable, "-m", "uvicorn", "avatars.asgi:application", "--port", "1"],
