@@ -366,7 +366,11 @@ def used(data_dir: Path, database: Path | None) -> str:
     folder = data_dir / "originals"
     # A temporary file a stopped write left (the store's own, or this restore's) is no
     # original: the same restore must be able to run again over it.
-    if folder.is_dir() and any(not leftovers.temporary(p.name) for p in folder.iterdir()):
+    # Nor is the `lost+found` of a new filesystem mounted there (a review's was refused).
+    held = (
+        [p for p in folder.iterdir() if not leftovers.temporary(p.name)] if folder.is_dir() else []
+    )
+    if any(p.name != "lost+found" or not p.is_dir() for p in held):
         return f"{folder} already holds originals"
     try:
         if has_tables(database):

@@ -253,6 +253,8 @@ def strays(directory: Path) -> Iterator[Finding]:
     with os.scandir(directory) as entries:
         for entry in entries:
             name = entry.name
+            if name == "lost+found" and entry.is_dir(follow_symlinks=False):
+                continue  # what mkfs makes at the root of a disk mounted here: no stray
             if leftovers.temporary(name):
                 yield temporary(entry)
                 continue

@@ -183,6 +183,20 @@ def test_a_temporary_file_a_stopped_write_left_does_not_make_a_target_used(tmp_p
     assert restored.restored == 1 and restored.problems == []
 
 
+def test_a_new_filesystem_s_lost_and_found_does_not_make_a_target_used(tmp_path):
+    """Found by a review: a fresh filesystem mounted at originals/ has `lost+found`, and
+    the restore refused it as a folder that "already holds originals"."""
+    stored(1)
+    run("backup", str(tmp_path / "backup"))
+    target, database = restore_into(tmp_path)
+    (target / "originals" / "lost+found").mkdir(parents=True)
+
+    restored = restoring.restore(tmp_path / "backup", data_dir=target, database=database)
+
+    assert restored.restored == 1 and restored.problems == []
+    assert (target / "originals" / "lost+found").is_dir()
+
+
 @sqlite_only
 def test_a_sigterm_in_a_restores_last_step_lets_it_finish(tmp_path, monkeypatch):
     """Found by a re-review: stopped as it wrote RESTORED or removed its marker, a restore

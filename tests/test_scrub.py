@@ -152,6 +152,18 @@ def test_it_reports_a_file_no_row_names_but_exits_zero():
     assert "Checked 1 original: 1 file with no row." in out
 
 
+def test_a_mounted_disk_s_lost_and_found_is_no_stray(data_dir: Path):
+    """The originals on a disk of their own: its root holds what mkfs made there."""
+    generated(1)
+    (data_dir / "originals" / "lost+found").mkdir()
+
+    code, out = check()
+
+    assert code == 0
+    assert "lost+found" not in out
+    assert "Checked 1 original: all present and matching their hashes." in out, out
+
+
 def test_it_reports_a_stray_temporary_file_but_exits_zero(data_dir: Path):
     generated(1)
     stray = data_dir / "originals" / f".{'a' * 64}.png.0123456789ab.tmp"
