@@ -76,6 +76,9 @@ class Scrub:
     checked: int = 0
     findings: list[Finding] = field(default_factory=list)
     folder_gone: Path | None = None  # the originals folder itself, when it is not there
+    # Or there and holding nothing at all where several originals should be: the mount
+    # point of a disk not mounted (a review's repair filled it from Ember).
+    folder_empty: bool = False
 
     def count(self, kind: str) -> int:
         return sum(1 for f in self.findings if f.kind == kind)
@@ -114,12 +117,13 @@ class Scrub:
         repairs = [f"repaired {self.repaired}"] if self.repaired else []
         repairs += [f"{self.unrepaired} not repaired"] if self.unrepaired else []
         tail = f"; {', '.join(repairs)}" if repairs else ""
-        gone = (
-            f" The folder {self.folder_gone} itself is not there (a disk not mounted?): "
-            "put it back before repairing its files one by one."
-            if self.folder_gone is not None
-            else ""
-        )
+        gone = ""
+        if self.folder_gone is not None:
+            state = "holds no file at all" if self.folder_empty else "itself is not there"
+            gone = (
+                f" The folder {self.folder_gone} {state} (a disk not mounted?): "
+                "put it back before repairing its files one by one."
+            )
         return f"Checked {self.checked} {noun}: {found}{tail}.{gone}"
 
 
@@ -144,9 +148,17 @@ def check() -> Scrub:
     folder = originals.originals_dir()
     if scrub.checked and not folder.is_dir():
         scrub.folder_gone = folder  # every file missing at once: most likely not mounted
+    elif scrub.checked > 1 and scrub.count(MISSING) == scrub.checked and holds_nothing(folder):
+        scrub.folder_gone, scrub.folder_empty = folder, True
     scrub.findings.extend(strays(folder))
     scrub.findings.extend(uncopied())
     return scrub
+
+
+def holds_nothing(folder: Path) -> bool:
+    """Say whether `folder` holds nothing but what a new filesystem has (`lost+found`)."""
+    with os.scandir(folder) as entries:
+        return all(entry.name == "lost+found" for entry in entries)
 
 
 def uncopied() -> Iterator[Finding]:

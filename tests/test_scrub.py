@@ -1,6 +1,7 @@
 """The originals scrub: `manage.py check_originals [--repair]` (docs/operations.md)."""
 
 import os
+import shutil
 import time
 from pathlib import Path
 
@@ -111,6 +112,38 @@ def test_it_repairs_nothing_while_the_originals_folder_itself_is_gone(ember, tmp
     assert not fetched.called, "Ember was asked for the original"
     assert f"Nothing was repaired: the folder {folder} itself is not there" in out
     assert file_of(asset).read_bytes() == png_bytes(1)  # the real folder, untouched
+
+
+def test_it_repairs_nothing_into_an_originals_folder_left_empty(ember, tmp_path):
+    """Found by a review: a disk not mounted leaves its mount point, an empty folder, not
+    none; --repair fetched every generated original from Ember onto it, to hide under the
+    disk once mounted."""
+    assets = [generated(1, "img_7"), generated(2, "img_8")]
+    fetched = ember_sends(ember, png_bytes(1))
+    folder = originals.originals_dir()
+    folder.rename(tmp_path / "aside")
+    folder.mkdir()
+    (folder / "lost+found").mkdir()  # as mkfs leaves the root of a disk
+    try:
+        code, out = check("--repair")
+        left = sorted(p.name for p in folder.iterdir())
+    finally:
+        shutil.rmtree(folder)
+        (tmp_path / "aside").rename(folder)
+
+    assert code == 1
+    assert not fetched.called, "Ember was asked for an original"
+    assert left == ["lost+found"], left
+    assert (
+        f"Checked 2 originals: 2 missing. The folder {folder} holds no file at all (a disk "
+        "not mounted?): put it back before repairing its files one by one.\n"
+    ) in out
+    assert (
+        f"Nothing was repaired: the folder {folder} holds no file at all. Put it back (mount "
+        "its disk), then run this again. If it is meant to be empty (a new disk for the "
+        "originals), run this with --into-empty."
+    ) in out
+    assert all(file_of(asset).exists() for asset in assets)
 
 
 BOUND = 5.0  # seconds for a check of two originals, whatever stands in one's place
@@ -308,7 +341,8 @@ def test_it_opens_nothing_but_a_regular_file_in_a_backup(ember, tmp_path, odd):
     file_of(asset).unlink()
     file_of(other).unlink()
 
-    code, out = check("--repair", "--from-backup", str(backup))
+    # Every original gone: meant so (else it is taken for a disk not mounted, below).
+    code, out = check("--repair", "--from-backup", str(backup), "--into-empty")
 
     assert code == 1
     assert f"not repaired: {file_of(asset).name} (corrupt in the backup {backup}: not a " in out

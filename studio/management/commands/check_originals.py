@@ -1,4 +1,4 @@
-"""`manage.py check_originals [--repair [--from-backup SRC]]`: re-hash every original."""
+"""`manage.py check_originals [--repair [--from-backup SRC] [--into-empty]]`: re-hash them."""
 
 from pathlib import Path
 from typing import Any
@@ -28,6 +28,12 @@ class Command(BaseCommand):
             help="with --repair: put missing or corrupt originals (uploaded photos too) back "
             "from the backup folder SRC first, each checked against its hash",
         )
+        parser.add_argument(
+            "--into-empty",
+            action="store_true",
+            help="with --repair: repair into an originals folder that holds no file at all "
+            "(a new disk for them), which is otherwise taken for a disk not mounted",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         require_migrated()
@@ -41,6 +47,7 @@ class Command(BaseCommand):
         result = scrub.check()
         # Not into a folder made anew where a disk is not mounted: its files would hide.
         gone = options["repair"] and result.folder_gone is not None
+        gone = gone and not (result.folder_empty and options["into_empty"])
         if options["repair"] and not gone:
             scrub.repair(result, backup=backup)
         scrub.record(result)
@@ -48,9 +55,16 @@ class Command(BaseCommand):
             self.stdout.write(line)
         self.stdout.write(result.summary())
         if gone:
+            state = "holds no file at all" if result.folder_empty else "itself is not there"
+            new_disk = (
+                " If it is meant to be empty (a new disk for the originals), run this with "
+                "--into-empty."
+                if result.folder_empty
+                else ""
+            )
             raise CommandError(
-                f"Nothing was repaired: the folder {result.folder_gone} itself is not there. "
-                "Put it back (mount its disk), then run this again.",
+                f"Nothing was repaired: the folder {result.folder_gone} {state}. "
+                f"Put it back (mount its disk), then run this again.{new_disk}",
                 returncode=1,
             )
         if not result.passed:
