@@ -11,6 +11,7 @@ an original's place is left alone: a person moves it aside first.
 """
 
 import asyncio
+import contextlib
 import os
 import time
 from collections.abc import Iterator
@@ -79,6 +80,7 @@ class Scrub:
     # Or there and holding nothing at all where several originals should be: the mount
     # point of a disk not mounted (a review's repair filled it from Ember).
     folder_empty: bool = False
+    unlisted: str = ""  # why the folder could not be listed for files no row names
 
     def count(self, kind: str) -> int:
         return sum(1 for f in self.findings if f.kind == kind)
@@ -124,6 +126,8 @@ class Scrub:
                 f" The folder {self.folder_gone} {state} (a disk not mounted?): "
                 "put it back before repairing its files one by one."
             )
+        if self.unlisted:
+            gone += f" The folder {self.unlisted}: files no row names were not looked for."
         return f"Checked {self.checked} {noun}: {found}{tail}.{gone}"
 
 
@@ -150,7 +154,10 @@ def check() -> Scrub:
         scrub.folder_gone = folder  # every file missing at once: most likely not mounted
     elif scrub.checked > 1 and scrub.count(MISSING) == scrub.checked and holds_nothing(folder):
         scrub.folder_gone, scrub.folder_empty = folder, True
-    scrub.findings.extend(strays(folder))
+    try:
+        scrub.findings.extend(strays(folder))
+    except OSError as exc:  # a folder it may not read: each file said so above, no traceback
+        scrub.unlisted = f"{folder} could not be listed ({exc.strerror or exc})"
     scrub.findings.extend(uncopied())
     return scrub
 
@@ -209,10 +216,13 @@ def look(path: Path, sha256: str) -> tuple[str, str] | None:
     A symbolic link is a problem even to the right bytes: the archive does not hold them,
     and the original is lost the day the file it points to is moved or deleted.
     """
+    folder = False
     try:
         target = link_target(path)
     except OSError:  # not a link (or nothing there: `look_at_file` says so)
-        if path.is_dir():
+        with contextlib.suppress(OSError):  # a folder it may not look into: said below
+            folder = path.is_dir()
+        if folder:
             # Nothing can be renamed over a folder: no repair works until a person moves it.
             return CORRUPT, f"{FOLDER}: move it aside, then run check_originals --repair"
         return look_at_file(path, sha256)
