@@ -183,6 +183,7 @@ def test_a_temporary_file_a_stopped_write_left_does_not_make_a_target_used(tmp_p
     assert restored.restored == 1 and restored.problems == []
 
 
+@sqlite_only
 def test_a_new_filesystem_s_lost_and_found_does_not_make_a_target_used(tmp_path):
     """Found by a review: a fresh filesystem mounted at originals/ has `lost+found`, and
     the restore refused it as a folder that "already holds originals"."""

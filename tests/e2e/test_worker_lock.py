@@ -2,6 +2,7 @@
 
 import signal
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -133,3 +134,23 @@ def test_on_postgresql_it_refuses_to_run_without_synchronous_commit():
             cursor.execute("SET synchronous_commit = on")
     check_durable()  # and on, it runs
     assert "Turn synchronous_commit on" in NOT_DURABLE
+
+
+@pytest.mark.skipif(not server_url(), reason="PostgreSQL only: runs in `make test-postgres`")
+def test_on_postgresql_a_running_worker_holds_two_connections(stack: Stack):
+    """Its lock's session and its database thread's: the start-up checks' connection had
+    stayed open, idle, for the process's life (a review's, in CLOSE-WAIT after a restart)."""
+    import psycopg
+
+    worker = start_worker(stack)
+    try:
+        time.sleep(3)  # a few of its passes: the database thread's connection is open
+        with psycopg.connect(stack.env["DATABASE_URL"], autocommit=True) as conn:
+            held = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                " AND pid <> pg_backend_pid() AND backend_type = 'client backend'"
+            ).fetchone()[0]
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        worker.wait(timeout=60)
+    assert held == 2, f"{held} connections held by an idle worker"

@@ -8,6 +8,7 @@ from types import FrameType
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import connection
 
 from avatars import early
 from studio import heap, metrics, restoring
@@ -58,6 +59,10 @@ class Command(BaseCommand):
             # Every process forgets ended ones' figure files as it starts; a standby may
             # have waited hours since, and the owner it replaces has just ended.
             metrics.forget_dead_processes()
+            # The start-up checks' connection: from here on the worker's database work runs
+            # on a thread of its own, and this one sat idle for the process's life (after a
+            # server restart, a dead socket; a review's).
+            connection.close()
             tune_interpreter()
             asyncio.run(self._run(worker, once=options["once"], asked=asked))
         except (OwnershipLost, RestoreUnfinished) as exc:
