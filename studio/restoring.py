@@ -392,16 +392,15 @@ def has_tables(database: Path | None) -> bool:
 
 
 def restore_original(
-    result: Restored,
-    source: Path,
-    target: Path,
-    entry: object,
-    names: set[str],
+    result: Restored, source: Path, target: Path, entry: object, names: set[str]
 ) -> None:
     """Put one original of the manifest into the data dir, or say why not."""
     sha256, name = entry_of(entry)
     if not is_original_name(sha256, name):
-        result.problems.append(f"not an original's name in the manifest: {name!r}")
+        said = f"not an original's name in the manifest: {name!r}"
+        if is_original_name(name[:64], name):  # a name the store gives: the hash disagrees
+            said = f"the manifest's sha256 for {name!r} is not the one its name says"
+        result.problems.append(said)
         return
     if name in names:
         return  # listed twice: placed once, counted once

@@ -116,6 +116,21 @@ def test_an_unknown_id_is_named_as_it_was_written(subject):
     assert ended is not None and str(ended) == f"Unknown task: {missing}"
 
 
+@pytest.mark.parametrize(
+    ("written", "said"),
+    [
+        ("nope", "Not a task id: 'nope'"),
+        # Cut: a review's 100,000-character argument came back whole.
+        ("x" * 100_000, f"Not a task id: '{'x' * 80}… (100000 characters)'"),
+    ],
+    ids=["short", "huge"],
+)
+def test_what_is_no_task_id_is_named_and_cut_to_a_line(written, said):
+    _said, ended = run_reconcile(written)
+
+    assert ended is not None and str(ended) == said
+
+
 def test_all_with_nothing_to_reconcile_says_so_and_asks_ember_nothing(subject, ember):
     """Found by a review: `reconcile --all` on a quiet install printed nothing at all."""
     a_task(subject)  # queued: the worker's, not reconcile's

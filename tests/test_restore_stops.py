@@ -252,6 +252,22 @@ def test_a_snapshot_of_a_newer_version_is_refused_before_any_original_is_placed(
     assert not (target / restoring.MARKER).exists()
 
 
+def test_a_manifest_hash_that_disagrees_with_its_file_name_is_said_so(backup, tmp_path):
+    """Found by a review: a manifest entry whose sha256 was changed was reported as "not an
+    original's name in the manifest", though the name was right and the hash was wrong."""
+    listed = manifest(backup)
+    entry = listed["originals"][0]
+    entry["sha256"] = "0" * 64
+    record(backup, originals=listed["originals"])
+    target, database = restore_into(tmp_path)
+
+    restored = restoring.restore(backup, data_dir=target, database=database)
+
+    assert restored.problems[0] == (
+        f"the manifest's sha256 for {entry['file']!r} is not the one its name says"
+    ), restored.problems
+
+
 def test_a_finished_restore_whose_rows_and_files_are_gone_since_is_run_again(backup, tmp_path):
     """Found by a review: with the database and the originals removed, the same restore
     said it had finished and changed nothing, and its advice (migrate) made an empty

@@ -84,7 +84,13 @@ class Command(BaseCommand):
             try:
                 named.setdefault(str(uuid.UUID(task_id)), task_id)
             except ValueError:
-                raise CommandError(f"Not a task id: {task_id}") from None
+                # As written, but cut: a review's 100,000-character argument came back whole.
+                shown = (
+                    task_id
+                    if len(task_id) <= 80
+                    else f"{task_id[:80]}… ({len(task_id)} characters)"
+                )
+                raise CommandError(f"Not a task id: {shown!r}") from None
         tasks = Task.objects.reconcilable() if every else Task.objects.filter(pk__in=named)
         found = list(tasks)
         known = {str(t.pk) for t in found}
