@@ -319,6 +319,22 @@ def test_it_keeps_the_originals_the_worker_stored_while_it_ran(tmp_path, monkeyp
     assert "1 original stored while the backup ran is in it too" in out, out
 
 
+def test_a_ctrl_c_while_a_whole_backup_is_reported_says_it_is_whole(tmp_path, monkeypatch):
+    """Found by the operators' review: a Ctrl-C as the last lines were said ended the
+    command with 130, though the backup in DEST was whole."""
+    stored(1)
+
+    def interrupted(*_args: object) -> str:
+        raise KeyboardInterrupt  # as Python raises it for a Ctrl-C between two lines
+
+    monkeypatch.setattr(backups.Placer, "counts", interrupted)
+    dest = tmp_path / "backup"
+    code, out = run("backup", str(dest))
+
+    assert code == 0, out
+    assert f"The backup in {dest} is whole: it was interrupted (Ctrl-C) only after its " in out
+
+
 def test_a_backup_stopped_after_its_manifest_still_says_what_it_lacks(tmp_path, monkeypatch):
     """Found by a backup review: stopped in that moment, a backup whose rows name a missing
     original would say it is whole and exit 0, keeping the missing original quiet."""

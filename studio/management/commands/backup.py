@@ -40,8 +40,12 @@ class Command(NotingSigterm):
             # A full disk, a folder that cannot be made, a Ctrl-C or SIGTERM: a sentence.
             self._stopped(dest, exc)
             return
-        # Whole, its manifest written: what is left is saying so (a SIGTERM now is noted).
-        self._report(dest, result)
+        # Whole, its manifest written: what is left is saying so (a SIGTERM now is noted,
+        # and a Ctrl-C says the backup is whole: it ended the process with 130, a review's).
+        try:
+            self._report(dest, result)
+        except KeyboardInterrupt as exc:
+            self._stopped(dest, exc)
 
     def _report(self, dest: Path, result: backups.Backup) -> None:
         kind = "SQLite (online backup API)" if result.database == "sqlite" else "pg_dump"
