@@ -57,6 +57,7 @@ class Placer:
         self.follow = follow  # read an original through a symbolic link (a restore does not)
         self.linked = 0
         self.copied = 0
+        self.in_place = 0  # already there, whole: neither linked nor copied by this run
         # Where `source` was read whole: what the same run could place there again.
         self.from_source: list[Path] = []
 
@@ -69,8 +70,8 @@ class Placer:
         whatever `source` holds (a review's restore reported as corrupt in its backup an
         original whose copy in place was whole).
         """
-        if target.is_file() and not target.is_symlink() and originals.file_sha256(target) == sha256:
-            self.copied += 1  # put there by an earlier run of the same restore
+        if in_place(source, target) and originals.file_sha256(target) == sha256:
+            self.in_place += 1  # put there by an earlier run of the same restore
             return True
         data = originals.read_regular(source, links=self.follow)
         if originals.sha256_of(data) != sha256:
@@ -92,11 +93,23 @@ class Placer:
         return True
 
     def counts(self, noun: str) -> str:
-        total = self.linked + self.copied
+        total = self.linked + self.copied + self.in_place
+        there = f", {self.in_place} already in place" if self.in_place else ""
         return (
             f"{noun} {total} original{'' if total == 1 else 's'}: {self.linked} hard-linked, "
-            f"{self.copied} copied, each checked against its hash."
+            f"{self.copied} copied{there}, each checked against its hash."
         )
+
+
+def in_place(source: Path, target: Path) -> bool:
+    """Say whether `target` is a file of its own: not a link, nor the backup's file itself
+    (a hard link into the backup would share every later write with it: a review's)."""
+    if not target.is_file() or target.is_symlink():
+        return False
+    try:
+        return not os.path.samefile(source, target)
+    except OSError:
+        return True  # no such source: the file in place is the only one to look at
 
 
 @dataclass

@@ -57,11 +57,19 @@ from studio.restore_checks import (
     refuse_side_files,
     side_files,
 )
+from studio.restore_marker import (
+    DONE,
+    MARKER,
+    database_named,
+    finished_from,
+    mark,
+    resumable,
+)
+from studio.restore_marker import RestoreUnfinished as RestoreUnfinished  # where callers look
+from studio.restore_marker import unfinished as unfinished
 
 NOT_EMPTY = "restore into a new data dir with an empty database."
-MARKER = "RESTORE-UNFINISHED"  # in the data dir while a restore is under way
 LOCK = "restore.lock"  # in the data dir: held (flock) by the one restore that runs
-DONE = "RESTORED"  # in the data dir once a restore finished: which backup it was
 
 
 class AlreadyRestored(Exception):
@@ -72,10 +80,6 @@ class AlreadyRestored(Exception):
             f"This data dir was restored from {src} already: that restore finished (it may "
             "have been stopped just after). Nothing was changed."
         )
-
-
-class RestoreUnfinished(Exception):
-    """A restore into this data dir has not finished: no command that uses its database may run."""
 
 
 @dataclass
@@ -132,7 +136,7 @@ def restore_alone(src: Path, data_dir: Path, database: Path | None) -> Restored:
     target = data_dir / "originals"
     with contextlib.ExitStack() as finishing:
         try:
-            mark(marker, str(src))
+            mark(marker, str(src), into=database_named(database))
             fill(result, src, manifest, target, database)
             # From here on a stop lets it finish: it was said to be taken away (a review).
             finishing.enter_context(not_stopped())
@@ -142,7 +146,7 @@ def restore_alone(src: Path, data_dir: Path, database: Path | None) -> Restored:
                 if not kept or not marker.exists():
                     marker.unlink(missing_ok=True)
                     raise
-            raise Stopped(exc, kept) from exc
+            raise Stopped(exc, kept, copied=bool(result.placer.from_source)) from exc
         finish(src, data_dir, marker)
     return result
 
@@ -150,12 +154,15 @@ def restore_alone(src: Path, data_dir: Path, database: Path | None) -> Restored:
 class Stopped(BackupError):
     """A restore stopped part way, leaving originals it could not give back in place."""
 
-    def __init__(self, exc: BaseException, kept: int) -> None:
-        said = str(exc) if isinstance(exc, BackupError) else f"The restore stopped: {cause(exc)}."
+    def __init__(self, exc: BaseException, kept: int, *, copied: bool) -> None:
+        said = f"The restore stopped: {cause(exc)}."
+        if isinstance(exc, BackupError):  # its own sentence, but something stays (below)
+            said = str(exc).removesuffix(" Nothing was restored.")
+        took = "It took away the originals it had copied" if copied else "It had copied none"
         super().__init__(
-            f"{said} It took away the originals it had copied from the backup; {kept} more "
-            f"that the backup names were in place before it ran and stay there, and {MARKER} "
-            "keeps this install from starting until the same restore, run again, finishes it."
+            f"{said} {took}; {kept} more files under the names of the backup's originals were "
+            f"in place before it ran and stay there, and {MARKER} keeps this install from "
+            "starting until the same restore, run again, finishes it (or use a new data dir)."
         )
 
 
@@ -179,11 +186,8 @@ def check_target(src: Path, data_dir: Path, database: Path | None, marker: Path)
     # could be), before it placed anything. The target is then as it was before it.
     if not finished and (not marker.exists() or not marker.read_text().strip()):
         refuse_a_used_target(data_dir, database)
-    elif marker.exists() and marker.read_text().strip() != f"restoring {src}":
-        raise BackupError(
-            f"Another restore into this data dir has not finished ({marker}: "
-            f"{marker.read_text().strip()}): run that one again, or use a new data dir."
-        )
+    elif marker.exists():
+        resumable(marker, src, into=database_named(database))
     if database is not None:
         refuse_side_files(database)  # after: a database in use has tables, said first
 
@@ -235,41 +239,6 @@ def finish(src: Path, data_dir: Path, marker: Path) -> None:
             f"in place, and {marker.name} keeps this install from starting until the same "
             "restore, run again, finishes it."
         ) from None
-
-
-def finished_from(data_dir: Path) -> str | None:
-    """Return the backup folder a finished restore into `data_dir` came from, if any."""
-    try:
-        said = (data_dir / DONE).read_text()
-    except (OSError, UnicodeDecodeError):
-        return None
-    return said.removeprefix("restored ").rstrip("\n") if said.startswith("restored ") else None
-
-
-def unfinished(data_dir: Path | None = None) -> None:
-    """Raise RestoreUnfinished when a restore into the data dir has not finished."""
-    marker = (data_dir or Path(settings.AVATARS_DATA_DIR)) / MARKER
-    if marker.exists():
-        raise RestoreUnfinished(
-            f"A restore into this data dir has not finished ({marker} is there): run the "
-            "same `manage.py restore` again before anything else uses this install."
-        )
-
-
-def mark(marker: Path, src: str) -> None:
-    """Leave the marker, durably and whole, before anything is placed.
-
-    Written aside and renamed into place: a run killed while writing it in place left
-    it empty, naming no restore to run again (found by a review).
-    """
-    marker.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    for stale in marker.parent.glob(f"{marker.name}.*.tmp"):  # a killed run's
-        stale.unlink(missing_ok=True)
-    aside = marker.with_name(f"{marker.name}.{os.getpid()}.tmp")
-    aside.write_text(f"restoring {src}\n")
-    fsync_file(aside)
-    os.replace(aside, marker)
-    originals.fsync_dir(marker.parent)
 
 
 def fill(

@@ -77,8 +77,7 @@ class Scrub:
     checked: int = 0
     findings: list[Finding] = field(default_factory=list)
     folder_gone: Path | None = None  # the originals folder itself, when it is not there
-    # Or there and holding nothing at all where several originals should be: the mount
-    # point of a disk not mounted (a review's repair filled it from Ember).
+    # Or there and holding none of several originals: the mount point of a disk not mounted.
     folder_empty: bool = False
     unlisted: str = ""  # why the folder could not be listed for files no row names
 
@@ -121,7 +120,7 @@ class Scrub:
         tail = f"; {', '.join(repairs)}" if repairs else ""
         gone = ""
         if self.folder_gone is not None:
-            state = "holds no file at all" if self.folder_empty else "itself is not there"
+            state = "holds none of its originals" if self.folder_empty else "itself is not there"
             gone = (
                 f" The folder {self.folder_gone} {state} (a disk not mounted?): "
                 "put it back before repairing its files one by one."
@@ -152,7 +151,9 @@ def check() -> Scrub:
     folder = originals.originals_dir()
     if scrub.checked and not folder.is_dir():
         scrub.folder_gone = folder  # every file missing at once: most likely not mounted
-    elif scrub.checked > 1 and scrub.count(MISSING) == scrub.checked and holds_nothing(folder):
+    elif scrub.checked > 1 and scrub.count(MISSING) == scrub.checked:
+        # There, but holding none of them: a mount point too, whatever else it holds (a
+        # sentinel file, a temporary one: a review's repair filled one from Ember).
         scrub.folder_gone, scrub.folder_empty = folder, True
     try:
         scrub.findings.extend(strays(folder))
@@ -160,12 +161,6 @@ def check() -> Scrub:
         scrub.unlisted = f"{folder} could not be listed ({exc.strerror or exc})"
     scrub.findings.extend(uncopied())
     return scrub
-
-
-def holds_nothing(folder: Path) -> bool:
-    """Say whether `folder` holds nothing but what a new filesystem has (`lost+found`)."""
-    with os.scandir(folder) as entries:
-        return all(entry.name == "lost+found" for entry in entries)
 
 
 def uncopied() -> Iterator[Finding]:
@@ -322,7 +317,11 @@ def repair(scrub: Scrub, *, backup: Path | None = None) -> None:
         client = EmberClient()
         try:
             for finding in damaged:
-                finding.repaired, finding.outcome = repair_finding(finding, backup, runner, client)
+                try:
+                    outcome = repair_finding(finding, backup, runner, client)
+                except OSError as exc:  # its folder may not be looked into, say (a review's)
+                    outcome = False, f"its place could not be looked at: {exc.strerror or exc}"
+                finding.repaired, finding.outcome = outcome
         finally:
             runner.run(client.aclose())
 
@@ -335,7 +334,7 @@ def repair_finding(
     From the file a link in its place points to, then from `backup`, then from Ember.
     """
     path = finding.path
-    if path is not None and path.is_dir() and not path.is_symlink():
+    if path is not None and is_folder(path):
         # Renaming the bytes over it fails, and it may hold someone's files: a person moves it.
         again = f" --from-backup {backup}" if backup is not None else ""
         return False, (
@@ -472,3 +471,11 @@ def record(scrub: Scrub) -> ScrubReport:
         summary=scrub.summary(),
         problems=scrub.lines()[: ScrubReport.PROBLEMS_KEPT],
     )
+
+
+def is_folder(path: Path) -> bool:
+    """Say whether `path` is a folder (not a link to one); False where it cannot be looked at."""
+    try:
+        return path.is_dir() and not path.is_symlink()
+    except OSError:  # a folder above it that may not be read: its repair says why
+        return False

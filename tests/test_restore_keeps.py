@@ -6,6 +6,7 @@ run failed or was stopped, it took away every original the backup names, whether
 placed it or not, and an original whose copy in the backup was damaged was lost for good.
 """
 
+import os
 from pathlib import Path
 
 import pytest
@@ -49,14 +50,18 @@ def test_a_failed_second_run_keeps_the_only_whole_copy_and_its_marker(backup, tm
     assert len(placed(target)) == 2
     assert (target / restoring.MARKER).exists()
     assert str(stopped.value).endswith(
-        "It took away the originals it had copied from the backup; 2 more that the backup "
-        "names were in place before it ran and stay there, and RESTORE-UNFINISHED keeps this "
-        "install from starting until the same restore, run again, finishes it."
+        "It had copied none; 2 more files under the names of the backup's originals were in "
+        "place before it ran and stay there, and RESTORE-UNFINISHED keeps this install from "
+        "starting until the same restore, run again, finishes it (or use a new data dir)."
     )
     blocked.rmdir()
     again = restoring.restore(backup, data_dir=target, database=database)
     # The damaged copy in the backup was not needed: the whole one in place was counted.
     assert (again.restored, again.problems) == (2, [])
+    assert again.placer.counts("Restored") == (
+        "Restored 2 originals: 0 hard-linked, 0 copied, 2 already in place, each checked "
+        "against its hash."
+    )
     assert originals.sha256_of(only.read_bytes()) == only.name.split(".")[0]
 
 
@@ -87,7 +92,7 @@ def test_a_second_run_stopped_part_way_keeps_what_was_in_place(backup, tmp_path,
 
 def test_the_command_says_what_stays_and_exits_1(tmp_path, monkeypatch):
     def stopped(*_args: object, **_kwargs: object) -> None:
-        raise restoring.Stopped(KeyboardInterrupt(), 2)
+        raise restoring.Stopped(KeyboardInterrupt(), 2, copied=True)
 
     monkeypatch.setattr(restoring, "restore", stopped)
     code, out = run("restore", str(tmp_path / "backup"))
@@ -95,8 +100,8 @@ def test_the_command_says_what_stays_and_exits_1(tmp_path, monkeypatch):
     assert code == 1
     assert out.startswith(
         "The restore stopped: it was interrupted (Ctrl-C). It took away the originals it had "
-        "copied from the backup; 2 more that the backup names were in place before it ran "
-        "and stay there, and RESTORE-UNFINISHED keeps"
+        "copied; 2 more files under the names of the backup's originals were in place before "
+        "it ran and stay there, and RESTORE-UNFINISHED keeps"
     ), out
     assert "the database left empty" not in out
 
@@ -125,3 +130,55 @@ def test_a_finished_restore_whose_database_is_no_database_now_is_said_so(backup,
         "restore into a new data dir with an empty database."
     )
     assert len(placed(target)) == 2
+
+
+def test_a_run_again_pointed_at_another_database_is_refused_and_changes_it_not(
+    backup, tmp_path, monkeypatch
+):
+    """Found by a review: with the marker there, a run again never asked whether its
+    database was empty; pointed at a live one (a wrong environment), it replaced it, or,
+    stopped, emptied it: a live PostgreSQL database dropped with exit 0."""
+    target, database = restore_into(tmp_path)
+
+    def killed(*_args: object, **_kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(restoring, "fill", killed)
+    with pytest.raises(KeyboardInterrupt):
+        restoring.restore(backup, data_dir=target, database=database)
+    (target / restoring.MARKER).write_text(  # as a SIGKILL leaves it: no undo
+        f"restoring {backup}\ninto {database.resolve()}\n"
+    )
+    monkeypatch.undo()
+    live = tmp_path / "live.sqlite3"
+    live.write_bytes((backup / "db.sqlite3").read_bytes())  # another install's, in use
+    before = live.read_bytes()
+
+    with pytest.raises(restoring.BackupError) as refused:
+        restoring.restore(backup, data_dir=target, database=live)
+
+    assert str(refused.value) == (
+        f"The unfinished restore in this data dir was filling the database "
+        f"{database.resolve()}, and this run is pointed at {live.resolve()}: point it at "
+        f"{database.resolve()} (AVATARS_DATA_DIR, DATABASE_URL) and run it again. Nothing "
+        "was changed."
+    )
+    assert live.read_bytes() == before
+    again = restoring.restore(backup, data_dir=target, database=database)
+    assert (again.restored, again.problems) == (2, [])
+
+
+def test_an_original_in_place_that_is_the_backup_s_own_file_is_copied_anew(backup, tmp_path):
+    """Found by a review: a hard link into the backup, in an original's place, was counted
+    as restored: every later write to one would be in the other."""
+    target, database, _only = restored_then_database_lost(backup, tmp_path)
+    whole = sorted((backup / "originals").iterdir())[1]
+    linked = target / "originals" / whole.name
+    linked.unlink()
+    os.link(whole, linked)
+
+    again = restoring.restore(backup, data_dir=target, database=database)
+
+    assert again.problems == [], again.problems
+    assert not os.path.samefile(whole, linked), "the restored original is the backup's file"
+    assert linked.read_bytes() == whole.read_bytes()

@@ -305,7 +305,9 @@ def test_a_run_after_a_killed_one_keeps_its_originals_and_marker_if_it_fails(
     with pytest.raises(restoring.Stopped) as stopped:
         restoring.restore(backup, data_dir=target, database=database)
 
-    assert "1 more that the backup names were in place before it ran" in str(stopped.value)
+    assert "1 more files under the names of the backup's originals were in place" in str(
+        stopped.value
+    )
     assert placed(target) == [first.name] and (target / restoring.MARKER).exists()
     monkeypatch.undo()
     again = restoring.restore(backup, data_dir=target, database=database)

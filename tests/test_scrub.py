@@ -124,6 +124,7 @@ def test_it_repairs_nothing_into_an_originals_folder_left_empty(ember, tmp_path)
     folder.rename(tmp_path / "aside")
     folder.mkdir()
     (folder / "lost+found").mkdir()  # as mkfs leaves the root of a disk
+    (folder / "NOT-MOUNTED").write_text("")  # a sentinel some leave on a mount point (a review)
     try:
         code, out = check("--repair")
         left = sorted(p.name for p in folder.iterdir())
@@ -133,15 +134,16 @@ def test_it_repairs_nothing_into_an_originals_folder_left_empty(ember, tmp_path)
 
     assert code == 1
     assert not fetched.called, "Ember was asked for an original"
-    assert left == ["lost+found"], left
+    assert left == ["NOT-MOUNTED", "lost+found"], left
     assert (
-        f"Checked 2 originals: 2 missing. The folder {folder} holds no file at all (a disk "
+        f"Checked 2 originals: 2 missing, 1 file with no row. The folder {folder} holds none of "
+        "its originals (a disk "
         "not mounted?): put it back before repairing its files one by one.\n"
     ) in out
     assert (
-        f"Nothing was repaired: the folder {folder} holds no file at all. Put it back (mount "
-        "its disk), then run this again. If it is meant to be empty (a new disk for the "
-        "originals), run this with --into-empty."
+        f"Nothing was repaired: the folder {folder} holds none of its originals. Put it back "
+        "(mount its disk), then run this again. If it is meant to be empty (a new disk for "
+        "the originals), run this with --into-empty."
     ) in out
     assert all(file_of(asset).exists() for asset in assets)
 

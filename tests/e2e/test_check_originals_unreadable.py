@@ -39,6 +39,8 @@ def test_an_originals_folder_it_may_not_read_is_said_in_lines_not_a_traceback(st
     os.chmod(folder, 0)
     try:
         done = stack.run(*as_the_install(sys.executable, "manage.py", "check_originals"))
+        repair = as_the_install(sys.executable, "manage.py", "check_originals", "--repair")
+        repaired = stack.run(*repair)
     finally:
         os.chmod(folder, 0o700)
 
@@ -47,3 +49,5 @@ def test_an_originals_folder_it_may_not_read_is_said_in_lines_not_a_traceback(st
     assert "Traceback" not in said, said
     assert said.count("(could not be read: Permission denied") == 2, said
     assert f"The folder {folder} could not be listed (Permission denied)" in said, said
+    said = repaired.stdout + repaired.stderr
+    assert repaired.returncode == 1 and "Traceback" not in said, said

@@ -31,7 +31,7 @@ class Command(BaseCommand):
         parser.add_argument(
             "--into-empty",
             action="store_true",
-            help="with --repair: repair into an originals folder that holds no file at all "
+            help="with --repair: repair into an originals folder that holds none of them "
             "(a new disk for them), which is otherwise taken for a disk not mounted",
         )
 
@@ -55,7 +55,7 @@ class Command(BaseCommand):
             self.stdout.write(line)
         self.stdout.write(result.summary())
         if gone:
-            state = "holds no file at all" if result.folder_empty else "itself is not there"
+            state = "holds none of its originals" if result.folder_empty else "itself is not there"
             new_disk = (
                 " If it is meant to be empty (a new disk for the originals), run this with "
                 "--into-empty."
