@@ -6,10 +6,11 @@ so in one line a task instead of two tracebacks.
 import logging
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
-from studio.models import TaskState
+from studio.models import Task, TaskState
 from studio.worker import Worker, loop, steps
 from tests.factories import drain, plan
 from tests.fake_ember import FakeEmber
@@ -59,6 +60,29 @@ def test_a_task_at_ember_cut_off_by_the_database_goes_on_before_the_queue(
         "(unable to open database file)"
     ]
     assert said[0].exc_info is None
+
+
+def test_a_task_whose_row_cannot_be_read_again_yet_stays_first_in_line(
+    subject, ember, monkeypatch, tmp_path: Path
+):
+    """Taken up again while the database is still out of reach, its row could not be read:
+    it keeps its place at the head of the line for the next try."""
+    fake = FakeEmber(ember)
+    first, *_queued = plan(subject, candidates=3)
+    exc = sqlite_error(tmp_path, "cannot open")
+    monkeypatch.setattr(steps, "record_asset", out_of_reach_once(steps.record_asset, exc))
+    rows = SimpleNamespace(get=out_of_reach_once(Task.objects.get, exc))
+    monkeypatch.setattr(steps, "Task", SimpleNamespace(objects=rows))
+    one_slot = Worker(client=None, workers=1, poll_interval=0, tick=0, fetch_retry_delay=0)
+
+    drain(one_slot)
+
+    first.refresh_from_db()
+    assert first.state == TaskState.DONE, (first.state, first.phase)
+    calls = [call.request.method for call in ember.calls]
+    release, submits = calls.index("PATCH"), [i for i, m in enumerate(calls) if m == "POST"]
+    assert submits[0] < release < submits[1], calls
+    assert fake.charges(str(first.pk)) == 1
 
 
 def test_the_worker_logs_an_error_the_database_caused_in_one_line(tmp_path: Path):

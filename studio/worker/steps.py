@@ -90,13 +90,13 @@ class Steps:
         """Advance one task through its states until it rests, waits or the worker stops.
 
         `row` is the task as the pump just read it, which spares reading it again: every
-        step's first write to it is versioned or records what Ember said. `turn` orders
-        its database calls among the others' (turns.py); a job seen ended starts a new one.
-        """
+        step's first write to it is versioned or records what Ember said. `turn` orders its
+        database calls among the others' (turns.py); a job seen ended starts a new one."""
         turns.TURN.set(turn or turns.new_turn())
-        task = row if row is not None else await db(Task.objects.get)(pk=task_id)
+        self.interrupted.pop(task_id, None)  # taken up (its row is read afresh: below)
         sent = None  # when the submit went out, if this coroutine sent one Ember accepted
         try:
+            task = row if row is not None else await db(Task.objects.get)(pk=task_id)
             while not self.stopping and task.state in ACTIVE:
                 if task.state == TaskState.QUEUED:
                     if (sent := await self.submit(task)) is None:
