@@ -30,6 +30,7 @@ from django.utils import timezone
 
 from studio import originals, removals
 from studio.models import Asset, Origin
+from studio.originals import fsync_file
 
 MANIFEST = "manifest.json"
 SQLITE_FILE = "db.sqlite3"
@@ -402,11 +403,3 @@ def pg_dump_howto(dest: Path) -> str:
         f"then copy {originals.originals_dir()} into {dest}/originals. The dump first: "
         "an original is stored before its row, so every row in the dump has its file."
     )
-
-
-def fsync_file(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        originals.fsync(fd, f"the file {path.name}")
-    finally:
-        os.close(fd)

@@ -23,6 +23,8 @@ from django.conf import settings
 from PIL import Image, ImageSequence, UnidentifiedImageError
 
 from studio import chunks, flocks, jpeg
+from studio.durable import NotDurable as NotDurable  # where callers look
+from studio.durable import fsync, fsync_dir, fsync_file
 
 # Pillow format -> (mime, extension). Anything else is refused.
 FORMATS = {
@@ -47,14 +49,6 @@ _DECODES = threading.BoundedSemaphore(settings.AVATARS_DECODES_AT_ONCE)
 
 class NotAnImage(ValueError):
     """The bytes are not an image we accept: the message says why, for people."""
-
-
-class NotDurable(OSError):
-    """The disk did not confirm a write (fsync failed): the bytes may not survive a crash.
-
-    Final for that write: retrying the fsync proves nothing, because the kernel may
-    have dropped the dirty pages and reports the error only once.
-    """
 
 
 class NotAnOriginal(Exception):
@@ -302,8 +296,9 @@ def _acknowledge(target: Path, digest: str, info: ImageInfo, size: int) -> Origi
     # Not a regular file (a pipe, a device put there by hand) is never opened: it could hang.
     if not target.is_file() or file_sha256(target) != digest:
         raise ChecksumFailed()
-    # Make sure the name is durable before acknowledging it again (a failure
-    # here leaves the file: it was there, and matched, before this call).
+    # Bytes and name durable before acknowledged again (a failure leaves the file): one a
+    # person put there may not be on the disk yet, and Ember may be told to let go (a review).
+    fsync_file(target)
     fsync_dir(target.parent)
     return Original(sha256=digest, path=target, info=info, size=size)
 
@@ -407,23 +402,6 @@ def write_temp(target: Path, data: bytes) -> Path:
         temp.unlink(missing_ok=True)
         raise
     return temp
-
-
-def fsync_dir(directory: Path) -> None:
-    """Make a rename in `directory` durable, or raise NotDurable."""
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        fsync(fd, f"the folder {directory.name}")
-    finally:
-        os.close(fd)
-
-
-def fsync(fd: int, what: str) -> None:
-    """Flush `fd` to the disk, or raise NotDurable saying what the disk did not confirm."""
-    try:
-        os.fsync(fd)
-    except OSError as exc:
-        raise NotDurable(f"The disk did not confirm {what}: {exc.strerror or exc}") from exc
 
 
 def file_sha256(path: Path) -> str:

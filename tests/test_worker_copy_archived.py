@@ -8,6 +8,7 @@ hand, they were still not taken: the worker asked Ember only.
 """
 
 import hashlib
+import os
 
 import httpx
 import pytest
@@ -116,3 +117,36 @@ def test_it_finds_the_bytes_under_their_own_type_when_ember_named_another(subjec
     assert task.state == TaskState.DONE, (task.phase, task.error)
     asset = Asset.objects.get(task=task)
     assert (asset.sha256, asset.mime, asset.ember_image_id) == (sha256, "image/jpeg", image["id"])
+
+
+def test_bytes_a_person_put_in_the_archive_are_on_the_disk_before_ember_lets_go(
+    subject, ember, worker, monkeypatch
+):
+    """Found by a review: a file put there by hand (`cp`, not flushed) was hashed and its
+    folder fsynced, never the file, and then Ember was told to let go of its copy."""
+    fake, task = gone_from_ember(subject, ember, worker)
+    image = task.saved("image")
+    path = originals.path_of(image["sha256"], image["mime"])
+    path.write_bytes(fake.images[image["id"]])  # as `cp` leaves it: in the page cache
+    events: list[str] = []
+    real_fsync = os.fsync
+
+    def noted(fd: int) -> None:
+        if os.fstat(fd).st_ino == path.stat().st_ino:
+            events.append("the file flushed")
+        real_fsync(fd)
+
+    def released(_request: httpx.Request, **_route: str) -> httpx.Response:
+        events.append("Ember let go")
+        return httpx.Response(200, json={"protected": False})
+
+    monkeypatch.setattr(os, "fsync", noted)
+    fake.release_route.mock(side_effect=released)
+
+    engine.reconcile(task=task, client=worker.client)
+    drain(quick(worker))
+
+    task.refresh_from_db()
+    assert task.state == TaskState.DONE, (task.phase, task.error)
+    assert task.protection_released is True
+    assert events[:2] == ["the file flushed", "Ember let go"], events
