@@ -98,8 +98,7 @@ class Worker(Steps):
         self._ahead_at = float("-inf")
         # Ember's answers whose recording failed, by task id, until the task is settled.
         self.unrecorded: dict[str, Answer] = {}
-        # Tasks a database out of reach stopped mid-step, by task id: when to go on (monotonic).
-        self.interrupted: dict[str, float] = {}
+        self.interrupted: dict[str, float] = {}  # stopped mid-step by the database: when to go on
         self._last_beat = float("-inf")  # loop time of the last heartbeat written
         self._last_verified = float("-inf")  # loop time the lock was last checked
         self.db_retry_delay = db_retry_delay
