@@ -87,6 +87,12 @@ async def read_answer(response: httpx.Response, limit: int) -> bytes | None:
         return await read_within(response, MAX_ANSWER_BYTES)
     except EmberBadAnswer:
         return None
+    except httpx.TransportError:
+        # Cut off on the way (a 429 sent before Ember read the request, then a reset: a
+        # review's): a status that decides alone still does; any other is an answer lost.
+        if 400 <= response.status_code < 500 or response.status_code == 503:
+            return None
+        raise
 
 
 async def read_within(response: httpx.Response, limit: int) -> bytes | None:
