@@ -13,9 +13,10 @@ import psycopg
 from django.db import DatabaseError, InterfaceError
 
 # SQLite's result codes for a database it cannot open, read or write, whatever the query.
-# (Not LOCKED: a conflict inside one connection, a fault of the code.)
+# (Not LOCKED: a conflict inside one connection, a fault of the code.) PROTOCOL: another
+# process holding the write-ahead log's locks past SQLite's retries (a review's).
 SQLITE_UNUSABLE = frozenset(
-    {"CANTOPEN", "IOERR", "FULL", "READONLY", "BUSY", "NOTADB", "CORRUPT", "PERM"}
+    {"CANTOPEN", "IOERR", "FULL", "READONLY", "BUSY", "NOTADB", "CORRUPT", "PERM", "PROTOCOL"}
 )
 # PostgreSQL's classes of the same: connection, resources (a full disk), operator
 # intervention (a shutdown), system (an I/O error).

@@ -27,6 +27,14 @@ def test_sqlite_that_cannot_open_read_or_write_its_file_is_out_of_reach(tmp_path
     assert dbfaults.unusable(exc), f"{how}: {exc} ({exc.__cause__.sqlite_errorname})"
 
 
+def test_sqlite_s_locking_protocol_failing_is_out_of_reach():
+    """Another process holding the write-ahead log's locks past SQLite's retries: every
+    query fails for as long, whatever it is (a review's)."""
+    protocol = sqlite3.OperationalError("locking protocol")
+    protocol.sqlite_errorcode, protocol.sqlite_errorname = 15, "SQLITE_PROTOCOL"
+    assert dbfaults.unusable(as_django(protocol, OperationalError))
+
+
 def test_a_query_sqlite_refuses_is_a_bug_not_an_outage(tmp_path):
     """ "no such table" is an OperationalError too: a migration not run, or a bug."""
     exc = sqlite_error(tmp_path, "no such table")
