@@ -18,6 +18,7 @@ from studio.ember.client import EmberClient
 from studio.models import Asset, Origin, Subject
 from studio.worker import Worker
 from tests import browsers
+from tests.backup_parts import run, stored
 from tests.factories import EMBER, stored_asset
 from tests.respx_ember import USING
 
@@ -116,3 +117,12 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         if not Path(test_name).exists():
             for side in ("-wal", "-shm"):
                 Path(f"{test_name}{side}").unlink(missing_ok=True)
+
+
+@pytest.fixture
+def backup(tmp_path: Path) -> Path:
+    """A backup (`manage.py backup`) of two stored originals, for the restore's tests."""
+    stored(1)
+    stored(2)
+    run("backup", str(tmp_path / "backup"))
+    return tmp_path / "backup"

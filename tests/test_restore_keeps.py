@@ -12,18 +12,9 @@ from pathlib import Path
 import pytest
 
 from studio import originals, restoring
-from tests.backup_parts import placed, restore_into, run, sqlite_only, stored
+from tests.backup_parts import placed, restore_into, run, sqlite_only
 
 pytestmark = [pytest.mark.django_db(transaction=True), sqlite_only]
-
-
-@pytest.fixture
-def backup(tmp_path: Path) -> Path:
-    """A backup of two stored originals."""
-    stored(1)
-    stored(2)
-    run("backup", str(tmp_path / "backup"))
-    return tmp_path / "backup"
 
 
 def restored_then_database_lost(backup: Path, tmp_path: Path) -> tuple[Path, Path, Path]:

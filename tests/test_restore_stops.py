@@ -16,22 +16,11 @@ from tests.backup_parts import (
     manifest,
     placed,
     restore_into,
-    run,
     sqlite_only,
-    stored,
 )
 
 # The backup reads the database through a connection of its own: rows must be committed.
 pytestmark = [pytest.mark.django_db(transaction=True), sqlite_only]
-
-
-@pytest.fixture
-def backup(tmp_path: Path) -> Path:
-    """A backup of two stored originals."""
-    stored(1)
-    stored(2)
-    run("backup", str(tmp_path / "backup"))
-    return tmp_path / "backup"
 
 
 def tables(database: Path) -> int:
