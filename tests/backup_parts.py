@@ -86,3 +86,15 @@ def run_restore(src: Path, target: Path, database: Path) -> tuple[int, str]:
     finally:
         restoring.restore = real  # type: ignore[assignment]
     return 0, out.getvalue()
+
+
+def stop_once_an_original_is_placed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make the next original placed be followed by a Ctrl-C, as a person's in that moment."""
+    real = originals.write_atomically
+
+    def placed_then_stopped(path: Path, data: bytes) -> None:
+        real(path, data)
+        if path.parent.name == "originals":
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(originals, "write_atomically", placed_then_stopped)

@@ -12,7 +12,13 @@ from pathlib import Path
 import pytest
 
 from studio import originals, restoring
-from tests.backup_parts import placed, restore_into, run, sqlite_only
+from tests.backup_parts import (
+    placed,
+    restore_into,
+    run,
+    sqlite_only,
+    stop_once_an_original_is_placed,
+)
 
 pytestmark = [pytest.mark.django_db(transaction=True), sqlite_only]
 
@@ -61,14 +67,7 @@ def test_a_second_run_stopped_part_way_keeps_what_was_in_place(backup, tmp_path,
     whole = only.read_bytes()
     other = next(p for p in (target / "originals").iterdir() if p != only)
     other.unlink()  # this run copies it from the backup, then is stopped
-    real = originals.write_atomically
-
-    def placed_then_stopped(path: Path, data: bytes) -> None:
-        real(path, data)
-        if path.parent.name == "originals":
-            raise KeyboardInterrupt
-
-    monkeypatch.setattr(originals, "write_atomically", placed_then_stopped)
+    stop_once_an_original_is_placed(monkeypatch)
     with pytest.raises(restoring.Stopped) as stopped:
         restoring.restore(backup, data_dir=target, database=database)
 

@@ -17,6 +17,7 @@ from tests.backup_parts import (
     placed,
     restore_into,
     sqlite_only,
+    stop_once_an_original_is_placed,
 )
 
 # The backup reads the database through a connection of its own: rows must be committed.
@@ -46,21 +47,14 @@ def test_a_stop_just_after_an_original_is_placed_takes_that_one_away_too(
     line that noted it left that file behind, and the same restore was then refused
     ("already holds originals")."""
     target, database = restore_into(tmp_path)
-    real = originals.write_atomically
-
-    def placed_then_stopped(path: Path, data: bytes) -> None:
-        real(path, data)
-        if path.parent.name == "originals":
-            raise KeyboardInterrupt
-
-    monkeypatch.setattr(originals, "write_atomically", placed_then_stopped)
+    stop_once_an_original_is_placed(monkeypatch)
     with pytest.raises(KeyboardInterrupt):
         restoring.restore(backup, data_dir=target, database=database)
 
     assert placed(target) == []
     assert database.stat().st_size == 0
     assert not (target / restoring.MARKER).exists()
-    monkeypatch.setattr(originals, "write_atomically", real)
+    monkeypatch.undo()
     again = restoring.restore(backup, data_dir=target, database=database)
     assert (again.restored, again.problems) == (2, [])
 
