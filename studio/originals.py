@@ -398,8 +398,10 @@ def write_temp(target: Path, data: bytes) -> Path:
             fh.write(data)
             fh.flush()
             fsync(fh.fileno(), f"the file {target.name}")
-    except BaseException:
+    except BaseException as exc:
         temp.unlink(missing_ok=True)
+        if type(exc) is OSError and exc.filename is None:  # a write's says no file (a review)
+            raise OSError(exc.errno, exc.strerror, str(target)) from exc
         raise
     return temp
 

@@ -231,6 +231,39 @@ def test_a_backup_the_disk_stops_says_so_in_a_sentence(tmp_path, monkeypatch, fa
     assert "Traceback" not in out
 
 
+def test_a_disk_that_fills_as_an_original_is_written_is_named_with_the_file(tmp_path, monkeypatch):
+    """Found by the operators' review: `The backup stopped: No space left on device.`, with
+    no word of which file or disk (a write's error carries no file name)."""
+    asset = stored(1)
+    real_fdopen = os.fdopen
+    dest = tmp_path / "backup"
+
+    class Full:
+        def __init__(self, fd: int) -> None:
+            self.file = real_fdopen(fd, "wb")
+
+        def __enter__(self) -> "Full":
+            return self
+
+        def __exit__(self, *_exc: object) -> None:
+            self.file.close()
+
+        def write(self, _data: bytes) -> None:
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    def fdopen(fd: int, *args: object, **kwargs: object):
+        if os.readlink(f"/proc/self/fd/{fd}").startswith(str(dest / "originals")):
+            return Full(fd)
+        return real_fdopen(fd, *args, **kwargs)
+
+    monkeypatch.setattr(os, "fdopen", fdopen)
+    code, out = run("backup", str(dest))
+
+    assert code == 1
+    original = dest / "originals" / file_of(asset).name
+    assert f"The backup stopped: No space left on device: {original}. " in out, out
+
+
 def test_a_backup_into_a_folder_that_cannot_be_made_says_so(tmp_path):
     (tmp_path / "a-file").write_text("not a folder")
 
