@@ -12,6 +12,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from studio.ember.client import shown_id
 from studio.engine.recovery import copy_gone, history_unread, reconcile_outcome
 from studio.management.ready import require_migrated
 from studio.models import RECONCILABLE, Task, TaskState
@@ -84,13 +85,8 @@ class Command(BaseCommand):
             try:
                 named.setdefault(str(uuid.UUID(task_id)), task_id)
             except ValueError:
-                # As written, but cut: a review's 100,000-character argument came back whole.
-                shown = (
-                    task_id
-                    if len(task_id) <= 80
-                    else f"{task_id[:80]}… ({len(task_id)} characters)"
-                )
-                raise CommandError(f"Not a task id: {shown!r}") from None
+                # Cut, as an id is shown: a review's 100,000-character one came back whole.
+                raise CommandError(f"Not a task id: {shown_id(task_id)}") from None
         tasks = Task.objects.reconcilable() if every else Task.objects.filter(pk__in=named)
         found = list(tasks)
         known = {str(t.pk) for t in found}
