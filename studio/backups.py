@@ -30,7 +30,6 @@ from django.utils import timezone
 
 from studio import originals, removals
 from studio.models import Asset, Origin
-from studio.originals import fsync_file
 
 MANIFEST = "manifest.json"
 SQLITE_FILE = "db.sqlite3"
@@ -332,7 +331,7 @@ def copy_sqlite(source: Path, target: Path, *, read_only: bool = False) -> None:
         live.backup(copy)
         # One self-contained file: no -wal beside it to forget when it is copied on.
         copy.execute("PRAGMA journal_mode=DELETE")
-    fsync_file(target)
+    originals.fsync_file(target)
     originals.fsync_dir(target.parent)
 
 
@@ -374,7 +373,7 @@ def write_manifest(result: Backup) -> None:
 
 def dump_postgres(target: Path) -> None:
     run_pg("pg_dump", "--format=custom", "--no-owner", f"--file={target}")
-    fsync_file(target)
+    originals.fsync_file(target)
 
 
 def run_pg(tool: str, *args: str) -> None:

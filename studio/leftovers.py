@@ -6,6 +6,7 @@ worker removes the stale ones as it starts.
 
 import contextlib
 import time
+from pathlib import Path
 
 from studio.originals import TEMP_SUFFIX, originals_dir
 from studio.thumbs import thumbs_dir
@@ -17,6 +18,12 @@ STALE_AFTER = 10 * 60  # seconds
 def temporary(name: str) -> bool:
     """Say whether `name` is a write's temporary file (`write_temp`), not an original."""
     return name.startswith(".") and name.endswith(TEMP_SUFFIX)
+
+
+def lost_and_found(path: Path) -> bool:
+    """Say whether `path` is the `lost+found` folder mkfs makes at a disk's root: no original
+    (the originals folder may be a disk of its own)."""
+    return path.name == "lost+found" and path.is_dir() and not path.is_symlink()
 
 
 def remove_stale_temp_files(older_than: float = STALE_AFTER) -> int:

@@ -14,7 +14,7 @@ from django.conf import settings
 from django.db import connection
 
 from studio import originals
-from studio.backups import BackupError, fsync_file
+from studio.backups import BackupError
 
 MARKER = "RESTORE-UNFINISHED"  # in the data dir while a restore is under way
 DONE = "RESTORED"  # in the data dir once a restore finished: which backup it was
@@ -44,7 +44,7 @@ def mark(marker: Path, src: str, *, into: str) -> None:
         stale.unlink(missing_ok=True)
     aside = marker.with_name(f"{marker.name}.{os.getpid()}.tmp")
     aside.write_text(f"restoring {src}\ninto {into}\n")
-    fsync_file(aside)
+    originals.fsync_file(aside)
     os.replace(aside, marker)
     originals.fsync_dir(marker.parent)
 

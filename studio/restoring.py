@@ -41,13 +41,13 @@ from studio.backups import (
     Placer,
     cause,
     copy_sqlite,
-    fsync_file,
     not_stopped,
     originals_in_sqlite,
     run_pg,
 )
 from studio.holdback import hold_back
 from studio.models import Asset, WorkerHeartbeat
+from studio.originals import fsync_file
 from studio.restore_checks import (
     check_filled,
     check_snapshot,
@@ -336,10 +336,8 @@ def used(data_dir: Path, database: Path | None) -> str:
     # A temporary file a stopped write left (the store's own, or this restore's) is no
     # original: the same restore must be able to run again over it.
     # Nor is the `lost+found` of a new filesystem mounted there (a review's was refused).
-    held = (
-        [p for p in folder.iterdir() if not leftovers.temporary(p.name)] if folder.is_dir() else []
-    )
-    if any(p.name != "lost+found" or not p.is_dir() for p in held):
+    held = folder.iterdir() if folder.is_dir() else ()
+    if any(not leftovers.temporary(p.name) and not leftovers.lost_and_found(p) for p in held):
         return f"{folder} already holds originals"
     try:
         if has_tables(database):

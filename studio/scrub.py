@@ -105,6 +105,11 @@ class Scrub:
         tried = [f.repair_line() for f in self.findings if f.repaired is not None]
         return [f.line() for f in self.findings] + tried
 
+    @property
+    def folder_state(self) -> str:
+        """Say what is wrong with the originals folder as a whole (with `folder_gone`)."""
+        return "holds none of its originals" if self.folder_empty else "itself is not there"
+
     def summary(self) -> str:
         noun = "original" if self.checked == 1 else "originals"
         counts = [
@@ -120,9 +125,8 @@ class Scrub:
         tail = f"; {', '.join(repairs)}" if repairs else ""
         gone = ""
         if self.folder_gone is not None:
-            state = "holds none of its originals" if self.folder_empty else "itself is not there"
             gone = (
-                f" The folder {self.folder_gone} {state} (a disk not mounted?): "
+                f" The folder {self.folder_gone} {self.folder_state} (a disk not mounted?): "
                 "put it back before repairing its files one by one."
             )
         if self.unlisted:
@@ -270,7 +274,7 @@ def strays(directory: Path) -> Iterator[Finding]:
     with os.scandir(directory) as entries:
         for entry in entries:
             name = entry.name
-            if name == "lost+found" and entry.is_dir(follow_symlinks=False):
+            if leftovers.lost_and_found(Path(entry.path)):
                 continue  # what mkfs makes at the root of a disk mounted here: no stray
             if leftovers.temporary(name):
                 yield temporary(entry)

@@ -55,7 +55,6 @@ class Command(BaseCommand):
             self.stdout.write(line)
         self.stdout.write(result.summary())
         if gone:
-            state = "holds none of its originals" if result.folder_empty else "itself is not there"
             new_disk = (
                 " If it is meant to be empty (a new disk for the originals), run this with "
                 "--into-empty."
@@ -63,7 +62,7 @@ class Command(BaseCommand):
                 else ""
             )
             raise CommandError(
-                f"Nothing was repaired: the folder {result.folder_gone} {state}. "
+                f"Nothing was repaired: the folder {result.folder_gone} {result.folder_state}. "
                 f"Put it back (mount its disk), then run this again.{new_disk}",
                 returncode=1,
             )
