@@ -9,7 +9,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from studio.models import WorkerHeartbeat
-from studio.worker.heartbeat import beat
+from studio.worker.heartbeat import beat, record_stop
 from tests.admin_pages import text
 
 # The worker's database thread runs on its own connection: real commits, no test transaction.
@@ -45,3 +45,25 @@ def test_a_worker_that_went_quiet_without_stopping_still_goes_stale(admin_client
     page = text(admin_client.get(reverse("admin:index")))
 
     assert "No worker seen for 2" in page, page
+
+
+def test_a_stopping_worker_leaves_a_row_another_worker_wrote_as_it_was():
+    """A worker that lost its lock marks its heartbeat stopped as it goes; by then a new
+    owner (another process, maybe another machine) may be beating in the same row."""
+    seen = timezone.now()
+    WorkerHeartbeat.objects.create(started_at=seen, seen_at=seen, pid=42, host="elsewhere")
+
+    record_stop()
+
+    row = WorkerHeartbeat.objects.get()
+    assert (row.pid, row.host, row.stopped, row.seen_at) == (42, "elsewhere", False, seen)
+    assert WorkerHeartbeat.status() == "worker running"
+
+
+def test_a_stopping_worker_marks_its_own_row_stopped():
+    beat(timezone.now())
+
+    record_stop()
+
+    assert WorkerHeartbeat.objects.get().stopped is True
+    assert WorkerHeartbeat.status().startswith("worker stopped for ")

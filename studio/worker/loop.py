@@ -147,7 +147,9 @@ class Worker(Steps):
         log.info("worker started workers=%s recovered=%s", self.workers, counts)
         started_at = timezone.now()
         delay = self.db_retry_delay
-        clean = False  # a stop asked for, or --once done: not a lost lock nor a crash
+        # A stop asked for, --once done or the lock lost: the heartbeat says "stopped" (a
+        # crash leaves it to go stale). Only this process's row is marked: a new owner's stays.
+        say_stopped = False
         try:
             while not self.stopping:
                 try:
@@ -161,15 +163,16 @@ class Worker(Steps):
                 except OwnershipLost:
                     log.error("%s", LOCK_LOST)
                     self._stop_now()
+                    say_stopped = True
                     raise
                 delay = self.db_retry_delay  # the database answers again
                 if once and not self.in_hand and started == 0 and not await self._adopted():
                     break
                 await self._idle()
-            clean = True
+            say_stopped = True
         finally:
             await self._drain()
-            if clean:
+            if say_stopped:
                 await self._record_stop()
             if self._own_client:
                 await self.client.aclose()

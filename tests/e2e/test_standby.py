@@ -192,6 +192,32 @@ def test_on_postgresql_a_worker_whose_lock_session_is_ended_stops_and_the_standb
     assert {t["id"]: charges[t["id"]] for t in tasks} == {t["id"]: 1 for t in tasks}
 
 
+HEARTBEAT = """
+from studio.models import WorkerHeartbeat
+beat = WorkerHeartbeat.objects.filter(pk=1).first()
+result = beat and {"pid": beat.pid, "stopped": beat.stopped, "status": WorkerHeartbeat.status()}
+"""
+
+
+@pytest.mark.skipif(not server_url(), reason="PostgreSQL only: runs in `make test-postgres`")
+def test_on_postgresql_a_worker_whose_lock_session_is_ended_says_it_stopped(stack: Stack):
+    """With no standby to take over, the studio says at once that no worker runs ("worker
+    stopped"), not "no worker seen" a quarter of a minute later, as after a crash."""
+    owner = Worker(stack, "owner")
+    try:
+        owner.wait_for("Avatars worker running")
+        wait_until(lambda: (stack.django(HEARTBEAT) or {}).get("pid") == owner.proc.pid, "a beat")
+        assert stack.django(END_THE_LOCKS_SESSION) == [True], "no session held the lock"
+        code = owner.proc.wait(timeout=30)
+    finally:
+        owner.stop()
+
+    assert code != 0 and LOCK_LOST in owner.output(), owner.output()
+    beat = stack.django(HEARTBEAT)
+    assert beat["pid"] == owner.proc.pid and beat["stopped"] is True, beat
+    assert beat["status"].startswith("worker stopped for "), beat["status"]
+
+
 def test_without_the_flag_a_second_worker_still_refuses(stack: Stack):
     owner = Worker(stack, "owner")
     try:
