@@ -22,19 +22,22 @@ from pathlib import Path
 
 from django.utils import timezone
 
-from studio import leftovers, originals
+from studio import leftovers, originals, renamed
 from studio.ember.client import EmberClient
 from studio.ember.errors import EmberBadAnswer, EmberError, EmberNotFound, EmberRejected
+from studio.findings import (
+    CORRUPT,
+    FOLDER,
+    MISSING,
+    NO_ROW,
+    TEMPORARY,
+    UNCOPIED,
+    UNCOPIED_MANY,
+    Finding,
+)
 from studio.models import Asset, Origin, ScrubReport, Task, TaskState
 from studio.phrases import GONE_PHASE
 
-MISSING = "missing"
-CORRUPT = "corrupt"
-NO_ROW = "no row"
-TEMPORARY = "temporary"
-UNCOPIED = "not copied"  # a task's original Ember no longer has, and the archive lacks
-UNCOPIED_MANY = "tasks' originals not copied"
-FOLDER = "a folder is in its place"
 SHOWN_IDS = 5  # asset ids named per problem line; the rest are counted
 ROWS_PER_FETCH = 2000  # rows read from the database at a time
 # Ember's answers that will not change: the image is gone, or its bytes are not the original.
@@ -42,30 +45,6 @@ EMBER_SAYS_NO = (EmberNotFound, EmberRejected, EmberBadAnswer)
 
 # A row as read: (sha256, mime, pk, origin, ember_image_id).
 Row = tuple[str, str, int, str, str]
-
-
-@dataclass
-class Finding:
-    """One problem with one file under originals/, and what a repair made of it."""
-
-    kind: str
-    name: str
-    detail: str = ""
-    sha256: str = ""
-    mime: str = ""
-    image_ids: list[str] = field(default_factory=list)  # Ember images with these bytes
-    uploaded: bool = False  # only uploads name the file: Ember never had it
-    repaired: bool | None = None  # None: no repair was tried
-    outcome: str = ""
-    path: Path | None = None  # where the original belongs; None when its row names none
-    task: str = ""  # for UNCOPIED: the task whose copy it is
-
-    def line(self) -> str:
-        return f"{self.kind}: {self.name}" + (f" ({self.detail})" if self.detail else "")
-
-    def repair_line(self) -> str:
-        verdict = "repaired" if self.repaired else "not repaired"
-        return f"{verdict}: {self.name} ({self.outcome})"
 
 
 @dataclass
@@ -153,16 +132,18 @@ def check() -> Scrub:
         if finding is not None:
             scrub.findings.append(finding)
     folder = originals.originals_dir()
-    if scrub.checked and not folder.is_dir():
-        scrub.folder_gone = folder  # every file missing at once: most likely not mounted
-    elif scrub.checked > 1 and scrub.count(MISSING) == scrub.checked:
-        # There, but holding none of them: a mount point too, whatever else it holds (a
-        # sentinel file, a temporary one: a review's repair filled one from Ember).
-        scrub.folder_gone, scrub.folder_empty = folder, True
     try:
         scrub.findings.extend(strays(folder))
     except OSError as exc:  # a folder it may not read: each file said so above, no traceback
         scrub.unlisted = f"{folder} could not be listed ({exc.strerror or exc})"
+    renamed.match(scrub.findings, folder)
+    renamed_all = all(f.found_as for f in scrub.damaged())  # every one there, named otherwise
+    if scrub.checked and not folder.is_dir():
+        scrub.folder_gone = folder  # every file missing at once: most likely not mounted
+    elif scrub.checked > 1 and scrub.count(MISSING) == scrub.checked and not renamed_all:
+        # There, but holding none of them: a mount point too, whatever else it holds (a
+        # sentinel file, a temporary one: a review's repair filled one from Ember).
+        scrub.folder_gone, scrub.folder_empty = folder, True
     scrub.findings.extend(uncopied())
     return scrub
 
@@ -335,7 +316,8 @@ def repair_finding(
 ) -> tuple[bool, str]:
     """Put one original back, the cheapest safe way first; return whether it worked and how.
 
-    From the file a link in its place points to, then from `backup`, then from Ember.
+    From the file a link in its place points to, or one no row names holding its bytes
+    (renamed.py), then from `backup`, then from Ember.
     """
     path = finding.path
     if path is not None and is_folder(path):
@@ -346,6 +328,7 @@ def repair_finding(
             f"then run check_originals --repair{again} again"
         )
     found = from_link(finding, path) if path is not None and path.is_symlink() else None
+    found = found or renamed.put_back(finding)
     if found is not None:
         return found
     if backup is None:

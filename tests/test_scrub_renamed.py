@@ -1,0 +1,106 @@
+"""An original moved to another name within originals/ (studio/renamed.py).
+
+Found by a review: `check_originals` listed the original "missing" and the renamed file
+"no row", side by side, and `--repair` asked Ember (which may have let go of its copy
+since) or gave up on an upload, with the bytes right there.
+"""
+
+import httpx
+import pytest
+
+from studio import originals
+from tests.factories import png_bytes
+from tests.scrub_parts import check, file_of, flip_a_byte, generated, uploaded
+
+pytestmark = pytest.mark.django_db
+
+GONE = {"error": {"code": "not_found", "message": "No such image."}}
+
+
+def test_it_says_where_a_renamed_original_is():
+    asset = uploaded(1)
+    generated(2)
+    path = file_of(asset)
+    path.rename(path.with_name("ada (copy).png"))
+
+    code, out = check()
+
+    assert code == 1
+    assert (
+        f"missing: {path.name} (no file; named by uploaded asset {asset.pk}; its bytes are in "
+        "ada (copy).png, a file no row names)"
+    ) in out, out
+    assert f"no row: ada (copy).png (the bytes of {path.name}, which is missing)" in out, out
+
+
+def test_a_repair_copies_a_renamed_upload_back_and_asks_ember_nothing(ember):
+    asset = uploaded(1)
+    generated(2)
+    path = file_of(asset)
+    renamed = path.with_name("ada (copy).png")
+    path.rename(renamed)
+
+    code, out = check("--repair")
+
+    assert code == 0, out
+    assert not ember.calls
+    assert originals.sha256_of(path.read_bytes()) == asset.sha256
+    assert renamed.read_bytes() == path.read_bytes(), "the file it was found in is left as it was"
+    assert f"repaired: {path.name} (copied back from ada (copy).png, a file no row names " in out
+
+
+def test_a_repair_takes_a_generated_original_ember_let_go_of_from_its_other_name(ember):
+    asset = generated(7, "img_7")
+    generated(2)
+    path = file_of(asset)
+    path.rename(path.with_name("keep-this.png"))
+    gone = ember.get("/api/v1/images/img_7/file").mock(return_value=httpx.Response(404, json=GONE))
+
+    code, out = check("--repair")
+
+    assert code == 0, out
+    assert not gone.called, "Ember was asked for bytes the archive holds"
+    assert originals.sha256_of(path.read_bytes()) == asset.sha256
+
+
+def test_a_corrupt_original_is_put_back_from_a_copy_of_it_under_another_name(ember):
+    asset = uploaded(1)
+    generated(2)
+    path = file_of(asset)
+    path.with_name("before-the-crash.png").write_bytes(path.read_bytes())
+    flip_a_byte(path)
+
+    code, out = check("--repair")
+
+    assert code == 0, out
+    assert originals.sha256_of(path.read_bytes()) == asset.sha256
+    assert f"repaired: {path.name} (copied back from before-the-crash.png," in out
+
+
+def test_every_original_renamed_is_no_disk_not_mounted(ember):
+    """With none of its originals under their names, the folder counts as a disk not mounted
+    and nothing is repaired into it; unless every one of them is there under another name."""
+    assets = [uploaded(1), uploaded(2)]
+    for n, asset in enumerate(assets):
+        file_of(asset).rename(file_of(asset).with_name(f"photo-{n}.png"))
+
+    code, out = check("--repair")
+
+    assert code == 0, out
+    assert "holds none of its originals" not in out
+    assert all(originals.sha256_of(file_of(a).read_bytes()) == a.sha256 for a in assets)
+
+
+def test_a_file_with_other_bytes_is_not_taken_for_the_original(ember):
+    asset = uploaded(1)
+    generated(2)
+    path = file_of(asset)
+    path.unlink()
+    path.with_name("look-alike.png").write_bytes(png_bytes(3))
+
+    code, out = check("--repair")
+
+    assert code == 1
+    assert not path.exists()
+    assert "its bytes are in" not in out
+    assert f"not repaired: {path.name} (an uploaded photo: Ember has no copy;" in out
