@@ -5,16 +5,18 @@ XMP packet; editors add place names (IPTC) and ImageMagick copies EXIF and XMP i
 text chunks as hex. Reference photos are shown to everyone in the studio and sent to
 Ember, so uploads lose all of these before they are hashed and stored:
 
-- JPEG: the GPS directory of the EXIF (APP1) is emptied in place (its entries and their
-  data zeroed, its count set to 0), so every other offset in the block stays valid and
-  orientation, camera and date survive; XMP and Extended XMP (APP1) and Photoshop's
-  resource block with its IPTC place names (APP13) are dropped whole. In a multi-picture
-  file (MPO, whose index points at its further images by offset) nothing moves: those
-  segments are blanked in place instead, and the further images lose their GPS and XMP
-  in place too;
-- PNG: the GPS directory of `eXIf` is emptied in place (its CRC recomputed); text chunks
-  (tEXt, zTXt, iTXt) holding an XMP packet or an ImageMagick "Raw profile type" copy of
-  EXIF, XMP, IPTC or Photoshop resources are dropped whole;
+- JPEG: the GPS directory of the EXIF (APP1, `Exif\0\0`) is emptied in place (its entries
+  and their data zeroed, its count set to 0), so every other offset in the block stays
+  valid and orientation, camera and date survive; every other APP1 (XMP, Extended XMP,
+  and EXIF under a header some readers accept and Pillow does not, `Exif\0\xff`), every
+  comment (COM, where some tools put an XMP packet) and Photoshop's resource block with
+  its IPTC place names (APP13) are dropped whole. In a multi-picture file (MPO, whose
+  index points at its further images by offset) nothing moves: those segments are
+  blanked in place instead, and the further images lose their GPS and XMP in place too;
+- PNG: the GPS directory of `eXIf` is emptied in place (its CRC recomputed); every text
+  chunk (tEXt, zTXt, iTXt) is dropped whole: they hold XMP packets, ImageMagick's "Raw
+  profile type" copies of EXIF, XMP, IPTC or Photoshop resources and its `exif:GPS…`
+  properties, or any words at all, which a reader may show;
 - WebP: the GPS directory of the `EXIF` chunk is emptied in place; the `XMP ` chunk is
   dropped whole;
 - GIF: the XMP application extension ("XMP DataXMP") is dropped whole.
@@ -49,41 +51,24 @@ SHORT = 3  # the TIFF field type of a 2-byte value
 
 JPEG_APP1 = 0xE1
 JPEG_APP13 = 0xED
-JPEG_LOOKED_AT = {JPEG_APP1, JPEG_APP13}  # the markers whose segments can hold a location
+JPEG_COM = 0xFE  # a comment: any bytes, an XMP packet among them
+JPEG_LOOKED_AT = {JPEG_APP1, JPEG_APP13, JPEG_COM}  # markers whose segments can hold a place
 # Markers Pillow reads as having no length (restart, start and end of image, reserved
 # ones), and 0x00: 0xFF 0x00 is an escaped 0xFF, which Pillow skips as junk.
 JPEG_NO_LENGTH = {0x00, 0xC8, *range(0xD0, 0xDA), *range(0xF0, 0xFE)}
 JPEG_SOS = 0xDA  # start of scan: the compressed data follows
 JPEG_SEGMENTS = set(range(0xC0, 0xFF)) - JPEG_NO_LENGTH - {JPEG_SOS}  # markers with a length
-# APP1 and APP13 segments whose body starts with one of these are dropped whole.
-JPEG_DROPPED = (
-    b"http://ns.adobe.com/xap/1.0/\x00",  # XMP (APP1)
-    b"http://ns.adobe.com/xmp/extension/\x00",  # Extended XMP: the rest of the packet (APP1)
-    b"Photoshop 3.0\x00",  # Photoshop resources: IPTC city, country... (APP13)
-)
+# APP13 segments whose body starts with this are dropped whole (every APP1 but EXIF is).
+PHOTOSHOP = b"Photoshop 3.0\x00"  # Photoshop resources: IPTC city, country...
 NOT_FILL = re.compile(rb"[^\xff]")
 FILL_BLOCK = b"\xff" * 65536  # a run of fill bytes is compared against this, a block a time
 MPF_ID = b"MPF\x00"  # a multi-picture index: an APP2 segment (FF E2, length) starting so
-# An APP1 segment (marker, length) holding EXIF, XMP or Extended XMP, found by searching.
-LATER_APP1 = re.compile(
-    rb"\xff\xe1(..)(Exif\x00\x00|http://ns\.adobe\.com/(?:xap/1\.0/|xmp/extension/)\x00)",
-    re.DOTALL,
-)
+# An APP1 segment (marker, length) holding EXIF or XMP of any header, found by searching.
+LATER_APP1 = re.compile(rb"\xff\xe1(..)(Exif|http://ns\.adobe\.com/)", re.DOTALL)
 
+# Text chunks are dropped whole; ICC profiles stay: they carry no place and viewers use them.
 PNG_TEXT_CHUNKS = {b"tEXt", b"zTXt", b"iTXt"}
 PNG_LOOKED_AT = PNG_TEXT_CHUNKS | {b"eXIf"}
-PNG_KEYWORD_MAX = 79  # bytes; the keyword ends at the first NUL
-# Keywords (compared in lower case) of the text chunks dropped whole. "Raw profile type"
-# chunks are ImageMagick's hex copies of a profile; Pillow reads the EXIF one as the
-# image's EXIF. ICC profiles stay: they carry no place and some viewers use them.
-PNG_DROPPED_KEYWORDS = {
-    b"xml:com.adobe.xmp",
-    b"raw profile type exif",
-    b"raw profile type app1",
-    b"raw profile type xmp",
-    b"raw profile type iptc",
-    b"raw profile type 8bim",
-}
 
 GIF_TRAILER = 0x3B
 GIF_XMP_ID = b"XMP DataXMP"  # application identifier and authentication code
@@ -282,12 +267,12 @@ def _after_first_scan(rest: bytes) -> bytes:
     while found is not None:
         start, body = found.start(), found.end()
         end = min(len(out), start + 2 + int.from_bytes(found[1], "big"))
-        if found[2] == EXIF_HEADER:
+        if out.startswith(EXIF_HEADER, start + 4):
             segment = out[start:end]
             if empty_gps(segment, 4 + len(EXIF_HEADER)):
                 out[start:end] = segment
-        elif body < end:
-            out[body:end] = b" " * (end - body)
+        elif start + 4 < end:
+            out[start + 4 : end] = b" " * (end - start - 4)
         found = LATER_APP1.search(rest, body)
     return bytes(out)
 
@@ -295,22 +280,19 @@ def _after_first_scan(rest: bytes) -> bytes:
 def _jpeg_segment(data: bytes, pos: int, end: int, keep_sizes: bool) -> bytes | None:
     """Return what replaces the segment at `data[pos:end]`: b"" drops it, None keeps it.
 
-    With `keep_sizes`, a segment to drop is blanked instead: what follows its prefix is
-    overwritten with spaces (XMP's own padding), so readers find nothing in it.
+    With `keep_sizes`, a segment to drop is blanked instead: its body is overwritten with
+    spaces (XMP's own padding), so readers find nothing in it.
     """
     end = min(end, len(data))
-    if end - pos < 4 + len(EXIF_HEADER):
-        return None  # too short for any of the prefixes looked for
-    for prefix in JPEG_DROPPED:
-        if data.startswith(prefix, pos + 4, end):
-            blank = pos + 4 + len(prefix)
-            return data[pos:blank] + b" " * (end - blank) if keep_sizes else b""
-    exif = data[pos + 1] == JPEG_APP1 and end - pos >= 4 + len(EXIF_HEADER) + TIFF_HEADER_SIZE
-    if exif and data.startswith(EXIF_HEADER, pos + 4, end):
+    marker = data[pos + 1]
+    if marker == JPEG_APP1 and data.startswith(EXIF_HEADER, pos + 4, end):
+        if end - pos < 4 + len(EXIF_HEADER) + TIFF_HEADER_SIZE:
+            return None  # no room for a directory: the EXIF reader finds nothing in it
         segment = bytearray(data[pos:end])
-        if empty_gps(segment, 4 + len(EXIF_HEADER)):
-            return bytes(segment)
-    return None
+        return bytes(segment) if empty_gps(segment, 4 + len(EXIF_HEADER)) else None
+    if marker == JPEG_APP13 and not data.startswith(PHOTOSHOP, pos + 4, end):
+        return None
+    return data[pos : pos + 4] + b" " * (end - pos - 4) if keep_sizes else b""
 
 
 # --- PNG ---------------------------------------------------------------------------------
@@ -338,9 +320,7 @@ def _png(data: bytes) -> bytes:
 def _png_chunk(data: bytes, pos: int, end: int, kind: bytes) -> bytes | None:
     """Return what replaces the chunk at `data[pos:end]`: b"" drops it, None keeps it."""
     if kind in PNG_TEXT_CHUNKS:
-        head = data[pos + 8 : min(end, pos + 8 + PNG_KEYWORD_MAX + 1)]
-        keyword = head.split(b"\x00", 1)[0].lower()
-        return b"" if keyword in PNG_DROPPED_KEYWORDS else None
+        return b""
     if kind == b"eXIf":
         chunk = bytearray(data[pos:end])
         # The chunk holds the TIFF block itself, though some writers put a JPEG-style header first.
