@@ -20,6 +20,7 @@ log = logging.getLogger(__name__)
 
 # What a disk says when it will not take a write: full, over quota, read-only.
 DISK_REFUSED = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS})
+SUBJECT_NAME_MAX = 120  # characters
 SLUG_TRIES = 3  # numbered slugs tried before a random suffix; a concurrent create costs one
 
 
@@ -28,8 +29,8 @@ def subject_name(value: object) -> str:
     name = names.cleaned(text_or_none(value, "A subject's name must be text."))
     if not name:
         raise InvalidRequest("A subject needs a name.")
-    if len(name) > 120:
-        raise InvalidRequest("A subject's name must be at most 120 characters.")
+    if len(name) > SUBJECT_NAME_MAX:
+        raise InvalidRequest(f"A subject's name must be at most {SUBJECT_NAME_MAX} characters.")
     return name
 
 

@@ -51,6 +51,7 @@ class ReferenceChoiceField(RowChoiceField):
         return f"{obj.file_name} ({names})" if names else str(obj.file_name)
 
 
+COUNT_DIGITS = 9  # a typed count longer than this is read as 10**9: over every limit
 FORM_EXPIRED = "This form has expired; reload the page and submit it again."
 NO_PROVIDER = "Choose at least one provider."
 
@@ -63,7 +64,10 @@ def count_jobs(candidates: Iterable[int], frames: Iterable[str]) -> int:
 def _digits(value: Any) -> int | None:
     """Read a typed count as the page's script does: ASCII digits, else None."""
     text = str(value if value is not None else "").strip()
-    return int(text) if text.isascii() and text.isdigit() else None
+    if not (text.isascii() and text.isdigit()):
+        return None
+    # int() refuses more than 4,300 digits (a review's 5,000 were a 500): past any limit.
+    return int(text) if len(text.lstrip("0")) <= COUNT_DIGITS else 10**COUNT_DIGITS
 
 
 def _whole(value: Any) -> int:

@@ -13,6 +13,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from studio import curation, engine
+from studio.engine.sets import MAX_NAME
 from studio.ids import row_id
 from studio.models import Asset, AvatarSet, SetItem
 from studio.web.forms import ChooseForm, SetForm
@@ -265,7 +266,12 @@ def _chosen(found: AvatarSet) -> QuerySet[SetItem]:
 
 
 def _named_alike(name: str, but: AvatarSet) -> AvatarSet | None:
-    """Return another set than `but` named `name` (letter case aside), if there is one."""
+    """Return another set than `but` named `name` (letter case aside), if there is one.
+
+    None for a name too long to be one: SQLite refuses a LIKE pattern of 50,000 bytes.
+    """
+    if len(name) > MAX_NAME:
+        return None
     return AvatarSet.objects.filter(name__iexact=name).exclude(pk=but.pk).first()
 
 

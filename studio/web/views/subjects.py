@@ -12,7 +12,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_http_methods, require_POST
 
 from studio import curation, engine, originals, uploads
-from studio.engine.library import Upload, upload_reference
+from studio.engine.library import SUBJECT_NAME_MAX, Upload, upload_reference
 from studio.models import (
     Asset,
     Origin,
@@ -63,7 +63,11 @@ def subjects(request: HttpRequest) -> HttpResponse:
 
 
 def _named(name: str) -> Subject | None:
-    return Subject.objects.filter(name__iexact=name).order_by("pk").first() if name else None
+    """Return the first subject named `name`, letter case aside (None for a name too long to
+    be one: SQLite refuses a LIKE pattern of 50,000 bytes, and a review's rename was a 500)."""
+    if not name or len(name) > SUBJECT_NAME_MAX:
+        return None
+    return Subject.objects.filter(name__iexact=name).order_by("pk").first()
 
 
 def _count_photos_and_find_faces(page: Window) -> None:
