@@ -17,6 +17,8 @@ before its 401. Here, before the body is read:
 - a studio request from someone not signed in (no session of a signed-in user) may
   carry at most `AVATARS_ANONYMOUS_BODY_BYTES` (a sign-in form is a few hundred bytes),
   and must send it within `AVATARS_ANONYMOUS_BODY_SECONDS`;
+- a request with both a `Content-Length` and a `Transfer-Encoding` is answered 400 and
+  its connection closed, unread (what follows it on the connection is not answered);
 - an upload (a multipart form) without a length (chunked) is answered 411: Django reads
   such a form as empty, so a valid photo would be "missing" and a studio form would lose
   its CSRF token; browsers and HTTP clients send a form's length anyway;
@@ -99,6 +101,12 @@ READS = ("GET", "HEAD")  # what a read-only token may send a body with, as any o
 UPLOAD = re.compile(r"/api/v1/subjects/[^/]+/references/?")  # a reference photo's upload
 SIGN_IN_FIRST = "Sign in first: a request from someone not signed in may carry at most {kb:g} KB."
 TOO_SLOW = "The request body did not arrive in time."
+# RFC 9112 §6.3: a request framed both ways may be read one way here and another by a proxy
+# in front (request smuggling); it is refused, and its connection closed.
+TWO_FRAMINGS = (
+    "A request may state its length (Content-Length) or be sent in chunks "
+    "(Transfer-Encoding), not both."
+)
 LENGTH_REQUIRED = (
     "An upload must state its size: send it with a Content-Length header, not in chunks."
 )
@@ -150,6 +158,9 @@ class BodyLimit:
             )
             return
         headers = _headers(scope)
+        if "content-length" in headers and "transfer-encoding" in headers:
+            await _answer(send, scope, 400, "invalid_request", TWO_FRAMINGS)
+            return
         content_type = headers.get("content-type", "")
         form_data = uploads.is_upload(content_type)
         limit = uploads.body_limit(content_type)

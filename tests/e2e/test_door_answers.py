@@ -111,6 +111,60 @@ def test_a_chunked_upload_from_the_studio_is_asked_for_its_length_not_its_csrf_t
     assert "could not be sent" not in answer
 
 
+def both_framings_then_another(web, path: str, headers: dict[str, str], photo: bytes) -> bytes:
+    """Send `photo` as a multipart upload framed both ways (Content-Length: 5 and chunked),
+    a GET of the API's subjects pipelined right behind it; return all the server sent."""
+    boundary = "photo-boundary"
+    form = (
+        (
+            f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="a.png"\r\n'
+            "Content-Type: image/png\r\n\r\n"
+        ).encode()
+        + photo
+        + f"\r\n--{boundary}--\r\n".encode()
+    )
+    extra = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+    head = (
+        f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 5\r\n"
+        f"Transfer-Encoding: chunked\r\n{extra}"
+        f"Content-Type: multipart/form-data; boundary={boundary}\r\n\r\n"
+    )
+    body = f"{len(form):x}\r\n".encode() + form + b"\r\n0\r\n\r\n"
+    behind = f"GET /api/v1/subjects HTTP/1.1\r\nHost: 127.0.0.1\r\n{extra}\r\n".encode()
+    with socket.create_connection(("127.0.0.1", web.port), timeout=10) as sock:
+        with contextlib.suppress(OSError):  # the server may answer and close unread
+            sock.sendall(head.encode() + body + behind)
+        received = b""
+        with contextlib.suppress(ConnectionResetError):
+            while chunk := sock.recv(65536):  # to the server's close: it must close
+                received += chunk
+    return received
+
+
+@pytest.mark.parametrize("door", ["api", "studio"])
+def test_a_request_framed_both_ways_is_refused_and_its_connection_closed(served, door):
+    """Found by a review: Content-Length and Transfer-Encoding together were answered 201
+    (a photo stored), and a request pipelined behind it answered too: a proxy in front that
+    reads the length would have seen one request where Avatars answered two."""
+    web, stack, _spool, token, subject_id = served
+    if door == "api":
+        path, headers = f"/api/v1/subjects/{subject_id}/references", {}
+    else:
+        path = f"/subjects/{subject_id}/"
+        headers = {"Cookie": "; ".join(f"{k}={v}" for k, v in signed_in_cookies(web).items())}
+    headers["Authorization"] = f"Bearer {token}"
+    kept = stack.data_dir / "originals"
+    before = sorted(p.name for p in kept.glob("*"))  # no folder yet: nothing
+
+    received = both_framings_then_another(web, path, headers, png_bytes(43))
+
+    answers = received.count(b"HTTP/1.1 ")
+    assert received.startswith(b"HTTP/1.1 400 "), received[:300]
+    assert answers == 1, f"{answers} answers on one connection: {received[:600]!r}"
+    assert b"not both" in received and b"connection: close" in received.lower()
+    assert sorted(p.name for p in kept.glob("*")) == before, "the photo was stored"
+
+
 def spooled_while_open(pid: int, spool: Path) -> list[str]:
     """Return the files under `spool` the process holds open (deleted ones included)."""
     held = []
