@@ -22,6 +22,9 @@ before its 401. Here, before the body is read:
 - an upload (a multipart form) without a length (chunked) is answered 411: Django reads
   such a form as empty, so a valid photo would be "missing" and a studio form would lose
   its CSRF token; browsers and HTTP clients send a form's length anyway;
+- at most `AVATARS_UPLOAD_BODIES_AT_ONCE` uploads are read at once; more wait unread,
+  and one still waiting after `AVATARS_BODY_IDLE_SECONDS` is answered 503
+  (avatars/upload_bodies.py);
 - any other body without a length is counted as it streams and cut off with a 413 as
   soon as it passes its limit;
 - a body that stops arriving for `AVATARS_BODY_IDLE_SECONDS` is answered 408: a client
@@ -45,22 +48,18 @@ from collections.abc import Awaitable, Callable, Mapping
 from functools import partial
 from importlib import import_module
 from typing import Any, NamedTuple
-from urllib.parse import urlencode
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.contrib.auth import SESSION_KEY
 from django.db import connections
 from django.http import HttpResponse, parse_cookie
-from django.template.loader import render_to_string
-from django.urls import reverse
 
-from avatars import outage
+from avatars import door_pages, outage, upload_bodies
 from studio import dbfaults, originals, uploads
 from studio.api.auth import token_for_header
 from studio.api.door import method_not_allowed, methods_taken, not_found
 from studio.api.http import INTERNAL_ERROR, READ_ONLY, UNAUTHORIZED, error_response
-from studio.web.refusals import SIGNED_OUT, same_site_path
 
 Scope = dict[str, Any]
 Message = Mapping[str, Any]
@@ -152,14 +151,8 @@ class BodyLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        if scope["path"] in GET_ONLY and scope["method"] not in READS:
-            await _send(
-                send, 405, b"Method not allowed.", b"text/plain", [(b"allow", b"GET, HEAD")]
-            )
-            return
         headers = _headers(scope)
-        if "content-length" in headers and "transfer-encoding" in headers:
-            await _answer(send, scope, 400, "invalid_request", TWO_FRAMINGS)
+        if await _refused_whoever_sent_it(scope, headers, send):
             return
         content_type = headers.get("content-type", "")
         form_data = uploads.is_upload(content_type)
@@ -188,7 +181,9 @@ class BodyLimit:
             deadline = settings.AVATARS_ANONYMOUS_BODY_SECONDS
             if length is not None and int(length) > limit:
                 if form_data:  # a photo sent after its person's sign-in ended: say so
-                    await _send_page(send, 413, lambda: signed_out_page(headers), too_large)
+                    await _send_page(
+                        send, 413, lambda: door_pages.signed_out_page(headers), too_large
+                    )
                 else:
                     await _answer(send, scope, 413, "too_large", too_large)
                 return
@@ -196,7 +191,21 @@ class BodyLimit:
         page = form_data and deadline is None and not api
         if deadline is None and has_body:
             deadline = _slowest(int(length) if length is not None else limit)
-        await self._run_counting(scope, receive, send, Rule(limit, too_large, deadline, page))
+        rule = Rule(limit, too_large, deadline, page)
+        if form_data and has_body:
+            await self._run_upload(scope, receive, send, rule, headers)
+        else:
+            await self._run_counting(scope, receive, send, rule)
+
+    async def _run_upload(
+        self, scope: Scope, receive: Receive, send: Send, rule: Rule, headers: dict[str, str]
+    ) -> None:
+        """Read and serve an upload once it is let in (avatars/upload_bodies.py), else 503."""
+        async with upload_bodies.admitted() as admitted:
+            if admitted:
+                await self._run_counting(scope, receive, send, rule)
+            else:
+                await _busy(send, scope, headers, page=rule.page)
 
     async def _run_counting(self, scope: Scope, receive: Receive, send: Send, rule: Rule) -> None:
         limit, too_large, deadline, page = rule
@@ -323,7 +332,7 @@ def _outage_page(scope: Scope) -> Callable[[], str]:
     """Draw the studio's outage page for this request: a form sent is said not saved."""
     headers = _headers(scope)
     sent = scope["method"] not in ("GET", "HEAD")
-    where = {"sent": sent, "here": scope["path"], "back": _came_from(headers) or ""}
+    where = {"sent": sent, "here": scope["path"], "back": door_pages.came_from(headers) or ""}
     return partial(outage.page_html, **where)
 
 
@@ -340,7 +349,7 @@ async def _refuse_too_large(send: Send, scope: Scope, message: str, *, page: boo
         await _answer(send, scope, 413, "too_large", message)
         return
     headers = _headers(scope)
-    await _send_page(send, 413, lambda: too_large_page(headers), message)
+    await _send_page(send, 413, lambda: door_pages.too_large_page(headers), message)
 
 
 async def _send_page(
@@ -361,30 +370,27 @@ async def _send_page(
     await _send(send, status, body.encode(), b"text/html; charset=utf-8", extra)
 
 
-def too_large_page(headers: Mapping[str, str]) -> str:
-    """Render the studio's page for a photo past the size limit, without the database.
-
-    Its link leads back to the page the upload came from when the Referer is a page of
-    this site, else to the subjects.
-    """
-    back = _came_from(headers) or reverse("studio:subjects")
-    limit = settings.AVATARS_MAX_IMAGE_BYTES / (1024 * 1024)
-    return render_to_string("studio/too_large.html", {"limit": f"{limit:g}", "back": back})
-
-
-def signed_out_page(headers: Mapping[str, str]) -> str:
-    """Render the studio's page for a photo sent after its person's sign-in ended.
-
-    Its link signs in and leads back to the page the form was on (the Referer, when a
-    page of this site). Found by a review: the person got a line of plain text.
-    """
-    sign_in = reverse("login") + "?" + urlencode({"next": _came_from(headers) or "/"})
-    context = {"message": SIGNED_OUT, "sign_in": sign_in}
-    return render_to_string("studio/signed_out_body.html", context)
+async def _refused_whoever_sent_it(scope: Scope, headers: dict[str, str], send: Send) -> bool:
+    """Answer, unread, a write to a read-only path and a request framed both ways; say so."""
+    if scope["path"] in GET_ONLY and scope["method"] not in READS:
+        await _send(send, 405, b"Method not allowed.", b"text/plain", [(b"allow", b"GET, HEAD")])
+        return True
+    if "content-length" in headers and "transfer-encoding" in headers:
+        await _answer(send, scope, 400, "invalid_request", TWO_FRAMINGS)
+        return True
+    return False
 
 
-def _came_from(headers: Mapping[str, str]) -> str | None:
-    return same_site_path(headers.get("referer", ""), headers.get("host", ""))
+async def _busy(send: Send, scope: Scope, headers: Mapping[str, str], *, page: bool) -> None:
+    """Answer an upload not let in to be read (avatars/upload_bodies.py): 503, unread."""
+    retry = [(b"retry-after", str(upload_bodies.RETRY_AFTER).encode())]
+    if page:
+        render = partial(door_pages.busy_page, headers)
+        await _send_page(send, 503, render, upload_bodies.BUSY, extra=retry)
+    elif scope["path"].startswith(API_PREFIX):
+        await _send_json(send, 503, "busy", upload_bodies.BUSY, extra=retry)
+    else:
+        await _send(send, 503, upload_bodies.BUSY.encode(), b"text/plain; charset=utf-8", retry)
 
 
 async def _refused_by_token(scope: Scope, headers: dict[str, str], send: Send) -> bool:

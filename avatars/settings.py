@@ -127,6 +127,9 @@ AVATARS_DECODES_AT_ONCE = env_int("AVATARS_DECODES_AT_ONCE", 2, minimum=1)
 # Uploads a web process parses and stores at once (each holds a few copies of its file);
 # more wait their turn with their bodies in temporary files (studio.uploads.UploadTurns).
 AVATARS_UPLOADS_AT_ONCE = env_int("AVATARS_UPLOADS_AT_ONCE", 2, minimum=1)
+# Upload bodies a web process receives at once (each may be spooled to a temporary file,
+# up to AVATARS_MAX_BODY_BYTES); more wait unread, then 503 (avatars/upload_bodies.py).
+AVATARS_UPLOAD_BODIES_AT_ONCE = env_int("AVATARS_UPLOAD_BODIES_AT_ONCE", 8, minimum=1)
 
 # Request bodies other than files stay small (JSON, forms); files are capped at
 # AVATARS_MAX_IMAGE_BYTES while they stream in, held in memory (studio.uploads). The ASGI

@@ -4,8 +4,10 @@ The ASGI door (avatars/bodylimit.py) answers before Django reads the body; these
 directly with a fake application behind it. The same over uvicorn: tests/e2e/test_limits.py.
 """
 
+import contextlib
 import json
 import re
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -13,6 +15,7 @@ from asgiref.sync import async_to_sync
 from django.conf import settings
 from django.test import Client
 
+from avatars import upload_bodies
 from avatars.bodylimit import BodyLimit
 
 pytestmark = pytest.mark.django_db
@@ -147,10 +150,51 @@ def test_it_falls_back_to_the_sentence_when_the_page_cannot_be_drawn(cookie, mon
     def broken(*args: Any, **kwargs: Any) -> str:
         raise ValueError("Missing staticfiles manifest entry for 'studio/studio.css'")
 
-    monkeypatch.setattr("avatars.bodylimit.render_to_string", broken)
+    monkeypatch.setattr("avatars.door_pages.render_to_string", broken)
 
     status, headers, body, _read = knock("/subjects/7/", {"cookie": cookie})
 
     assert status == 413
     assert headers["content-type"] == "text/plain; charset=utf-8"
     assert "too large" in body
+
+
+def test_a_signed_in_upload_not_let_in_gets_a_page_saying_to_send_it_again(cookie, monkeypatch):
+    """Past AVATARS_UPLOAD_BODIES_AT_ONCE an upload waits; one not let in in time gets the
+    studio's page, leading back, not the API's JSON nor bare text (tests/e2e/
+    test_upload_bodies.py waits over uvicorn)."""
+
+    @contextlib.asynccontextmanager
+    async def no_place() -> AsyncIterator[bool]:
+        yield False
+
+    monkeypatch.setattr(upload_bodies, "admitted", no_place)
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: Any) -> None:
+        sent.append(dict(message))
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        raise AssertionError("the body reached Django")
+
+    headers = {
+        "cookie": cookie,
+        "host": "studio.example",
+        "referer": "https://studio.example/subjects/7/",
+        "content-length": "1000",
+        "content-type": "multipart/form-data; boundary=x",
+    }
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/subjects/7/",
+        "headers": [(k.encode(), v.encode()) for k, v in headers.items()],
+    }
+    async_to_sync(BodyLimit(app))(scope, None, send)
+
+    start, body = sent[0], sent[1]["body"].decode()
+    said = {k.decode(): v.decode() for k, v in start["headers"]}
+    assert start["status"] == 503 and said["retry-after"] == "5"
+    assert said["content-type"].startswith("text/html")
+    assert "Avatars is receiving as many photos as it takes at once" in body
+    assert 'href="/subjects/7/"' in body

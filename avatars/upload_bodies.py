@@ -1,0 +1,50 @@
+"""How many upload bodies one web process receives at once (`AVATARS_UPLOAD_BODIES_AT_ONCE`).
+
+Django's ASGI handler reads a whole body before any view runs, and keeps one past 2.5 MB
+in a temporary file that no listing shows (deleted as it is made). Uploads take turns to
+be parsed and stored (`studio.uploads.UploadTurns`), but their bodies arrived meanwhile:
+a review sent thirty 21.7 MB uploads at once from one token and the process held 651 MB
+of them. Here, an upload (a multipart body from a signed-in person or a valid token) is
+let in to be read only while fewer than this many are; the others wait unread, their
+bytes left with the sender (the server stops reading a connection whose body is not
+asked for), and one not let in within `AVATARS_BODY_IDLE_SECONDS` is answered 503 with
+`Retry-After`. So the temporary files hold at most this many bodies.
+"""
+
+import asyncio
+import contextlib
+import weakref
+from collections.abc import AsyncIterator
+
+from django.conf import settings
+
+RETRY_AFTER = 5  # seconds: when an upload not let in may be sent again
+BUSY = (
+    "Avatars is receiving as many photos as it takes at once; nothing was uploaded. "
+    f"Send it again in {RETRY_AFTER} seconds."
+)
+
+# One per event loop: a semaphore belongs to the loop it first waited in.
+_turns: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore]" = (
+    weakref.WeakKeyDictionary()
+)
+
+
+@contextlib.asynccontextmanager
+async def admitted() -> AsyncIterator[bool]:
+    """Hold a place for one upload body while it is received and served; yield whether one
+    was had within `AVATARS_BODY_IDLE_SECONDS` (False: answer busy, read nothing)."""
+    loop = asyncio.get_running_loop()
+    turns = _turns.get(loop)
+    if turns is None:
+        turns = _turns[loop] = asyncio.Semaphore(settings.AVATARS_UPLOAD_BODIES_AT_ONCE)
+    try:
+        async with asyncio.timeout(settings.AVATARS_BODY_IDLE_SECONDS):
+            await turns.acquire()
+    except TimeoutError:
+        yield False
+        return
+    try:
+        yield True
+    finally:
+        turns.release()
