@@ -126,7 +126,7 @@ def _intent(request: dict[str, Any]) -> Intent:
 def _generate_once(*, request: dict[str, Any], user: User, key: str, ask: bool) -> Batch:
     """Plan `request` unless `key` already did; the plan and the key commit together."""
     body_sha256 = canonical_sha256(request)
-    first = _keyed_batch(user=user, key=key, body_sha256=body_sha256)
+    first = _keyed_batch(user=user, key=key, request=request, body_sha256=body_sha256)
     if first is not None:
         return first
     plan = validate(request)
@@ -134,7 +134,7 @@ def _generate_once(*, request: dict[str, Any], user: User, key: str, ask: bool) 
         with transaction.atomic():
             # Asked again inside: a twin may have committed since (on SQLite this
             # transaction now holds the write lock, so none can commit until it ends).
-            first = _keyed_batch(user=user, key=key, body_sha256=body_sha256)
+            first = _keyed_batch(user=user, key=key, request=request, body_sha256=body_sha256)
             if first is not None:
                 return first
             batch = _write_plan(plan, user, key=key, ask=ask)
@@ -143,7 +143,7 @@ def _generate_once(*, request: dict[str, Any], user: User, key: str, ask: bool) 
         # A concurrent request with this key committed first (the key is unique per
         # user), or its tasks filled the daily cap: this transaction planned nothing,
         # and the first batch stands. Without one, the refusal stands.
-        first = _keyed_batch(user=user, key=key, body_sha256=body_sha256)
+        first = _keyed_batch(user=user, key=key, request=request, body_sha256=body_sha256)
         if first is None:
             raise
         return first
@@ -156,14 +156,28 @@ def canonical_sha256(request: object) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _keyed_batch(*, user: User, key: str, body_sha256: str) -> Batch | None:
-    """Return the batch `key` planned within its lifetime, or None; KeyReused for another body."""
+def _keyed_batch(
+    *, user: User, key: str, request: dict[str, Any], body_sha256: str
+) -> Batch | None:
+    """Return the batch `key` planned within its lifetime, or None; KeyReused for a request
+    asking for something else."""
     row = _key_row(user, key)
     if row is None:
         return None
-    if row.body_sha256 != body_sha256:
+    if row.body_sha256 != body_sha256 and not _asks_for(request, row.batch):
         raise KeyReused(row.batch)
     return row.batch
+
+
+def _asks_for(request: dict[str, Any], batch: Batch) -> bool:
+    """Say whether `request`, written otherwise than the body that planned `batch`, asks for
+    the same: `2.0` for `2`, null for a field left out, a default named (a review's retry
+    written so was a 422). Both are compared as validation reads them."""
+    try:
+        plan = validate(request)
+    except InvalidRequest:
+        return False
+    return canonical_sha256(plan["request"]) == canonical_sha256(batch.request)
 
 
 def _key_row(user: User, key: str) -> BatchKey | None:

@@ -195,3 +195,48 @@ def test_it_plans_one_batch_for_two_concurrent_requests_with_the_same_key(
     assert {a["Location"] for a in answers} == {f"{API}/batches/{batch.pk}"}
     assert answers[0].json()["id"] == answers[1].json()["id"] == str(batch.pk)
     assert Task.objects.count() == 3
+
+
+def written_otherwise(subject) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
+    """(what differs, the first body, a retry's body) pairs asking for the same batch."""
+    base = batch_request(subject, providers=[{"provider": "openai", "candidates": 2}])
+    del base["frames"]
+    default_model = planning.validate(base)["providers"][0]["model"]
+    default_frames = planning.validate(base)["frames"]
+    return [
+        ("2.0 for 2", base, {**base, "providers": [{"provider": "openai", "candidates": 2.0}]}),
+        ("null for absent", base, {**base, "frames": None}),
+        ("the default framings named", base, {**base, "frames": default_frames}),
+        (
+            "the default model named",
+            base,
+            {
+                **base,
+                "providers": [{"provider": "openai", "model": default_model, "candidates": 2}],
+            },
+        ),
+    ]
+
+
+@pytest.mark.parametrize("case", range(4))
+def test_a_retry_written_otherwise_asking_for_the_same_batch_gets_the_first(api, subject, case):
+    """Found by a review: a retry that wrote `2.0` for `2`, null for a field left out or a
+    default by name was a 422, which docs/api.md calls the same request."""
+    what, first_body, retry_body = written_otherwise(subject)[case]
+    first = post_keyed(api, first_body, "k-1")
+
+    again = post_keyed(api, retry_body, "k-1")
+
+    assert again.status_code == 202, (what, again.content)
+    assert again["Location"] == first["Location"]
+    assert Batch.objects.count() == 1 and Task.objects.count() == 2
+
+
+def test_a_retry_asking_for_more_candidates_is_still_refused(api, subject):
+    first = post_keyed(api, batch_request(subject), "k-1")
+    more = batch_request(subject, providers=[{"provider": "openai", "candidates": 2.0}])
+
+    other = post_keyed(api, more, "k-1")
+
+    assert other.status_code == 422
+    assert [str(b.pk) for b in Batch.objects.all()] == [first.json()["id"]]
