@@ -20,6 +20,9 @@ from django.core.files.uploadhandler import MemoryFileUploadHandler, SkipFile
 from django.http import HttpRequest, HttpResponse
 
 TOO_LARGE = "The file is too large."
+# A studio upload that came with bytes and no file: "This field is required." said otherwise.
+CUT_OFF = "The photo did not arrive whole, so nothing was uploaded. Choose it and upload it again."
+SENT_WITHOUT_A_FILE = 4096  # bytes: the most a form without a file (token, empty part) has
 MB = 1024 * 1024  # bytes: the sentences' "MB", as in the other limits' sentences
 BODY_TOO_LARGE = "The request body is too large (the limit is {limit:g} MB)."
 FIELDS_TOO_LARGE = (
@@ -100,6 +103,14 @@ def dropped_for_size(request: HttpRequest) -> bool:
     the ASGI door answers one sent in chunks 411 (avatars/bodylimit.py).
     """
     return int(request.META.get("CONTENT_LENGTH") or 0) > settings.AVATARS_MAX_IMAGE_BYTES
+
+
+def cut_off(request: HttpRequest) -> bool:
+    """Say whether a body that carried more than an empty form came with no file: one whose
+    file part never ended (a connection cut, a client that stopped), which Django's parser
+    drops. A form sent without a file chosen is a few hundred bytes."""
+    sent = int(request.META.get("CONTENT_LENGTH") or 0)
+    return sent > SENT_WITHOUT_A_FILE and not request.FILES
 
 
 def is_upload(content_type: str) -> bool:

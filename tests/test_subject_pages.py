@@ -224,3 +224,35 @@ def test_the_upload_says_both_limits_a_photo_is_held_to(signed_in: Client, subje
     page = signed_in.get(f"/subjects/{subject.pk}/")
 
     assert "up to 25 MB and 40 megapixels" in text(page)
+
+
+def test_an_upload_cut_off_in_its_photo_says_so_not_that_a_photo_is_required(
+    signed_in: Client, make_subject
+):
+    """Found by a review over uvicorn: a body cut off before its closing boundary (the
+    photo's bytes sent, its end never) said "This field is required."."""
+    ada = make_subject("Ada")
+    photo = png_bytes(5) + b"\0" * 8192
+    body = (
+        b'--cut\r\nContent-Disposition: form-data; name="photo"; filename="ada.png"\r\n'
+        b"Content-Type: image/png\r\n\r\n" + photo  # no closing boundary
+    )
+
+    response = signed_in.post(
+        f"/subjects/{ada.pk}/", body, content_type="multipart/form-data; boundary=cut"
+    )
+
+    assert response.status_code == 400
+    assert "The photo did not arrive whole, so nothing was uploaded." in text(response)
+    assert "This field is required" not in text(response)
+    assert not Asset.objects.filter(subjects=ada).exists()
+
+
+def test_a_form_sent_without_choosing_a_photo_still_asks_for_one(signed_in: Client, make_subject):
+    ada = make_subject("Ada")
+
+    response = signed_in.post(f"/subjects/{ada.pk}/", {"photo": ""})
+
+    assert response.status_code == 400
+    assert "This field is required." in text(response)
+    assert "did not arrive whole" not in text(response)

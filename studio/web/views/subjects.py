@@ -106,6 +106,8 @@ def subject_detail(request: HttpRequest, subject_id: int) -> HttpResponse:
     form = ReferenceForm(*posted(request, files=True))
     if request.method == "POST" and not form.is_valid() and uploads.dropped_for_size(request):
         form.errors["photo"] = form.error_class([originals.too_large()])
+    elif request.method == "POST" and not form.is_valid() and uploads.cut_off(request):
+        form.errors["photo"] = form.error_class([uploads.CUT_OFF])
     elif request.method == "POST" and form.is_valid():
         data, file_name = form.read()
         had = set(found.assets.filter(origin=Origin.UPLOADED).values_list("pk", flat=True))
