@@ -44,6 +44,10 @@ NAMING_LOCK = "originals.lock"  # in the data dir, beside originals/ (`naming`)
 MAX_SIDE = 16_384  # pixels; a 1 x 100000 strip is within the pixel cap but no photo
 CHECKSUM_FAILED = "Stored original failed its checksum."
 DAMAGED = "The image could not be decoded: the file is damaged or incomplete."
+METADATA_BOMB = (
+    "The image carries a colour profile or text that is far too large once unpacked "
+    "(over a megabyte); save it again without its profile."
+)
 _DECODES = threading.BoundedSemaphore(settings.AVATARS_DECODES_AT_ONCE)
 
 
@@ -174,6 +178,8 @@ def inspect(data: bytes, *, checked: bool = False) -> ImageInfo:
     except UnidentifiedImageError:
         raise NotAnImage("The file is not a PNG, JPEG, WebP or GIF image.") from None
     except Exception as exc:  # Pillow raises many types on broken files
+        if "MAX_TEXT_CHUNK" in str(exc):  # Pillow's own name for its cap, said for people
+            raise NotAnImage(METADATA_BOMB) from None
         raise NotAnImage(f"{DAMAGED} (The decoder said: {exc or type(exc).__name__}.)") from None
     mime, extension = FORMATS[fmt]
     return ImageInfo(mime=mime, extension=extension, width=width, height=height, frames=frames)

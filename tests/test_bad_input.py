@@ -6,6 +6,7 @@ the originals store's checks.
 
 import io
 import time
+import zlib
 from pathlib import Path
 
 import pytest
@@ -34,6 +35,7 @@ from tests.hostile import (
     multi_picture_jpeg,
     one_channel_scan_jpeg,
     padded_jpeg,
+    png_chunk,
     progressive_jpeg,
     repeated_scans,
     split_idat_png,
@@ -99,6 +101,13 @@ def corpus() -> dict[str, tuple[bytes, str]]:
         # Every scan is a pass over the whole image: 212 KB of these once took 22 s.
         "JPEG that repeats its scans": (repeated_scans(), "passes"),
         "APNG with too many frames": (animated("PNG", 301), "at most 300 are accepted"),
+        # 50 MB of colour profile in 50 KB: said without Pillow's own names (a review).
+        "PNG whose colour profile unpacks to 50 MB": (
+            png[:33]
+            + png_chunk(b"iCCP", b"icc\0\0" + zlib.compress(b"a" * 50 * 1024 * 1024, 9))
+            + png[33:],
+            "a colour profile or text that is far too large once unpacked",
+        ),
         "animated WebP with too many frames": (animated("WEBP", 301), "at most 300 are accepted"),
     }
 
