@@ -66,7 +66,7 @@ def test_a_send_in_flight_counts_as_paid_and_unsure_before_its_answer(signed_in:
 
     page = text(signed_in.get(f"/batches/{batch.pk}/"))
 
-    assert "Paid Ember requests: 2 (2 may not have reached Ember)" in page, page
+    assert "Paid Ember requests: 2 (1 being sent; 1 may not have reached Ember)" in page, page
     assert engine.progress(batch=batch)["sending"] == 1
 
 

@@ -80,17 +80,25 @@ def claim_due(now: datetime) -> list[tuple[Task, int]]:
 def _due_query(now: datetime) -> "QuerySet[Task, tuple[Any, int]]":
     """Return (task id, lost attempt) of the uncertain images due a search, longest unlooked first.
 
-    Due: an image resting `uncertain` on the lost answer of its latest submit, first
-    `AVATARS_ADOPT_EVERY` after that submit (Ember writes a history row only once the job
-    finished), then that long after each search since.
+    Due: a lost submit (`lost_submits`), first `AVATARS_ADOPT_EVERY` after that submit
+    (Ember writes a history row only once the job finished), then that long after each
+    search since.
     """
+    cutoff = now - timedelta(seconds=settings.AVATARS_ADOPT_EVERY)
+    due = lost_submits().filter(looked_at__lte=cutoff)
+    return due.order_by("looked_at", "pk").values_list("pk", "lost_attempt")
+
+
+def lost_submits() -> Any:  # a QuerySet of Task, annotated (the stubs cannot see)
+    """Return the images resting `uncertain` on the lost answer of their latest submit, each
+    with `lost_attempt` and `looked_at` (the last search of it, or the submit itself): the
+    ones the worker searches Ember's history for, now or later."""
     # A failed resubmit is not the send in question: the one before it is (recovery.py).
     latest = (
         Attempt.objects.filter(task=OuterRef("pk"))
         .exclude(outcome=Attempt.Outcome.FAILED)
         .order_by("-number")
     )
-    cutoff = now - timedelta(seconds=settings.AVATARS_ADOPT_EVERY)
     lost = (
         Task.objects.filter(
             state=TaskState.UNCERTAIN, kind=Kind.IMAGE, ember_job_id="", asset__isnull=True
@@ -107,8 +115,7 @@ def _due_query(now: datetime) -> "QuerySet[Task, tuple[Any, int]]":
             looked_at=Greatest(Coalesce("history_search__searched_at", "lost_sent"), "lost_sent"),
         )
     )
-    due = lost.filter(lost_outcome=Attempt.Outcome.UNKNOWN, lost_job="", looked_at__lte=cutoff)
-    return due.order_by("looked_at", "pk").values_list("pk", "lost_attempt")
+    return lost.filter(lost_outcome=Attempt.Outcome.UNKNOWN, lost_job="")
 
 
 async def _search(task: Task, number: int, client: EmberClient, now: datetime) -> Task:

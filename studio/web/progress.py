@@ -6,22 +6,29 @@ show, each with a word and a colour that is never the only sign.
 """
 
 import re
-from dataclasses import dataclass
-from datetime import datetime
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
 from typing import Any
 
+from django.conf import settings
 from django.db.models import Count, Q
 from django.utils import timezone
 
 from studio.clock import how_long
-from studio.engine import retry_at
+from studio.engine import adoption, retry_at
 from studio.models import (
     RECONCILABLE,
     STOPPABLE,
     Task,
     TaskState,
 )
-from studio.phrases import GONE_PHASE, MAY_HAVE_REACHED, REFERENCE_CHANGED
+from studio.phrases import (
+    GONE_PHASE,
+    MAY_HAVE_REACHED,
+    NO_ROW_PHASE,
+    RECONCILE_PHASE,
+    REFERENCE_CHANGED,
+)
 
 # The outcome groups, in the order the bar shows them: (key, states). An image saved whose
 # history Ember has yet to write is shown, downloaded and chosen like a ready one; only its
@@ -36,11 +43,15 @@ GROUPS: tuple[tuple[str, tuple[TaskState, ...]], ...] = (
     ("failed", (TaskState.FAILED,)),
     ("cancelled", (TaskState.CANCELLED,)),
 )
+# The order the bar and the words show the groups in: "checking" is the part of
+# "attention" the worker looks into by itself (`checked_itself`), counted apart.
+ORDER = ("ready", "saved", "running", "checking", "attention", "failed", "cancelled")
 # How the summary says a group: (one, several).
 WORDS = {
     "ready": ("ready", "ready"),
     "saved": ("saved, waiting for Ember's record", "saved, waiting for Ember's record"),
     "running": ("in progress", "in progress"),
+    "checking": ("being checked with Ember", "being checked with Ember"),
     "attention": ("needs attention", "need attention"),
     "failed": ("failed", "failed"),
     "cancelled": ("cancelled", "cancelled"),
@@ -72,6 +83,16 @@ NEXT_STEPS = {
         "An operator copies the finished image from Ember; it is not made or paid again."
     ),
 }
+# An image whose submit's answer was lost, which the worker looks up in Ember's history by
+# itself (engine/adoption.py) and nothing found yet needs a person: a browser review read
+# "needs an operator" and "Repair in admin" (a paid resubmit behind a tick box) for tasks
+# the worker adopted five minutes later, paying nothing again.
+SELF_CHECKED = (RECONCILE_PHASE, NO_ROW_PHASE)
+CHECKING_LABEL = "Checking with Ember: it may have received this"
+CHECKING_NEXT = (
+    "Avatars looks in Ember's history for it by itself ({when}): if Ember has it, it is saved "
+    "here and not paid again. Nothing to do yet."
+)
 # A copy Ember's file route answered 404: nothing is left there to copy.
 GONE_NEXT_STEP = (
     "Ember says it no longer has this image, so it cannot be saved here. An operator can "
@@ -134,6 +155,11 @@ class Outcome:
     attention: int = 0
     failed: int = 0
     cancelled: int = 0
+    checking: int = 0  # of the uncertain ones counted in `attention` by state: see ORDER
+
+    def checked(self, checking: int) -> "Outcome":
+        """Return this outcome with `checking` of its "attention" tasks counted apart."""
+        return replace(self, attention=self.attention - checking, checking=checking)
 
     @classmethod
     def of_counts(cls, counts: dict[str, int]) -> "Outcome":
@@ -147,7 +173,7 @@ class Outcome:
 
     @property
     def total(self) -> int:
-        return sum(getattr(self, key) for key, _ in GROUPS)
+        return sum(getattr(self, key) for key in ORDER)
 
     @property
     def operator(self) -> int:
@@ -157,12 +183,12 @@ class Outcome:
     @property
     def done(self) -> bool:
         """Say whether nothing more will happen without a person: every task rests."""
-        return self.running == 0 and self.operator == 0
+        return self.running == 0 and self.operator == 0 and self.checking == 0
 
     def words(self) -> str:
         """Say the outcome as "3 ready · 1 failed"; every group with tasks, in bar order."""
         parts = []
-        for key, _ in GROUPS:
+        for key in ORDER:
             n = getattr(self, key)
             if n:
                 one, several = WORDS[key]
@@ -179,7 +205,7 @@ class Outcome:
                 "width": round(100 * getattr(self, key) / total, 2),
                 "words": f"{getattr(self, key)} {WORDS[key][0 if getattr(self, key) == 1 else 1]}",
             }
-            for key, _ in GROUPS
+            for key in ORDER
             if getattr(self, key)
         ]
 
@@ -194,6 +220,8 @@ class Outcome:
         if not self.running:  # nothing moves until a person does: say so, not only the count
             one, several = WORDS["attention"]
             waiting = [f"{self.saved} saved"] if self.saved else []
+            if self.checking:
+                waiting.append(f"{self.checking} {WORDS['checking'][0]}")
             if self.attention:
                 waiting.append(f"{self.attention} {one if self.attention == 1 else several}")
             return f"{self.ready} of {self.total} ready, {', '.join(waiting)} {DASH} {title}"
@@ -231,13 +259,35 @@ def next_try(task: Task, now: datetime) -> str:
     return "" if due is None else f"next try in {how_long(now, due)}"
 
 
-def dress(tasks: list[Task]) -> list[Task]:
-    """Give each task the words its row shows: label, reason, next step, and if it may stop."""
+def checked_itself(tasks: "Any") -> dict[str, datetime]:
+    """Return, by task id, when the worker next looks in Ember's history for each of `tasks`
+    (a queryset) it looks up by itself; none while the searches are off."""
+    if settings.AVATARS_ADOPT_PER_MINUTE <= 0:
+        return {}
+    every = timedelta(seconds=settings.AVATARS_ADOPT_EVERY)
+    lost = adoption.lost_submits().filter(pk__in=tasks.values("pk"), phase__in=SELF_CHECKED)
+    return {str(pk): looked + every for pk, looked in lost.values_list("pk", "looked_at")}
+
+
+def _checking_next(due: datetime, now: datetime) -> str:
+    when = f"next look in {how_long(now, due)}" if due > now else "looking now"
+    return CHECKING_NEXT.format(when=when)
+
+
+def dress(tasks: list[Task], checking: dict[str, datetime] | None = None) -> list[Task]:
+    """Give each task the words its row shows: label, reason, next step, and if it may stop.
+
+    `checking`: the tasks the worker looks up in Ember's history by itself (`checked_itself`).
+    """
     now = timezone.now()
+    checking = checking or {}
     for task in tasks:
         state = TaskState(task.state)
         task.label = STATE_LABELS[state]  # type: ignore[attr-defined]
         task.next_step = next_step(task)  # type: ignore[attr-defined]
+        due = checking.get(str(task.pk))
+        if due is not None:
+            task.label, task.next_step = CHECKING_LABEL, _checking_next(due, now)  # type: ignore[attr-defined]
         # Engineers' phases ("Reconcile before retry") give way to the next step above.
         task.show_phase = state in STOPPABLE  # type: ignore[attr-defined]
         task.reason = reason(task, shown_phase=task.show_phase)  # type: ignore[attr-defined]
@@ -246,5 +296,6 @@ def dress(tasks: list[Task]) -> list[Task]:
         # "Cancel" beside "Ember is making it" only ever answered that it was kept).
         # Nor a clip sent under its key, which waits to be sent again under it (a review).
         task.stoppable = task.cancellable()  # type: ignore[attr-defined]
-        task.group = next(key for key, states in GROUPS if state in states)  # type: ignore[attr-defined]
+        group = next(key for key, states in GROUPS if state in states)
+        task.group = "checking" if due is not None else group  # type: ignore[attr-defined]
     return tasks

@@ -301,7 +301,7 @@
   // region that the polls leave in place (the summary is swapped whole, and a region swapped
   // in is not heard). It speaks when a task comes to rest or needs a person, not at each
   // step of the work, and says when the batch is finished (found by a review).
-  var RESTING = ["ready", "saved", "attention", "failed", "cancelled"];
+  var RESTING = ["ready", "saved", "checking", "attention", "failed", "cancelled"];
   var heard = null;
 
   function counted() {

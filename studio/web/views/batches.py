@@ -160,8 +160,9 @@ def _note_twin(form: BatchForm, twin: Batch | None) -> None:
 
 def _progress_context(request: HttpRequest, batch: Batch) -> dict[str, Any]:
     counts = engine.progress(batch=batch)
-    outcome = progress.Outcome.of_counts(counts)
-    tasks = progress.dress(batch.in_form_order(list(batch.tasks.all())))
+    checking = progress.checked_itself(batch.tasks.all())
+    outcome = progress.Outcome.of_counts(counts).checked(len(checking))
+    tasks = progress.dress(batch.in_form_order(list(batch.tasks.all())), checking)
     repair = ""
     if outcome.operator and request.user.is_staff:
         repair = f"{reverse('admin:studio_task_changelist')}?" + urlencode(
@@ -185,9 +186,10 @@ def _progress_context(request: HttpRequest, batch: Batch) -> dict[str, Any]:
         # those whose answer was lost and whose job nothing has named since (one the
         # history search or reconcile found reached Ember: a review's page doubted 20 of
         # 32 requests of a batch that was all done).
-        # A send in flight is one too, until Ember's answer is read.
-        "unsure_requests": counts["sending"]
-        + Attempt.objects.filter(
+        # A send in flight is one too, until Ember's answer is read: said apart, as one
+        # being sent (a review read "may not have reached Ember" in every ordinary start).
+        "sending_requests": counts["sending"],
+        "unsure_requests": Attempt.objects.filter(
             task__batch=batch, outcome=Attempt.Outcome.UNKNOWN, ember_job_id=""
         ).count(),
     }

@@ -1,0 +1,104 @@
+"""An image whose submit's answer was lost, as the batch page tells the family about it.
+
+Found by a browser review: the worker killed mid-submit, the page said "2 images need an
+operator" with "Repair in admin" (where a resubmit that may pay twice waits behind a tick
+box) for tasks the worker's own search of Ember's history adopted five minutes later,
+paying nothing again. While the worker looks them up by itself (engine/adoption.py), the
+page says so and that there is nothing to do; once a search leaves the decision to a
+person, or when the searches are off, it says a person is needed.
+"""
+
+from datetime import timedelta
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+from django.utils import timezone
+
+from studio.models import Attempt, Batch, Task, TaskState
+from studio.phrases import MAY_HAVE_REACHED, NO_ROW_LATE_PHASE, NO_ROW_PHASE, RECONCILE_PHASE
+from studio.store import move
+from tests.factories import a_batch
+from tests.studio_pages import text
+
+pytestmark = pytest.mark.django_db
+
+NOTHING_TO_DO = (
+    "1 image may have reached Ember: Avatars checks Ember's history for it by itself, so "
+    "nothing is paid twice. Nothing to do yet."
+)
+
+
+def lost_answer(task: Task, *, sent_ago: float = 10, phase: str = RECONCILE_PHASE) -> Task:
+    """Leave `task` as the worker does when a submit's answer was lost: uncertain, with an
+    attempt of unknown outcome and no job id."""
+    sent = timezone.now() - timedelta(seconds=sent_ago)
+    Attempt.objects.create(task=task, number=1, submitted_at=sent, outcome=Attempt.Outcome.UNKNOWN)
+    return move(task, TaskState.UNCERTAIN, phase=phase, error=f"{MAY_HAVE_REACHED} (cut off)")
+
+
+@pytest.fixture
+def staff(client: Client) -> Client:
+    client.force_login(User.objects.create_user("op", password="x" * 12, is_staff=True))
+    return client
+
+
+def one_lost(subject) -> Batch:
+    batch = a_batch(subject, candidates=2)
+    lost_answer(batch.tasks.get(ordinal=1))
+    return batch
+
+
+def test_a_lost_answer_the_worker_looks_up_by_itself_asks_nothing_of_anyone(staff, subject):
+    batch = one_lost(subject)
+
+    page = text(staff.get(f"/batches/{batch.pk}/"))
+
+    assert NOTHING_TO_DO in page, page
+    assert "Checking with Ember: it may have received this" in page
+    assert "Avatars looks in Ember's history for it by itself (next look in 4 min" in page, page
+    assert "1 in progress · 1 being checked with Ember" in page
+    for operators in ("needs an operator", "Needs an operator", "Repair in admin"):
+        assert operators not in page, page
+
+
+def test_its_row_says_when_the_next_look_is_due_and_looking_now_once_past(signed_in, subject):
+    batch = a_batch(subject)
+    lost_answer(batch.tasks.get(), sent_ago=400, phase=NO_ROW_PHASE)
+
+    page = text(signed_in.get(f"/batches/{batch.pk}/"))
+
+    assert "by itself (looking now)" in page, page
+    assert "0 of 1 ready, 1 being checked with Ember" in page  # the tab's title
+
+
+def test_once_a_search_leaves_it_to_a_person_the_page_says_so(staff, subject):
+    batch = a_batch(subject)
+    lost_answer(batch.tasks.get(), sent_ago=2000, phase=NO_ROW_LATE_PHASE)
+
+    page = text(staff.get(f"/batches/{batch.pk}/"))
+
+    assert "1 image needs an operator" in page and "Repair in admin" in page
+    assert "Needs an operator: Ember may have received this" in page
+    assert "being checked with Ember" not in page
+
+
+def test_with_the_searches_off_a_person_is_asked_at_once(staff, subject, settings):
+    settings.AVATARS_ADOPT_PER_MINUTE = 0
+    batch = one_lost(subject)
+
+    page = text(staff.get(f"/batches/{batch.pk}/"))
+
+    assert "1 image needs an operator" in page
+    assert "Checking with Ember" not in page
+
+
+def test_a_task_found_in_ember_since_is_not_checked_again(signed_in, subject):
+    batch = a_batch(subject)
+    task = lost_answer(batch.tasks.get())
+    Attempt.objects.filter(task=task).update(ember_job_id="job_found")
+
+    page = text(signed_in.get(f"/batches/{batch.pk}/"))
+
+    assert "Checking with Ember" not in page
+    assert Task.objects.get().state == TaskState.UNCERTAIN
