@@ -54,3 +54,8 @@ def left_in_ember(error: str) -> str:
     if start < 0 or end < 0:
         return ""
     return error[start : error.find(".", end) + 1]
+
+
+# The start of the phase of a task whose last request could not reach Ember (a poll, a
+# send tried again later): the batch page says Ember is away above the rows.
+UNREACHABLE = "Ember could not be reached"

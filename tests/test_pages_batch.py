@@ -410,3 +410,33 @@ def test_it_requires_the_csrf_token_to_cancel(person: User, subject):
 
     assert browser.post(f"/batches/{batch.pk}/cancel/").status_code == 403
     assert not batch.tasks.filter(state=TaskState.CANCELLED).exists()
+
+
+def test_a_job_that_failed_at_ember_says_it_may_have_been_paid_and_what_to_do(
+    signed_in: Client, subject
+):
+    """Found by a browser review: "Failed — The prompt was refused by the provider", no
+    word that Ember charged for it (it had) nor of what a person may do."""
+    batch = a_batch(subject, candidates=2)
+    at_ember, refused = batch.tasks.order_by("ordinal")
+    move(at_ember, TaskState.FAILED, ember_job_id="job_9", error="The prompt was refused.")
+    move(refused, TaskState.FAILED, error="Ember refused the request: a bad reference.")
+
+    page = text(signed_in.get(f"/batches/{batch.pk}/"))
+
+    said = "Ember took this job and it failed there, so it may have been paid for."
+    assert page.count(said) == 1, page  # not for the request Ember turned away
+    assert "a new batch asks for it again, paid again" in page
+
+
+def test_the_summary_says_when_ember_cannot_be_reached(signed_in: Client, subject):
+    """Found by a browser review: with Ember down the summary said "6 in progress · Worker
+    running"; only the rows, a thousand pixels down on a phone, said Ember was away."""
+    batch = a_batch(subject, candidates=2)
+    first = send_to_ember(batch.tasks.get(ordinal=1))
+    update(first, phase="Ember could not be reached; still polling")
+    away = text(signed_in.get(f"/batches/{batch.pk}/"))
+    update(Task.objects.get(pk=first.pk), phase="Waiting for Ember")
+
+    assert "Ember cannot be reached just now. Avatars keeps trying by itself" in away
+    assert "Ember cannot be reached" not in text(signed_in.get(f"/batches/{batch.pk}/"))

@@ -28,6 +28,7 @@ from studio.phrases import (
     NO_ROW_PHASE,
     RECONCILE_PHASE,
     REFERENCE_CHANGED,
+    UNREACHABLE,
 )
 
 # The outcome groups, in the order the bar shows them: (key, states). An image saved whose
@@ -92,6 +93,11 @@ CHECKING_LABEL = "Checking with Ember: it may have received this"
 CHECKING_NEXT = (
     "Avatars looks in Ember's history for it by itself ({when}): if Ember has it, it is saved "
     "here and not paid again. Nothing to do yet."
+)
+# A job Ember took and ended failed: it may have been charged, and nothing sends it again.
+FAILED_AT_EMBER = (
+    "Ember took this job and it failed there, so it may have been paid for. Nothing sends it "
+    "again by itself: a new batch asks for it again, paid again."
 )
 # A copy Ember's file route answered 404: nothing is left there to copy.
 GONE_NEXT_STEP = (
@@ -245,7 +251,14 @@ def next_step(task: Task) -> str:
         return GONE_NEXT_STEP
     if task.state == TaskState.FAILED and task.error == REFERENCE_CHANGED:
         return REPAIRED_NEXT_STEP
+    if task.state == TaskState.FAILED and task.ember_job_id:
+        return FAILED_AT_EMBER
     return NEXT_STEPS.get(TaskState(task.state), "")
+
+
+def ember_away(tasks: list[Task]) -> bool:
+    """Say whether the last request of a task still under way could not reach Ember."""
+    return any(t.state in STOPPABLE and t.phase.startswith(UNREACHABLE) for t in tasks)
 
 
 def next_try(task: Task, now: datetime) -> str:

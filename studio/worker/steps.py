@@ -32,7 +32,7 @@ from studio.ember.client import (
     encode_payload,
 )
 from studio.models import ACTIVE, Asset, Attempt, Task, TaskState
-from studio.phrases import COPYING_PHASE, GONE_PHASE
+from studio.phrases import COPYING_PHASE, GONE_PHASE, UNREACHABLE
 from studio.store import Conflict, move, update
 from studio.worker import archive, room, turns
 from studio.worker.pacing import Pacing
@@ -494,7 +494,7 @@ def _poll_trouble(exc: EmberError) -> str:
     """Say on the task why a poll taught nothing: Ember not reached, its answer lost on the
     way (cut off, too slow, endless), or an answer that could not be used."""
     if isinstance(exc, EmberUnavailable):
-        return "Ember could not be reached; still polling"
+        return f"{UNREACHABLE}; still polling"
     if isinstance(exc, EmberUnknownOutcome):
         return "Ember's answer did not arrive; still polling"
     return "Ember's answer was unusable; still polling"

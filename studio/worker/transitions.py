@@ -207,7 +207,7 @@ def _record_refusal(task: Task, exc: EmberError, number: int) -> Task:
 def _not_accepted(exc: EmberError) -> tuple[float, str] | None:
     """Return (seconds to wait, phase) for an answer proving nothing was accepted, else None."""
     if isinstance(exc, EmberUnavailable):
-        return UNREACHABLE_BACKOFF, "Ember could not be reached; will try again"
+        return UNREACHABLE_BACKOFF, f"{phrases.UNREACHABLE}; will try again"
     if isinstance(exc, EmberBusy):
         # No figure: stored text would still say "in 40 s" long after; the batch page
         # counts down from next_attempt_at instead.

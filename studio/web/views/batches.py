@@ -175,6 +175,7 @@ def _progress_context(request: HttpRequest, batch: Batch) -> dict[str, Any]:
         "done": outcome.done,
         "cancel": progress.cancel_offer(tasks, outcome),
         "tasks": tasks,
+        "ember_away": progress.ember_away(tasks),
         "repair": repair,
         "seen": ".".join(str(task.version) for task in tasks),
         # Images on the page, whatever their state (the results section's own count).
