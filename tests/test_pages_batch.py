@@ -219,6 +219,22 @@ def test_it_says_whether_a_worker_is_driving_the_tasks(signed_in: Client, subjec
     assert re.search(r"No worker seen for 4\d s \(since ", shown), shown  # not "0 minutes"
 
 
+def test_it_says_what_a_missing_worker_means_while_tasks_wait_for_it(signed_in: Client, subject):
+    """Found by a browser review: "No worker seen for 16 s" beside "6 in progress", in
+    words a family does not know, with nothing said of what it means for them."""
+    batch = a_batch(subject, candidates=2)
+    now = timezone.now()
+    beat = WorkerHeartbeat.objects.create(started_at=now, seen_at=now, pid=1, host="here")
+    explained = "nothing here moves until it runs again"
+    assert explained not in text(signed_in.get(f"/batches/{batch.pk}/"))
+
+    WorkerHeartbeat.objects.filter(pk=beat.pk).update(seen_at=now - timedelta(seconds=20))
+    assert explained in text(signed_in.get(f"/batches/{batch.pk}/"))
+
+    batch.tasks.update(state=TaskState.CANCELLED, next_attempt_at=None)  # nothing left to do
+    assert explained not in text(signed_in.get(f"/batches/{batch.pk}/"))
+
+
 # --- a task waiting out a back-off ---------------------------------------------------
 
 BUSY = "Ember is busy; will try again"
