@@ -48,6 +48,27 @@ def test_it_counts_the_paid_jobs_as_the_person_types(person: Page):
     screenshot(person, "batch-new")
 
 
+def test_on_a_phone_every_tick_field_and_button_of_the_form_is_a_fingers_size(phone: Page):
+    """Found by a browser review at 390 x 844: the subjects' and frames' ticks sat in rows
+    23 px tall, the fields and Start were 40 px (WCAG 2.5.5: 44 px)."""
+    sign_in(phone)
+    fill_batch(phone, prompt="Bo, by finger", candidates=1)
+    targets = {
+        "a subject": phone.locator("label.check.subject").first,
+        "a frame": phone.get_by_label("headshot", exact=True).locator("xpath=.."),
+        "a reference photo": phone.locator("label.pick:visible").first,
+        "the title": phone.get_by_label("Title", exact=False),
+        "a candidate count": phone.locator('input[name="candidates_openai"]'),
+        "Start": start_button(phone),
+    }
+
+    heights = {name: (t.bounding_box() or {"height": 0})["height"] for name, t in targets.items()}
+
+    small = {name: round(h, 1) for name, h in heights.items() if h < 44}
+    assert not small, f"under 44 px on a phone: {small}"
+    fits_the_screen(phone)
+
+
 def test_it_disables_the_button_and_says_what_it_is_doing_once_pressed(person: Page):
     fill_batch(person, prompt="Bo, pressed once", candidates=3)
     # Hold the form here after the page's own handler ran, to look at the button.
