@@ -192,3 +192,16 @@ def test_it_shows_the_daily_cap_for_the_whole_form(signed_in: Client, subject, p
         "It fits in about 24 hours, when earlier tasks leave the window."
     ), "4 + 6 > 8, said once for the whole form"
     assert Batch.objects.count() == 1
+
+
+def test_every_field_the_form_describes_points_at_a_description_on_the_page(signed_in, subject):
+    """Found by a browser review: the candidate counts' aria-describedby named
+    `id_candidates_*_helptext`, which no element had: a screen reader read nothing."""
+    page = signed_in.get("/batches/new/").content.decode()
+
+    described = re.findall(r'aria-describedby="([^"]+)"', page)
+
+    assert described, "no field is described"
+    ids = set(re.findall(r'\bid="([^"]+)"', page))
+    missing = [name for names in described for name in names.split() if name not in ids]
+    assert not missing, f"described by no element: {missing}"
