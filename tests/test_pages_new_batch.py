@@ -205,3 +205,16 @@ def test_every_field_the_form_describes_points_at_a_description_on_the_page(sign
     ids = set(re.findall(r'\bid="([^"]+)"', page))
     missing = [name for names in described for name in names.split() if name not in ids]
     assert not missing, f"described by no element: {missing}"
+
+
+def test_the_form_says_how_many_paid_jobs_the_daily_limit_leaves(signed_in, subject, settings):
+    """Found by a browser review: the daily limit and what is left of it were never shown
+    before it refused a batch."""
+    settings.AVATARS_DAILY_TASK_CAP = 10
+    signed_in.post("/batches/new/", batch_form(subject))  # a batch of 6 paid jobs
+
+    page = text(signed_in.get("/batches/new/"))
+
+    planned = Task.objects.count()
+    said = f"You may start {10 - planned} more paid jobs in the next 24 hours (the limit is 10"
+    assert planned and said in page, page

@@ -53,6 +53,7 @@ from studio.engine.library import add_reference, create_subject
 from studio.engine.planning import (
     canonical_sha256,
     generate,
+    jobs_left_today,
     planned_by,
     progress,
     recent_twin,
@@ -128,6 +129,7 @@ __all__ = [
     "delete_set",
     "echo",
     "generate",
+    "jobs_left_today",
     "lost_originals",
     "planned_by",
     "progress",

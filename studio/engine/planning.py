@@ -278,6 +278,15 @@ def _check_references_stand(references: list[dict[str, Any]]) -> None:
         )
 
 
+def jobs_left_today(user: User) -> int | None:
+    """Return how many more paid tasks `user` may plan now under the daily cap (None: no cap)."""
+    limit = settings.AVATARS_DAILY_TASK_CAP
+    if not limit:
+        return None
+    since = timezone.now() - timedelta(hours=SPEND_WINDOW_HOURS)
+    return max(0, limit - _tasks_planned_since(user, since))
+
+
 def _check_daily_cap(user: User, more: int) -> None:
     """Raise SpendCapReached if `more` tasks would take `user` past the daily cap.
 

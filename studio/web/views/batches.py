@@ -98,8 +98,16 @@ def batch_new(request: HttpRequest) -> HttpResponse:
         "max_references": settings.AVATARS_MAX_REFERENCES,
         "max_jobs": settings.AVATARS_MAX_TASKS_PER_BATCH,
         "confirm_above": settings.AVATARS_CONFIRM_JOBS_ABOVE,
+        "left_today": left_today(request),
+        "daily_cap": settings.AVATARS_DAILY_TASK_CAP,
     }
     return render(request, "studio/batch_new.html", context, status=status)
+
+
+def left_today(request: HttpRequest) -> int | None:
+    """Return how many more paid jobs the person may start under the daily cap, if any."""
+    user = user_of(request)
+    return engine.jobs_left_today(user) if user is not None else None
 
 
 def _named_otherwise(request: HttpRequest, form: BatchForm) -> bool:
