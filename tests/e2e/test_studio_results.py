@@ -186,6 +186,24 @@ def test_a_phone_gives_every_link_of_the_viewer_room_for_a_finger(phone: Page, b
     fits_the_screen(phone)
 
 
+def test_a_phone_shows_a_ready_tasks_card_without_empty_labels(phone: Page, batch_url: str):
+    """Found by a browser review: a ready task's card on a phone said "What happens:" and
+    nothing after it."""
+    sign_in(phone)
+    phone.goto(batch_url)
+    phone.get_by_text("Task details", exact=True).click()  # folded once the batch is done
+    cards = phone.get_by_test_id("task")
+    expect(cards).to_have_count(3)
+    expect(cards.first).to_be_visible()
+
+    said = [card.inner_text() for card in cards.all()]
+    # The label is drawn by CSS (::before), which inner_text leaves out: the cell is shown.
+    shown = [card.locator("td.reason").is_visible() for card in cards.all()]
+
+    assert all("Ready" in card for card in said), said
+    assert shown == [False, False, False], "an empty 'What happens:' on a ready task's card"
+
+
 def heights_under_a_finger(targets: list) -> dict[str, float]:
     """The targets shorter than a finger needs, by their accessible name or text."""
     boxes = {
