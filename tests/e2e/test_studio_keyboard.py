@@ -216,8 +216,12 @@ def test_enter_in_a_field_of_the_new_batch_form_starts_nothing(person: Page):
         ".addEventListener('submit', e => { window.sent += 1; e.preventDefault(); })"
     )
 
+    hint = person.get_by_test_id("enter-hint")
+    expect(hint).to_be_hidden()
     person.locator('input[name="title"]').fill("Enter")
     person.locator('input[name="title"]').press("Enter")
+    # Found by a browser review: Enter in the title did nothing, and said nothing either.
+    expect(hint).to_have_text("Nothing was started: press \u201cStart 2 paid jobs\u201d to start.")
     person.locator('input[name="candidates_openai"]').press("Enter")
     person.get_by_label("Bo", exact=True).press("Enter")
 

@@ -120,8 +120,16 @@
   // Enter in a field (a count, the title, a ticked box) sends nothing: only the button that
   // names the spend starts paid jobs. Without this script the form's first, disabled button
   // does the same for the text and number fields.
+  // It says so where the server's own notice would be: a review pressed Enter in the title
+  // and saw nothing happen at all.
+  var enterHint = form.querySelector("[data-testid=enter-hint]");
   form.addEventListener("keydown", function (event) {
-    if (event.key === "Enter" && event.target instanceof HTMLInputElement) event.preventDefault();
+    if (event.key !== "Enter" || !(event.target instanceof HTMLInputElement)) return;
+    event.preventDefault();
+    if (!enterHint || event.target.type === "checkbox") return;
+    enterHint.textContent = "Nothing was started: press \u201c" + button.textContent.trim() +
+      "\u201d to start.";
+    enterHint.hidden = false;
   });
   form.addEventListener("input", function () {
     recount();
