@@ -204,6 +204,25 @@ def test_a_phone_shows_a_ready_tasks_card_without_empty_labels(phone: Page, batc
     assert shown == [False, False, False], "an empty 'What happens:' on a ready task's card"
 
 
+def test_a_phone_keeps_the_selection_bar_off_the_pictures_until_one_is_ticked(
+    phone: Page, batch_url: str
+):
+    """Found by a browser review: at 390 x 844 the bar, 143 px, followed the person down the
+    results saying "Nothing ticked yet", over the pictures."""
+    sign_in(phone)
+    phone.goto(batch_url)
+    bar = phone.locator(".selection-bar")
+    expect(bar.get_by_test_id("ticked-count")).to_have_text("Nothing ticked yet")
+    phone.evaluate("window.scrollTo(0, 0)")
+    expect(bar).not_to_be_in_viewport()
+
+    phone.locator(f'input[name="assets"][value="{results_of(phone)[0]}"]').check()
+
+    expect(bar.get_by_test_id("ticked-count")).to_have_text("1 image ticked")
+    phone.evaluate("window.scrollTo(0, 0)")
+    expect(bar).to_be_in_viewport()  # it follows the person once there is something to do
+
+
 def heights_under_a_finger(targets: list) -> dict[str, float]:
     """The targets shorter than a finger needs, by their accessible name or text."""
     boxes = {

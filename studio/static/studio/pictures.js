@@ -68,6 +68,7 @@
       (away ? " (" + away + " on other pages)" : "");
     var untick = bar.querySelector("[data-untick]");
     if (untick) untick.hidden = ids.length === 0;
+    bar.toggleAttribute("data-empty", ids.length === 0 && away === 0);
     ticks(form).forEach(function (box) {
       var at = ids.indexOf(box.value);
       var label = box.closest("label");
