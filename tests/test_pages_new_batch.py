@@ -218,3 +218,19 @@ def test_the_form_says_how_many_paid_jobs_the_daily_limit_leaves(signed_in, subj
     planned = Task.objects.count()
     said = f"You may start {10 - planned} more paid jobs in the next 24 hours (the limit is 10"
     assert planned and said in page, page
+
+
+def test_each_problem_said_at_the_top_leads_to_its_field(signed_in, subject):
+    """Found by a browser review: the summary of errors at the top named each problem, and
+    on a phone its field was screens below, with no way there but scrolling."""
+    form = batch_form(subject, prompt="", subjects=[], frames=[], candidates_openai=0)
+    form.update(candidates_flux=0, candidates_google=0)
+
+    page = signed_in.post("/batches/new/", form).content.decode()
+
+    found = re.search(r'<div class="errors"[^>]*data-testid="problems">.*?</div>', page, re.S)
+    summary = found[0] if found else ""
+    targets = re.findall(r'<a href="#([^"]+)">', summary)
+    assert len(targets) >= 4, summary  # the prompt, the subjects, the providers, the frames
+    ids = set(re.findall(r'\bid="([^"]+)"', page))
+    assert [t for t in targets if t not in ids] == [], summary

@@ -161,6 +161,18 @@ class BatchForm(forms.Form):
     def provider_fields(self) -> list[forms.BoundField]:
         return [self[f"candidates_{key}"] for key in settings.AVATARS_PROVIDERS]
 
+    def problems(self) -> list[tuple[str, str, str]]:
+        """Return (the id of the field's first box, its label, an error) for each error, in
+        the form's order: the summary at the top links each to its field (a review)."""
+        found = []
+        for field in self:
+            if field.name == "providers":  # a hidden field: its boxes are the counts
+                anchor = self.provider_fields()[0].id_for_label
+            else:  # a list of ticks labels none of its boxes: the first is the way in
+                anchor = field.id_for_label or f"{field.auto_id}_0"
+            found += [(anchor, str(field.label), str(error)) for error in field.errors]
+        return found
+
     def subjects_without_photos(self) -> set[int]:
         """Return the ids of the subjects that have no reference photo yet."""
         photos = Asset.objects.filter(origin=Origin.UPLOADED, subjects=OuterRef("pk"))
