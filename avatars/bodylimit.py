@@ -189,10 +189,11 @@ class BodyLimit:
                 return
         # A signed-in person's upload past the limit is answered with a page of the studio.
         page = form_data and deadline is None and not api
+        counted = form_data and has_body and deadline is None  # a stranger's takes no place
         if deadline is None and has_body:
             deadline = _slowest(int(length) if length is not None else limit)
         rule = Rule(limit, too_large, deadline, page)
-        if form_data and has_body:
+        if counted:
             await self._run_upload(scope, receive, send, rule, headers)
         else:
             await self._run_counting(scope, receive, send, rule)

@@ -5,10 +5,12 @@ in a temporary file that no listing shows (deleted as it is made). Uploads take 
 be parsed and stored (`studio.uploads.UploadTurns`), but their bodies arrived meanwhile:
 a review sent thirty 21.7 MB uploads at once from one token and the process held 651 MB
 of them. Here, an upload (a multipart body from a signed-in person or a valid token) is
-let in to be read only while fewer than this many are; the others wait unread, their
-bytes left with the sender (the server stops reading a connection whose body is not
-asked for), and one not let in within `AVATARS_BODY_IDLE_SECONDS` is answered 503 with
-`Retry-After`. So the temporary files hold at most this many bodies.
+let in to be read only while fewer than this many are (a body from someone not signed
+in, a few KB read within seconds, takes no place: a trickle of them would keep every
+place); the others wait unread, their bytes left with the sender (the server stops
+reading a connection whose body is not asked for), and one not let in within
+`AVATARS_BODY_IDLE_SECONDS` is answered 503 with `Retry-After`. So the temporary files
+hold at most this many bodies.
 """
 
 import asyncio

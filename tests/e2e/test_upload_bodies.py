@@ -50,14 +50,15 @@ def upload_head(subject_id: int, token: str, length: int) -> bytes:
 
 
 @contextlib.contextmanager
-def held_open(web: Web, head: bytes, body: bytes) -> Iterator[threading.Event]:
-    """Send `head` and `body` but its last byte, dripping a byte a second of the rest: an
-    upload being read, holding its place. Setting the event yielded sends the rest."""
+def held_open(web: Web, head: bytes, body: bytes, first: int = 4 * MB) -> Iterator[threading.Event]:
+    """Send `head` and the `first` bytes of `body`, dripping two bytes a second of the rest
+    but its last: an upload being read, holding its place. Setting the event yielded sends
+    the rest. (Past 2.5 MB, Django's handler has rolled the body over into a temporary file.)
+    """
     done = threading.Event()
     sock = socket.create_connection(("127.0.0.1", web.port), timeout=30)
-    # Past 2.5 MB: Django's handler has rolled the body over into a temporary file.
-    sock.sendall(head + body[: 4 * MB])
-    rest = body[4 * MB :]
+    sock.sendall(head + body[:first])
+    rest = body[first:]
 
     def drip() -> None:
         sent = 0
@@ -141,3 +142,30 @@ def test_an_upload_waiting_for_a_place_is_read_once_one_frees(served):
             head, body = answer_of(third)
 
     assert head.startswith("HTTP/1.1 201 "), head + body
+
+
+def test_an_upload_from_someone_not_signed_in_takes_no_place(served):
+    """Someone not signed in may send a studio page a few KB (a sign-in form) within
+    seconds: that would be room enough to hold every place with a trickle, over and over,
+    and keep a family's photos waiting. Such a body takes no place."""
+    web, _stack, _spool, token, subject_id = served
+    small = form(b"\0" * (40 * 1024))
+    stranger = (
+        f"POST /subjects/{subject_id}/ HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        f"Content-Length: {len(small)}\r\n"
+        f"Content-Type: multipart/form-data; boundary={BOUNDARY}\r\n\r\n"
+    ).encode()
+    photo = form(png_bytes(78))
+    with (
+        held_open(web, stranger, small, first=1024),
+        held_open(web, stranger, small, first=1024),
+    ):
+        time.sleep(0.5)
+        with socket.create_connection(("127.0.0.1", web.port), timeout=30) as mine:
+            sent = time.monotonic()
+            mine.sendall(upload_head(subject_id, token, len(photo)) + photo)
+            head, body = answer_of(mine)
+            took = time.monotonic() - sent
+
+    assert head.startswith("HTTP/1.1 201 "), head + body
+    assert took < IDLE, f"the photo waited {took:.1f} s behind strangers' bodies"
