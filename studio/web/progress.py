@@ -90,9 +90,11 @@ NEXT_STEPS = {
 # the worker adopted five minutes later, paying nothing again.
 SELF_CHECKED = (RECONCILE_PHASE, NO_ROW_PHASE)
 CHECKING_LABEL = "Checking with Ember: it may have received this"
+# Said as a period, not a countdown: a search that finds nothing new leaves the row as it
+# was, and a row's words are drawn again only when it changes.
 CHECKING_NEXT = (
-    "Avatars looks in Ember's history for it by itself ({when}): if Ember has it, it is saved "
-    "here and not paid again. Nothing to do yet."
+    "Avatars looks in Ember's history for it by itself, every {every}: if Ember has it, it "
+    "is saved here and not paid again. Nothing to do yet."
 )
 # A job Ember took and ended failed: it may have been charged, and nothing sends it again.
 FAILED_AT_EMBER = (
@@ -272,35 +274,35 @@ def next_try(task: Task, now: datetime) -> str:
     return "" if due is None else f"next try in {how_long(now, due)}"
 
 
-def checked_itself(tasks: "Any") -> dict[str, datetime]:
-    """Return, by task id, when the worker next looks in Ember's history for each of `tasks`
-    (a queryset) it looks up by itself; none while the searches are off."""
+def checked_itself(tasks: "Any") -> set[str]:
+    """Return the ids of those of `tasks` (a queryset) the worker looks up in Ember's history
+    by itself; none while the searches are off."""
     if settings.AVATARS_ADOPT_PER_MINUTE <= 0:
-        return {}
-    every = timedelta(seconds=settings.AVATARS_ADOPT_EVERY)
+        return set()
     lost = adoption.lost_submits().filter(pk__in=tasks.values("pk"), phase__in=SELF_CHECKED)
-    return {str(pk): looked + every for pk, looked in lost.values_list("pk", "looked_at")}
+    return {str(pk) for pk in lost.values_list("pk", flat=True)}
 
 
-def _checking_next(due: datetime, now: datetime) -> str:
-    when = f"next look in {how_long(now, due)}" if due > now else "looking now"
-    return CHECKING_NEXT.format(when=when)
+def _checking_next() -> str:
+    now = timezone.now()
+    every = how_long(now, now + timedelta(seconds=settings.AVATARS_ADOPT_EVERY))
+    return CHECKING_NEXT.format(every=every)
 
 
-def dress(tasks: list[Task], checking: dict[str, datetime] | None = None) -> list[Task]:
+def dress(tasks: list[Task], checking: set[str] | None = None) -> list[Task]:
     """Give each task the words its row shows: label, reason, next step, and if it may stop.
 
     `checking`: the tasks the worker looks up in Ember's history by itself (`checked_itself`).
     """
     now = timezone.now()
-    checking = checking or {}
+    checking = checking or set()
     for task in tasks:
         state = TaskState(task.state)
         task.label = STATE_LABELS[state]  # type: ignore[attr-defined]
         task.next_step = next_step(task)  # type: ignore[attr-defined]
-        due = checking.get(str(task.pk))
-        if due is not None:
-            task.label, task.next_step = CHECKING_LABEL, _checking_next(due, now)  # type: ignore[attr-defined]
+        looked_up = str(task.pk) in checking
+        if looked_up:
+            task.label, task.next_step = CHECKING_LABEL, _checking_next()  # type: ignore[attr-defined]
         # Engineers' phases ("Reconcile before retry") give way to the next step above.
         task.show_phase = state in STOPPABLE  # type: ignore[attr-defined]
         task.reason = reason(task, shown_phase=task.show_phase)  # type: ignore[attr-defined]
@@ -310,5 +312,5 @@ def dress(tasks: list[Task], checking: dict[str, datetime] | None = None) -> lis
         # Nor a clip sent under its key, which waits to be sent again under it (a review).
         task.stoppable = task.cancellable()  # type: ignore[attr-defined]
         group = next(key for key, states in GROUPS if state in states)
-        task.group = "checking" if due is not None else group  # type: ignore[attr-defined]
+        task.group = "checking" if looked_up else group  # type: ignore[attr-defined]
     return tasks
