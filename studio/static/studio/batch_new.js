@@ -166,5 +166,11 @@
   var twin = form.querySelector("[data-testid=twin]");
   if (problems) problems.focus();
   else if (twin) twin.focus();  // the same batch started minutes ago: asked first
-  else if (question) question.focus();
+  else if (question) {
+    // The question and the button it asks about both in view: focus alone scrolls only as
+    // far as the question, leaving the button below the fold on a phone.
+    question.focus({ preventScroll: true });
+    button.parentElement.scrollIntoView({ block: "nearest" });
+    if (question.getBoundingClientRect().top < 0) question.scrollIntoView({ block: "start" });
+  }
 })();
