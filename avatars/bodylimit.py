@@ -181,15 +181,15 @@ class BodyLimit:
             deadline = settings.AVATARS_ANONYMOUS_BODY_SECONDS
             if length is not None and int(length) > limit:
                 if form_data:  # a photo sent after its person's sign-in ended: say so
-                    await _send_page(
-                        send, 413, lambda: door_pages.signed_out_page(headers), too_large
-                    )
+                    signed_out = partial(door_pages.signed_out_page, headers)
+                    await _send_page(send, 413, signed_out, too_large)
                 else:
                     await _answer(send, scope, 413, "too_large", too_large)
                 return
         # A signed-in person's upload past the limit is answered with a page of the studio.
         page = form_data and deadline is None and not api
-        counted = form_data and has_body and deadline is None  # a stranger's takes no place
+        # Only a POST's upload takes a place: not a stranger's, nor a body sent with a GET.
+        counted = form_data and has_body and deadline is None and scope["method"] == "POST"
         if deadline is None and has_body:
             deadline = _slowest(int(length) if length is not None else limit)
         rule = Rule(limit, too_large, deadline, page)

@@ -4,7 +4,7 @@ Django's ASGI handler reads a whole body before any view runs, and keeps one pas
 in a temporary file that no listing shows (deleted as it is made). Uploads take turns to
 be parsed and stored (`studio.uploads.UploadTurns`), but their bodies arrived meanwhile:
 a review sent thirty 21.7 MB uploads at once from one token and the process held 651 MB
-of them. Here, an upload (a multipart body from a signed-in person or a valid token) is
+of them. Here, an upload (a multipart POST from a signed-in person or a valid token) is
 let in to be read only while fewer than this many are (a body from someone not signed
 in, a few KB read within seconds, takes no place: a trickle of them would keep every
 place); the others wait unread, their bytes left with the sender (the server stops

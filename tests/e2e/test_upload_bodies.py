@@ -169,3 +169,31 @@ def test_an_upload_from_someone_not_signed_in_takes_no_place(served):
 
     assert head.startswith("HTTP/1.1 201 "), head + body
     assert took < IDLE, f"the photo waited {took:.1f} s behind strangers' bodies"
+
+
+def test_a_body_sent_with_a_read_takes_no_place(served):
+    """Found by a re-review: GETs with a read-only token and a multipart body, trickled,
+    took every place, and a photo waited, then was told to come back, for as long as they
+    went on (half an hour each, at the slowest rate allowed)."""
+    web, stack, _spool, token, subject_id = served
+    small = form(b"\0" * (64 * 1024))
+    read_only = stack.env["READ_ONLY_TOKEN"]
+    reading = (
+        f"GET /api/v1/subjects HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        f"Authorization: Bearer {read_only}\r\nContent-Length: {len(small)}\r\n"
+        f"Content-Type: multipart/form-data; boundary={BOUNDARY}\r\n\r\n"
+    ).encode()
+    photo = form(png_bytes(79))
+    with (
+        held_open(web, reading, small, first=1024),
+        held_open(web, reading, small, first=1024),
+    ):
+        time.sleep(0.5)
+        with socket.create_connection(("127.0.0.1", web.port), timeout=30) as mine:
+            sent = time.monotonic()
+            mine.sendall(upload_head(subject_id, token, len(photo)) + photo)
+            head, body = answer_of(mine)
+            took = time.monotonic() - sent
+
+    assert head.startswith("HTTP/1.1 201 "), head + body
+    assert took < IDLE, f"the photo waited {took:.1f} s behind bodies sent with a GET"
