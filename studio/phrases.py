@@ -59,3 +59,7 @@ def left_in_ember(error: str) -> str:
 # The start of the phase of a task whose last request could not reach Ember (a poll, a
 # send tried again later): the batch page says Ember is away above the rows.
 UNREACHABLE = "Ember could not be reached"
+# A job Ember accepted and has not ended: the phase `running` starts with, and is given
+# back once a poll is answered again after a trouble (a review's batch page said "Ember
+# could not be reached" for the rest of a long job after Ember was back).
+GENERATING_PHASE = "Ember is generating"

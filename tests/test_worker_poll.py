@@ -165,6 +165,41 @@ def test_it_says_why_a_poll_taught_nothing(subject, ember, worker, monkeypatch, 
     assert task.state == TaskState.DONE
 
 
+def test_a_poll_answered_again_takes_the_trouble_off_the_row(subject, ember, worker, monkeypatch):
+    """Found by a re-review: Ember back, its polls answered "running" every 3 s, and the
+    batch page still said "Ember cannot be reached just now" until the long job ended."""
+    fake = FakeEmber(ember)
+    answers = iter(
+        [httpx.ConnectError("down"), httpx.Response(200, json={"id": "job_1", "status": "running"})]
+    )
+    written: list[tuple[str, str]] = []
+    real_update = steps.update
+
+    def update(obj, **fields):
+        written.append((fields.get("phase", ""), fields.get("error", "")))
+        return real_update(obj, **fields)
+
+    def poll(request, job_id):
+        answer = next(answers, None)
+        if answer is None:
+            return fake._poll(request, job_id)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    monkeypatch.setattr(steps, "update", update)
+    fake.poll_route.mock(side_effect=poll)
+    plan(subject)
+
+    drain(worker)
+
+    trouble = (
+        "Ember could not be reached; still polling",
+        "Ember could not be reached (ConnectError).",
+    )
+    assert written[:2] == [trouble, ("Ember is generating", "")], written
+
+
 def test_it_marks_a_job_ember_does_not_know_as_uncertain(subject, ember, worker):
     fake = FakeEmber(ember)
     fake.poll_route.mock(

@@ -20,21 +20,18 @@ from django.utils import timezone
 
 from studio import dbfaults, originals
 from studio.ember.client import (
-    EmberBusy,
     EmberClient,
     EmberError,
     EmberNotFound,
     EmberTooLarge,
-    EmberUnavailable,
-    EmberUnknownOutcome,
     EmberUnsafeId,
     Submitted,
     encode_payload,
 )
 from studio.models import ACTIVE, Asset, Attempt, Task, TaskState
-from studio.phrases import COPYING_PHASE, GONE_PHASE, UNREACHABLE
+from studio.phrases import COPYING_PHASE, GENERATING_PHASE, GONE_PHASE
 from studio.store import Conflict, move, update
-from studio.worker import archive, room, turns
+from studio.worker import archive, room, troubles, turns
 from studio.worker.pacing import Pacing
 from studio.worker.transitions import (
     COPY_FAILED_PHASE,
@@ -274,10 +271,7 @@ class Steps:
                 await db(_rest_unknown)(task)
                 return False
             except EmberError as exc:
-                new = task.error != exc.message  # one warning and write per new problem
-                log.log(WARNING if new else DEBUG, "task=%s poll failed: %s", task.pk, exc.message)
-                if new:
-                    await db(update)(task, phase=_poll_trouble(exc), error=exc.message)
+                task = await self._poll_failed(task, exc)
             else:
                 if job.status in ("succeeded", "failed"):
                     turns.TURN.set(turns.new_turn())  # what the end needs goes in its order
@@ -286,12 +280,22 @@ class Steps:
                         self.pacing.learn(kind, plan, last_running, asked)
                     return await db(_record_ended)(task, job)
                 last_running = asked
+                if task.error:  # answered again after a trouble the row still shows
+                    task = await db(update)(task, phase=GENERATING_PHASE, error="")
             if timezone.now() > deadline:
                 await db(self._give_up)(task)
                 return False
             if not planned:
                 await self._sleep(self.poll_interval)
         return False
+
+    async def _poll_failed(self, task: Task, exc: EmberError) -> Task:
+        """Show on the task why a poll taught nothing: one warning and write a new problem."""
+        new = task.error != exc.message
+        log.log(WARNING if new else DEBUG, "task=%s poll failed: %s", task.pk, exc.message)
+        if not new:
+            return task
+        return await db(update)(task, phase=troubles.poll_trouble(exc), error=exc.message)
 
     async def _sleep_until(self, when: datetime) -> None:
         """Sleep until `when` (return at once if it has passed)."""
@@ -441,7 +445,7 @@ class Steps:
                     raise
                 trouble: Exception = exc
             except (EmberError, originals.ChecksumFailed, OSError) as exc:
-                tries = FETCH_TRIES_EMBER_AWAY if _ember_away(exc) else FETCH_TRIES
+                tries = FETCH_TRIES_EMBER_AWAY if troubles.ember_away(exc) else FETCH_TRIES
                 if attempt >= tries:
                     raise
                 trouble = exc
@@ -480,21 +484,3 @@ def _said(exc: Exception) -> str:
 
 class _CopyPaused(Exception):
     """A stop was asked while a copy waited to try again: the task stays `copying`."""
-
-
-def _ember_away(exc: Exception) -> bool:
-    """Say whether a fetch failed because Ember was away (unreachable, busy, or erring with a
-    5xx), which passes, rather than because of the image or the disk."""
-    if isinstance(exc, EmberUnavailable | EmberBusy | EmberUnknownOutcome):
-        return True
-    return type(exc) is EmberError and (getattr(exc, "status", None) or 0) >= 500
-
-
-def _poll_trouble(exc: EmberError) -> str:
-    """Say on the task why a poll taught nothing: Ember not reached, its answer lost on the
-    way (cut off, too slow, endless), or an answer that could not be used."""
-    if isinstance(exc, EmberUnavailable):
-        return f"{UNREACHABLE}; still polling"
-    if isinstance(exc, EmberUnknownOutcome):
-        return "Ember's answer did not arrive; still polling"
-    return "Ember's answer was unusable; still polling"

@@ -170,7 +170,7 @@ def _record_accepted(task: Task, submitted: Submitted, number: int, now: datetim
             task,
             TaskState.RUNNING,
             ember_job_id=submitted.job_id,
-            phase="Ember is generating",
+            phase=phrases.GENERATING_PHASE,
             error="",
         )
 
