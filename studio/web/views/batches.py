@@ -168,6 +168,10 @@ def _note_twin(form: BatchForm, twin: Batch | None) -> None:
 
 def _progress_context(request: HttpRequest, batch: Batch) -> dict[str, Any]:
     counts = engine.progress(batch=batch)
+    worker = WorkerHeartbeat.status()
+    # A send is "being sent" only while a worker runs: one a dead worker left may not have
+    # reached Ember (a re-review read "2 being sent" under "No worker seen for 16 s").
+    sending = counts["sending"] if worker == "worker running" else 0
     checking = progress.checked_itself(batch.tasks.all())
     outcome = progress.Outcome.of_counts(counts).checked(len(checking))
     tasks = progress.dress(batch.in_form_order(list(batch.tasks.all())), checking)
@@ -190,15 +194,17 @@ def _progress_context(request: HttpRequest, batch: Batch) -> dict[str, Any]:
         "delivered": sum(1 for task in tasks if task.asset_id),
         "tab_title": outcome.tab_title(batch.title),
         "reload_seconds": NO_SCRIPT_RELOAD,
-        "worker_status": WorkerHeartbeat.status(),
+        "worker_status": worker,
         # Counted as paid, since they may have been; the summary says how many are unsure:
         # those whose answer was lost and whose job nothing has named since (one the
         # history search or reconcile found reached Ember: a review's page doubted 20 of
         # 32 requests of a batch that was all done).
         # A send in flight is one too, until Ember's answer is read: said apart, as one
         # being sent (a review read "may not have reached Ember" in every ordinary start).
-        "sending_requests": counts["sending"],
-        "unsure_requests": Attempt.objects.filter(
+        "sending_requests": sending,
+        "unsure_requests": counts["sending"]
+        - sending
+        + Attempt.objects.filter(
             task__batch=batch, outcome=Attempt.Outcome.UNKNOWN, ember_job_id=""
         ).count(),
     }
