@@ -80,7 +80,7 @@ def test_once_a_search_leaves_it_to_a_person_the_page_says_so(staff, subject):
 
     assert "1 image needs an operator" in page and "Repair in admin" in page
     assert "Needs an operator: Ember may have received this" in page
-    assert "being checked with Ember" not in page
+    assert "1 being checked with Ember" not in page  # the summary's count
 
 
 def test_with_the_searches_off_a_person_is_asked_at_once(staff, subject, settings):
@@ -102,3 +102,14 @@ def test_a_task_found_in_ember_since_is_not_checked_again(signed_in, subject):
 
     assert "Checking with Ember" not in page
     assert Task.objects.get().state == TaskState.UNCERTAIN
+
+
+def test_with_only_checks_left_and_no_worker_the_page_says_what_that_means(signed_in, subject):
+    """Found by a re-review: the worker stopped, the one task left being checked with Ember,
+    and the page did not say that nothing moves until a worker runs again."""
+    batch = a_batch(subject)
+    lost_answer(batch.tasks.get())
+
+    page = text(signed_in.get(f"/batches/{batch.pk}/"))
+
+    assert "nothing here moves until it runs again" in page, page

@@ -142,8 +142,8 @@ def test_it_offers_to_choose_favourites_only_once_nothing_more_is_coming(
 @pytest.mark.parametrize(
     ("rest", "said"),
     [
-        (TaskState.COPY_FAILED, "No images yet: the tasks waiting for an operator may still"),
-        (TaskState.UNCERTAIN, "No images yet: the tasks waiting for an operator may still"),
+        (TaskState.COPY_FAILED, "No images yet: the tasks still being checked with Ember, or"),
+        (TaskState.UNCERTAIN, "No images yet: the tasks still being checked with Ember, or"),
         (TaskState.FAILED, "This batch delivered no images."),
     ],
 )
