@@ -22,9 +22,9 @@ before its 401. Here, before the body is read:
 - an upload (a multipart form) without a length (chunked) is answered 411: Django reads
   such a form as empty, so a valid photo would be "missing" and a studio form would lose
   its CSRF token; browsers and HTTP clients send a form's length anyway;
-- at most `AVATARS_UPLOAD_BODIES_AT_ONCE` uploads are read at once; more wait unread,
-  and one still waiting after `AVATARS_BODY_IDLE_SECONDS` is answered 503
-  (avatars/upload_bodies.py);
+- at most `AVATARS_UPLOAD_BODIES_AT_ONCE` uploads (POSTs from a signed-in person or a
+  token) are read at once; more wait unread, and one still waiting after
+  `AVATARS_BODY_IDLE_SECONDS` is answered 503 (avatars/upload_bodies.py);
 - any other body without a length is counted as it streams and cut off with a 413 as
   soon as it passes its limit;
 - a body that stops arriving for `AVATARS_BODY_IDLE_SECONDS` is answered 408: a client
