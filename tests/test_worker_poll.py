@@ -21,6 +21,35 @@ from tests.worker_drive import fake_submit
 pytestmark = pytest.mark.django_db
 
 
+def polls_answered(fake: FakeEmber, answers: list) -> None:
+    """Have Ember's poll route give `answers` in turn (an exception is raised), then the
+    fake's own."""
+    left = iter(answers)
+
+    def poll(request, job_id):
+        answer = next(left, None)
+        if answer is None:
+            return fake._poll(request, job_id)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    fake.poll_route.mock(side_effect=poll)
+
+
+def updates_written(monkeypatch) -> list[dict]:
+    """Record the fields of every update the worker's steps write, in order."""
+    written: list[dict] = []
+    real_update = steps.update
+
+    def update(obj, **fields):
+        written.append(fields)
+        return real_update(obj, **fields)
+
+    monkeypatch.setattr(steps, "update", update)
+    return written
+
+
 # --- running --------------------------------------------------------------------------
 
 
@@ -81,23 +110,8 @@ def test_it_polls_once_before_giving_up_on_a_job_past_the_bound(subject, ember, 
 
 def test_it_keeps_polling_through_transient_errors(subject, ember, worker):
     fake = FakeEmber(ember)
-    answers = iter(
-        [
-            httpx.Response(502),
-            httpx.ConnectError("down"),
-            httpx.Response(200, json={"id": "job_1", "status": "running"}),
-        ]
-    )
-
-    def poll(request, job_id):
-        answer = next(answers, None)
-        if answer is None:
-            return fake._poll(request, job_id)
-        if isinstance(answer, Exception):
-            raise answer
-        return answer
-
-    fake.poll_route.mock(side_effect=poll)
+    running = httpx.Response(200, json={"id": "job_1", "status": "running"})
+    polls_answered(fake, [httpx.Response(502), httpx.ConnectError("down"), running])
     [task] = plan(subject)
 
     drain(worker)
@@ -138,29 +152,13 @@ def test_a_resubmit_whose_reference_changed_rests_uncertain_not_failed(subject, 
 def test_it_says_why_a_poll_taught_nothing(subject, ember, worker, monkeypatch, trouble, phase):
     """Found by a review: an unreachable Ember was called an unusable answer."""
     fake = FakeEmber(ember)
-    troubles = iter([trouble])
-    written: list[str] = []
-    real_update = steps.update
-
-    def update(obj, **fields):
-        written.append(fields.get("phase", ""))
-        return real_update(obj, **fields)
-
-    def poll(request, job_id):
-        answer = next(troubles, None)
-        if answer is None:
-            return fake._poll(request, job_id)
-        if isinstance(answer, Exception):
-            raise answer
-        return answer
-
-    monkeypatch.setattr(steps, "update", update)
-    fake.poll_route.mock(side_effect=poll)
+    written = updates_written(monkeypatch)
+    polls_answered(fake, [trouble])
     [task] = plan(subject)
 
     drain(worker)
 
-    assert written == [phase]
+    assert [fields.get("phase", "") for fields in written] == [phase]
     task.refresh_from_db()
     assert task.state == TaskState.DONE
 
@@ -169,35 +167,18 @@ def test_a_poll_answered_again_takes_the_trouble_off_the_row(subject, ember, wor
     """Found by a re-review: Ember back, its polls answered "running" every 3 s, and the
     batch page still said "Ember cannot be reached just now" until the long job ended."""
     fake = FakeEmber(ember)
-    answers = iter(
-        [httpx.ConnectError("down"), httpx.Response(200, json={"id": "job_1", "status": "running"})]
-    )
-    written: list[tuple[str, str]] = []
-    real_update = steps.update
-
-    def update(obj, **fields):
-        written.append((fields.get("phase", ""), fields.get("error", "")))
-        return real_update(obj, **fields)
-
-    def poll(request, job_id):
-        answer = next(answers, None)
-        if answer is None:
-            return fake._poll(request, job_id)
-        if isinstance(answer, Exception):
-            raise answer
-        return answer
-
-    monkeypatch.setattr(steps, "update", update)
-    fake.poll_route.mock(side_effect=poll)
+    written = updates_written(monkeypatch)
+    running = httpx.Response(200, json={"id": "job_1", "status": "running"})
+    polls_answered(fake, [httpx.ConnectError("down"), running])
     plan(subject)
 
     drain(worker)
 
-    trouble = (
-        "Ember could not be reached; still polling",
-        "Ember could not be reached (ConnectError).",
-    )
-    assert written[:2] == [trouble, ("Ember is generating", "")], written
+    trouble = {
+        "phase": "Ember could not be reached; still polling",
+        "error": "Ember could not be reached (ConnectError).",
+    }
+    assert written[:2] == [trouble, {"phase": "Ember is generating", "error": ""}], written
 
 
 def test_it_marks_a_job_ember_does_not_know_as_uncertain(subject, ember, worker):

@@ -144,28 +144,33 @@ def test_an_upload_waiting_for_a_place_is_read_once_one_frees(served):
     assert head.startswith("HTTP/1.1 201 "), head + body
 
 
+def a_photo_beside(served, head: bytes, body: bytes, seed: int) -> tuple[str, str, float]:
+    """Send a photo with the token while two `head` + `body` requests trickle (as many as
+    there are places); return its answer's status line and body, and the seconds it took."""
+    web, _stack, _spool, token, subject_id = served
+    photo = form(png_bytes(seed))
+    with held_open(web, head, body, first=1024), held_open(web, head, body, first=1024):
+        time.sleep(0.5)
+        with socket.create_connection(("127.0.0.1", web.port), timeout=30) as mine:
+            sent = time.monotonic()
+            mine.sendall(upload_head(subject_id, token, len(photo)) + photo)
+            answered, said = answer_of(mine)
+            return answered, said, time.monotonic() - sent
+
+
 def test_an_upload_from_someone_not_signed_in_takes_no_place(served):
     """Someone not signed in may send a studio page a few KB (a sign-in form) within
     seconds: that would be room enough to hold every place with a trickle, over and over,
     and keep a family's photos waiting. Such a body takes no place."""
-    web, _stack, _spool, token, subject_id = served
+    subject_id = served[4]
     small = form(b"\0" * (40 * 1024))
     stranger = (
         f"POST /subjects/{subject_id}/ HTTP/1.1\r\nHost: 127.0.0.1\r\n"
         f"Content-Length: {len(small)}\r\n"
         f"Content-Type: multipart/form-data; boundary={BOUNDARY}\r\n\r\n"
     ).encode()
-    photo = form(png_bytes(78))
-    with (
-        held_open(web, stranger, small, first=1024),
-        held_open(web, stranger, small, first=1024),
-    ):
-        time.sleep(0.5)
-        with socket.create_connection(("127.0.0.1", web.port), timeout=30) as mine:
-            sent = time.monotonic()
-            mine.sendall(upload_head(subject_id, token, len(photo)) + photo)
-            head, body = answer_of(mine)
-            took = time.monotonic() - sent
+
+    head, body, took = a_photo_beside(served, stranger, small, 78)
 
     assert head.startswith("HTTP/1.1 201 "), head + body
     assert took < IDLE, f"the photo waited {took:.1f} s behind strangers' bodies"
@@ -175,25 +180,16 @@ def test_a_body_sent_with_a_read_takes_no_place(served):
     """Found by a re-review: GETs with a read-only token and a multipart body, trickled,
     took every place, and a photo waited, then was told to come back, for as long as they
     went on (half an hour each, at the slowest rate allowed)."""
-    web, stack, _spool, token, subject_id = served
+    stack = served[1]
     small = form(b"\0" * (64 * 1024))
-    read_only = stack.env["READ_ONLY_TOKEN"]
     reading = (
         f"GET /api/v1/subjects HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-        f"Authorization: Bearer {read_only}\r\nContent-Length: {len(small)}\r\n"
+        f"Authorization: Bearer {stack.env['READ_ONLY_TOKEN']}\r\n"
+        f"Content-Length: {len(small)}\r\n"
         f"Content-Type: multipart/form-data; boundary={BOUNDARY}\r\n\r\n"
     ).encode()
-    photo = form(png_bytes(79))
-    with (
-        held_open(web, reading, small, first=1024),
-        held_open(web, reading, small, first=1024),
-    ):
-        time.sleep(0.5)
-        with socket.create_connection(("127.0.0.1", web.port), timeout=30) as mine:
-            sent = time.monotonic()
-            mine.sendall(upload_head(subject_id, token, len(photo)) + photo)
-            head, body = answer_of(mine)
-            took = time.monotonic() - sent
+
+    head, body, took = a_photo_beside(served, reading, small, 79)
 
     assert head.startswith("HTTP/1.1 201 "), head + body
     assert took < IDLE, f"the photo waited {took:.1f} s behind bodies sent with a GET"
