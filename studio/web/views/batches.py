@@ -172,7 +172,9 @@ def _progress_context(request: HttpRequest, batch: Batch) -> dict[str, Any]:
     # A send is "being sent" only while a worker runs: one a dead worker left may not have
     # reached Ember (a re-review read "2 being sent" under "No worker seen for 16 s").
     sending = counts["sending"] if worker == "worker running" else 0
-    checking = progress.checked_itself(batch.tasks.all())
+    # Looked for only when a task is uncertain: the summary polls every 2 s.
+    uncertain = counts[TaskState.UNCERTAIN.value]
+    checking = progress.checked_itself(batch.tasks.all()) if uncertain else set()
     outcome = progress.Outcome.of_counts(counts).checked(len(checking))
     tasks = progress.dress(batch.in_form_order(list(batch.tasks.all())), checking)
     repair = ""
