@@ -85,3 +85,11 @@ def _joins_before(before: str, after: str) -> bool:
         or 0xFE00 <= ord(after) <= 0xFE0F
         or 0x1F3FB <= ord(after) <= 0x1F3FF  # a skin tone
     )
+
+
+def generated(provider_label: str, frame: str, ordinal: int) -> str:
+    """Name an image Ember made, as its results show it: "GPT Image · image #1".
+
+    The batch page shows the same words under the image still on its way.
+    """
+    return f"{provider_label} · {frame} #{ordinal}"

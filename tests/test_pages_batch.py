@@ -192,9 +192,16 @@ def test_it_swaps_the_cancel_area_only_when_what_it_offers_changed(signed_in: Cl
     moved = signed_in.get(poll, {"cancel": "cancel"}, HTTP_HX_REQUEST="true").content.decode()
     same = signed_in.get(poll, {"cancel": "kept"}, HTTP_HX_REQUEST="true").content.decode()
 
-    assert 'id="batch-cancel" hx-swap-oob="true"' in moved
+    # Its place is kept as what it offers changes: the button's going had moved the results
+    # below it up (a browser review's layout shift).
+    assert 'id="batch-cancel" class="held" hx-swap-oob="true"' in moved
     assert NOTHING_TO_CANCEL in moved and "Cancel batch" not in moved
     assert 'id="batch-cancel"' not in same  # unchanged: a focused button stays put
+    page = signed_in.get(f"/batches/{batch.pk}/").content.decode()
+    assert 'id="batch-cancel" class="held"' in page
+    move(batch.tasks.get(), TaskState.FAILED, phase="Failed", error="Ember said no.")
+    finished = signed_in.get(f"/batches/{batch.pk}/").content.decode()
+    assert '<div id="batch-cancel">' in finished  # nothing will come and go there
 
 
 def test_it_polls_the_progress_partial_from_the_batch_page(signed_in: Client, subject):

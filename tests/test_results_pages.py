@@ -121,6 +121,44 @@ def test_it_answers_the_results_section_alone_for_the_page_to_reload(signed_in: 
     assert 'hx-target="#results"' in holder
 
 
+def tiles_of(body: str) -> list[tuple[str, str]]:
+    """The results' tiles in page order: ("image", its caption) or ("coming", its caption)."""
+    section = body.split('id="results"', 1)[1].split("</section>", 1)[0]
+    tile = r'<li class="tile result( coming)?".*?<span class="caption">([^<]*)'
+    found = re.findall(tile, section, re.S)
+    return [("coming" if coming else "image", caption.strip()) for coming, caption in found]
+
+
+def test_it_keeps_a_place_for_each_image_on_its_way_with_the_caption_it_will_have(
+    signed_in: Client, subject
+):
+    """Found by a browser review: the page jumped as the images came in (a layout shift of
+    0.27-0.30) and pushed the rows below them away. Each image that may still come without
+    a person has its place, in the form's order, from the start; a failed one has none."""
+    batch = mixed_batch(subject)
+    tasks = {(t.provider, t.frame): t for t in batch.tasks.all()}
+    deliver(tasks["google", "image"], 1)
+    move(tasks["flux", "headshot"], TaskState.FAILED, phase="Failed", error="Ember said no.")
+    url = f"/batches/{batch.pk}/results/"
+
+    body = signed_in.get(url).content.decode()
+
+    assert tiles_of(body) == [
+        ("coming", "Ada · Imagen · headshot #1"),
+        ("image", "Ada · Imagen · image #1"),
+        ("coming", "Ada · FLUX · image #1"),
+    ]
+    assert body.count('aria-hidden="true" data-task=') == 2  # nothing to hear in an empty place
+    assert 'data-delivered="1"' in body
+    for seed, key in enumerate((("google", "headshot"), ("flux", "image")), start=2):
+        deliver(tasks[key], seed)
+    assert tiles_of(signed_in.get(url).content.decode()) == [
+        ("image", "Ada · Imagen · headshot #1"),
+        ("image", "Ada · Imagen · image #1"),
+        ("image", "Ada · FLUX · image #1"),
+    ]
+
+
 def test_it_offers_to_choose_favourites_only_once_nothing_more_is_coming(
     signed_in: Client, subject
 ):

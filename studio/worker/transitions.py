@@ -17,7 +17,7 @@ from asgiref.sync import sync_to_async
 from django.db import DatabaseError, transaction
 from django.utils import timezone
 
-from studio import originals, phrases
+from studio import names, originals, phrases
 from studio.ember.client import (
     SOURCE_APP,
     EmberAuthError,
@@ -351,7 +351,7 @@ def record_asset(task: Task, original: originals.Original) -> Asset | None:
         asset = Asset.objects.create_stored(
             original,
             file_name=f"{task.provider}-{task.frame}-{task.ordinal}{original.info.extension}",
-            label=f"{task.provider_label} · {task.frame} #{task.ordinal}",
+            label=names.generated(task.provider_label, task.frame, task.ordinal),
             origin=Origin.GENERATED,
             references=[r["asset"] for r in task.references],
             task=task,

@@ -7,8 +7,8 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
 from django.views.decorators.http import require_GET
 
-from studio import originals
-from studio.models import RECONCILABLE, STOPPABLE, Asset, AvatarSet, Batch, Task
+from studio import names, originals
+from studio.models import RECONCILABLE, STOPPABLE, Asset, AvatarSet, Batch, Subject, Task
 from studio.web.views.common import login_required, login_required_htmx
 
 SET_CHOICES = 50  # draft sets offered in the viewer's "Add to a set"
@@ -37,14 +37,46 @@ def delivered(batch: Batch) -> list[Task]:
     return batch.in_form_order(list(tasks))
 
 
+def coming(batch: Batch) -> list[Task]:
+    """Return the batch's tasks whose image may still come without a person, each with the
+    caption its image will have (`caption`).
+
+    The results keep a place for each, the size of an image: a review's batch page jumped
+    as the images came in and pushed the rows below them away.
+    """
+    tasks = list(
+        batch.tasks.filter(state__in=STOPPABLE, asset__isnull=True).only(
+            "pk",
+            "batch",
+            "provider",
+            "provider_label",
+            "model",
+            "frame",
+            "ordinal",
+            "asset",
+            "subjects",
+        )
+    )
+    wanted = {pk for task in tasks for pk in task.subjects}
+    people = Subject.objects.filter(pk__in=wanted).values_list("pk", "name")  # by name
+    for task in tasks:
+        who = ", ".join(name for pk, name in people if pk in task.subjects)
+        what = names.generated(task.provider_label, task.frame, task.ordinal)
+        task.caption = " · ".join(part for part in (who, what) if part)  # type: ignore[attr-defined]
+    return tasks
+
+
 def results_context(batch: Batch) -> dict[str, Any]:
-    """Return what the results section shows: the delivered images, and whether to choose."""
+    """Return what the results section shows: the delivered images and a place for each
+    image still on its way (`tiles`, in the form's order), and whether to choose."""
     results = delivered(batch)
+    waiting = coming(batch)
     # Settled: nothing more arrives without a person, so favourites can be chosen.
-    settled = not batch.tasks.filter(state__in=STOPPABLE).exists()
+    settled = not waiting and not batch.tasks.filter(state__in=STOPPABLE).exists()
     return {
         "batch": batch,
         "results": results,
+        "tiles": batch.in_form_order(results + waiting) if waiting else results,
         "delivered": len(results),
         "settled": settled,
         # What waits for an operator may still bring an image (a copy Ember holds, a job
