@@ -1,7 +1,9 @@
 """The set pages: choosing a set's images, publishing it, honest about missing history."""
 
+from datetime import UTC, datetime
+
 import pytest
-from django.test import Client
+from django.test import Client, override_settings
 
 from studio import engine
 from studio.models import AvatarSet, Origin
@@ -97,6 +99,22 @@ def test_it_publishes_a_set_and_shows_it_read_only(signed_in: Client):
     body = response.content.decode()
     assert "<button" not in body.split("</header>", 1)[1]  # nothing to press: read-only
     assert f'href="/assets/{b.pk}/original/"' in body
+
+
+@override_settings(TIME_ZONE="Europe/Paris")
+def test_every_page_says_when_a_set_was_published_in_the_studios_time_zone(signed_in: Client):
+    """The published page wrote "UTC" after a time drawn in the studio's zone
+    (`AVATARS_TIME_ZONE`): 13:30 in Paris read "12:30 UTC" on the sets' list and "13:30 UTC"
+    there. Each page names the zone it writes the time in."""
+    avatar_set = engine.create_set(name="Family", asset_ids=[stored_asset(61).pk])
+    noon = datetime(2026, 7, 1, 11, 30, tzinfo=UTC)  # 13:30 in Paris, in summer
+    AvatarSet.objects.filter(pk=avatar_set.pk).update(published_at=noon)
+
+    pages = ("/sets/", f"/sets/{avatar_set.pk}/", f"/sets/{avatar_set.pk}/published/")
+    for url in pages:
+        page = text(signed_in.get(url))
+        assert "2026-07-01 13:30 CEST" in page, (url, page)
+        assert "UTC" not in page, (url, page)
 
 
 def test_it_refuses_to_publish_with_the_guards_sentence_while_history_is_missing(
