@@ -7,31 +7,66 @@ names, and a repair copies the original's bytes back into its place from the one
 holds them. That file stays as it was, for a person to remove.
 """
 
+import os
+from collections.abc import Iterator
 from pathlib import Path
 
 from studio import originals
 from studio.findings import CORRUPT, MISSING, NO_ROW, Finding
+
+# Files looked at inside the folders no row names, at most, in all: a photo library copied
+# into originals/ by mistake must not cost a read of each of its files.
+WALK_MOST = 10_000
 
 
 def match(findings: list[Finding], folder: Path) -> None:
     """Say, for each missing or corrupt original, a file no row names holding its bytes.
 
     Only when something is missing or corrupt are those files read (each once, within the
-    image cap, regular files only).
+    image cap, regular files only), in the folders no row names too (to any depth, links
+    not followed, at most `WALK_MOST` files there), until every one is found.
     """
     wanted = {f.sha256: f for f in findings if f.kind in (MISSING, CORRUPT) and f.sha256}
-    if not wanted:
-        return
-    for stray in [f for f in findings if f.kind == NO_ROW]:
-        path = folder / stray.name
+    for stray, path in _candidates([f for f in findings if f.kind == NO_ROW], folder):
+        if not wanted:
+            return
         try:
             damaged = wanted.pop(originals.sha256_of(originals.read_regular(path)), None)
         except (originals.NotAnOriginal, OSError):
             continue
-        if damaged is not None:
-            damaged.found_as = path
-            damaged.detail += f"; its bytes are in {path.name}, a file no row names"
-            stray.detail = f"the bytes of {damaged.name}, which is {damaged.kind}"
+        if damaged is None:
+            continue
+        damaged.found_as = path
+        damaged.detail += f"; its bytes are in {shown(path)}, a file no row names"
+        said = f"the bytes of {damaged.name}, which is {damaged.kind}"
+        if path.name != stray.name:  # in a folder: it may hold several
+            said = f"{shown(path)} holds {said}"
+        stray.detail = "; ".join(part for part in (stray.detail, said) if part)
+
+
+def _candidates(strays: list[Finding], folder: Path) -> Iterator[tuple[Finding, Path]]:
+    """Yield each stray file as (its finding, its path), and the files in stray folders."""
+    walked = 0
+    for stray in strays:
+        path = folder / stray.name
+        if path.is_symlink() or not path.is_dir():
+            yield stray, path
+            continue
+        for root, dirs, files in os.walk(path):  # a link to a folder is not walked into
+            dirs.sort()
+            for name in sorted(files):
+                if walked == WALK_MOST:
+                    return
+                walked += 1
+                yield stray, Path(root) / name
+
+
+def shown(path: Path) -> str:
+    """Name a file as within originals/: "ada (copy).png", "sorted/2026/ada.png"."""
+    try:
+        return str(path.relative_to(originals.originals_dir()))
+    except ValueError:
+        return str(path)
 
 
 def put_back(finding: Finding) -> tuple[bool, str] | None:
@@ -47,6 +82,6 @@ def put_back(finding: Finding) -> tuple[bool, str] | None:
     except (originals.ChecksumFailed, originals.NotAnImage, originals.NotAnOriginal, OSError):
         return None
     return True, (
-        f"copied back from {finding.found_as.name}, a file no row names holding its bytes "
+        f"copied back from {shown(finding.found_as)}, a file no row names holding its bytes "
         "(left as it is: remove it once you have checked)"
     )

@@ -104,3 +104,56 @@ def test_a_file_with_other_bytes_is_not_taken_for_the_original(ember):
     assert not path.exists()
     assert "its bytes are in" not in out
     assert f"not repaired: {path.name} (an uploaded photo: Ember has no copy;" in out
+
+
+def test_it_finds_an_original_moved_into_a_folder_within_originals(ember):
+    """Left by the last session: an original moved into a subfolder (a file manager's
+    "New folder", a sync tool's) was "missing" beside a folder "no row", and a repair asked
+    Ember for bytes the archive held. The folder's files are hashed like the strays."""
+    asset = uploaded(1)
+    generated(2)
+    path = file_of(asset)
+    folder = path.parent / "sorted" / "2026"
+    folder.mkdir(parents=True)
+    path.rename(folder / "ada.png")
+
+    code, out = check()
+
+    assert code == 1
+    assert "its bytes are in sorted/2026/ada.png, a file no row names)" in out, out
+    assert f"no row: sorted (sorted/2026/ada.png holds the bytes of {path.name}" in out, out
+
+    code, out = check("--repair")
+
+    assert code == 0, out
+    assert not ember.calls
+    assert originals.sha256_of(path.read_bytes()) == asset.sha256
+    assert (folder / "ada.png").read_bytes() == path.read_bytes(), "left as it was"
+    assert f"repaired: {path.name} (copied back from sorted/2026/ada.png, a file " in out
+
+
+def test_the_files_looked_at_in_folders_no_row_names_are_bounded(ember, monkeypatch):
+    """A folder of many files (a photo library copied in by mistake) costs at most
+    renamed.WALK_MOST reads; the original beyond them is said missing, as before."""
+    from studio import renamed
+
+    monkeypatch.setattr(renamed, "WALK_MOST", 3)
+    asset = uploaded(1)
+    generated(2)
+    path = file_of(asset)
+    library = path.parent / "library"
+    library.mkdir()
+    for n in range(5):
+        (library / f"a{n}.png").write_bytes(png_bytes(10 + n))
+    path.rename(library / "z-last.png")
+    read = []
+    real = originals.read_regular
+    monkeypatch.setattr(originals, "read_regular", lambda p, **kw: read.append(p) or real(p, **kw))
+
+    code, out = check()
+
+    assert code == 1
+    walked = [p for p in read if library in p.parents]
+    assert len(walked) == 3, f"{len(walked)} files read in folders no row names, at most 3"
+    assert "its bytes are in" not in out
+    assert f"missing: {path.name}" in out
