@@ -16,6 +16,9 @@ import struct
 MAX_PADDING = 64 * 1024  # bytes of fill or junk between two header segments
 MAX_SEGMENTS = 1024  # header segments before the first scan
 MAX_SCANS = 100  # decoding passes (scans), whatever the image's size
+# Segments from the first scan to the end of the picture (more scans, their tables, and
+# what else sits between): a progressive JPEG of MAX_SCANS scans has a few hundred.
+MAX_LATER_SEGMENTS = 1024
 # APP1 markers (EXIF, XMP) in the whole file, further pictures' and stray bytes included:
 # the location stripping looks at each (studio.metadata); a phone's MPO has a few dozen.
 MAX_APP1 = 1024
@@ -39,6 +42,11 @@ FRAMES = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}  # start-of-frame mar
 PROGRESSIVE = frozenset({0xC2, 0xC6, 0xCA, 0xCE})  # those of progressive JPEGs
 STANDALONE = frozenset({0x01, *range(0xD0, 0xD8)})  # markers without a length (TEM, RSTn)
 NOT_AN_IMAGE_MARKERS = frozenset({0xD8, 0xD9})  # a second SOI, or EOI, before any scan
+EOI = 0xD9  # the end of the picture
+IN_DATA = frozenset({0x00, 0xFF, *range(0xD0, 0xD8)})  # what follows 0xFF in a scan's data
+# Where a scan's compressed data ends: 0xFF, then a marker's code (within the data 0xFF is
+# followed by 0x00 or a restart marker; fill bytes before a marker are more 0xFF).
+DATA_END = re.compile(rb"\xff[^\x00\xd0-\xd7\xff]")
 
 
 class BadJpeg(ValueError):
@@ -94,6 +102,56 @@ def check_header(data: bytes) -> int:
                 )
         pos += length
     raise BadJpeg(f"The JPEG's header has more than {MAX_SEGMENTS} parts.")
+
+
+def later_parts(data: bytes, pos: int) -> tuple[list[tuple[int, int, int]], int]:
+    """Walk a JPEG from its first scan (`pos`, its marker) to its end as a decoder reads it.
+
+    Return the segments met, each (marker, start, end), the scans' own among them, and
+    where the picture ends: after its end-of-image marker, or at the end of `data` without
+    one. What follows it is no part of the picture (a phone's trailer, a motion photo's
+    video, a multi-picture file's further pictures). Each scan's compressed data is crossed
+    in one C-level search. BadJpeg past MAX_LATER_SEGMENTS segments (a file of millions of
+    tiny segments between its scans would cost seconds to walk in Python), or MAX_SCANS
+    scans.
+    """
+    parts: list[tuple[int, int, int]] = []
+    size = len(data)
+    scans = 0
+    while pos + 2 <= size:
+        code = data[pos + 1] if data[pos] == 0xFF else 0
+        if code in IN_DATA:  # compressed data (a restart marker's too), fill or junk
+            found = DATA_END.search(data, pos + 1)
+            if found is None:
+                break
+            pos = found.start()
+        elif code == EOI:
+            return parts, pos + 2
+        elif code in (0x01, 0xD8):  # no length: TEM, and a start of image out of place
+            pos += 2
+        elif pos + 4 > size:
+            break
+        else:
+            end = min(size, pos + 2 + max(2, data[pos + 2] << 8 | data[pos + 3]))
+            parts.append((code, pos, end))
+            scans += code == SOS[1]
+            if scans > MAX_SCANS:  # said as check_scans says it, which counts them later
+                raise BadJpeg(
+                    f"The JPEG is decoded in more than {MAX_SCANS} passes; at most "
+                    f"{MAX_SCANS} are accepted."
+                )
+            if len(parts) > MAX_LATER_SEGMENTS:
+                raise BadJpeg(
+                    f"The JPEG has more than {MAX_LATER_SEGMENTS} parts between its scans."
+                )
+            pos = end
+    return parts, size
+
+
+def check_later(data: bytes, first: int) -> None:
+    """Refuse a JPEG whose walk from its first scan (at `first`) to its end is too long."""
+    if data.startswith(SOS, first):
+        later_parts(data, first)
 
 
 def check_coefficients(frame: bytes) -> None:

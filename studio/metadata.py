@@ -9,10 +9,15 @@ Ember, so uploads lose all of these before they are hashed and stored:
   and their data zeroed, its count set to 0), so every other offset in the block stays
   valid and orientation, camera and date survive; every other APP1 (XMP, Extended XMP,
   and EXIF under a header some readers accept and Pillow does not, `Exif\0\xff`), every
-  comment (COM, where some tools put an XMP packet) and Photoshop's resource block with
-  its IPTC place names (APP13) are dropped whole. In a multi-picture file (MPO, whose
-  index points at its further images by offset) nothing moves: those segments are
-  blanked in place instead, and the further images lose their GPS and XMP in place too;
+  comment (COM, where some tools put an XMP packet) and every application segment that
+  says nothing about the pixels (`JPEG_KEPT` names those that do: Photoshop's IPTC place
+  names in APP13, XMP under APP2, a tool's text in APP12 go) are dropped whole, before the
+  first scan and between scans alike (`jpeg.later_parts` walks to the end of the
+  picture), and so is what follows the picture (a phone's trailer, a motion photo's video,
+  which may say where it was filmed). In a multi-picture file (MPO, whose index points at
+  its further images by offset) nothing moves: those segments are blanked in place
+  instead, what follows the first picture stays (its further pictures), and the further
+  images lose their GPS and XMP in place too;
 - PNG: the GPS directory of `eXIf` is emptied in place (its CRC recomputed); every text
   chunk (tEXt, zTXt, iTXt) is dropped whole: they hold XMP packets, ImageMagick's "Raw
   profile type" copies of EXIF, XMP, IPTC or Photoshop resources and its `exif:GPS…`
@@ -32,6 +37,7 @@ import re
 import struct
 import zlib
 
+from studio import jpeg
 from studio.chunks import (
     GIF_DESCRIPTOR,
     GIF_EXTENSION,
@@ -50,16 +56,24 @@ TIFF_HEADER_SIZE = 8  # byte order, 42, where the first directory is
 SHORT = 3  # the TIFF field type of a 2-byte value
 
 JPEG_APP1 = 0xE1
-JPEG_APP13 = 0xED
 JPEG_COM = 0xFE  # a comment: any bytes, an XMP packet among them
-JPEG_LOOKED_AT = {JPEG_APP1, JPEG_APP13, JPEG_COM}  # markers whose segments can hold a place
+# Markers whose segments can hold a place: every application segment, and comments.
+JPEG_LOOKED_AT = {*range(0xE0, 0xF0), JPEG_COM}
+# The application segments kept, by what their bodies start with: those that say how to
+# show the pixels (JFIF's density, a colour profile, Adobe's colour transform) and a
+# multi-picture index. Any other (XMP under APP2, text in APP12, IPTC in APP13, C2PA's
+# APP11, a maker's own) goes, as every comment does.
+JPEG_KEPT = {
+    0xE0: (b"JFIF", b"JFXX"),
+    0xE2: (b"ICC_PROFILE\x00", b"MPF\x00"),
+    0xEE: (b"Adobe",),
+}
 # Markers Pillow reads as having no length (restart, start and end of image, reserved
 # ones), and 0x00: 0xFF 0x00 is an escaped 0xFF, which Pillow skips as junk.
 JPEG_NO_LENGTH = {0x00, 0xC8, *range(0xD0, 0xDA), *range(0xF0, 0xFE)}
 JPEG_SOS = 0xDA  # start of scan: the compressed data follows
+JPEG_SCAN = b"\xff\xda"
 JPEG_SEGMENTS = set(range(0xC0, 0xFF)) - JPEG_NO_LENGTH - {JPEG_SOS}  # markers with a length
-# APP13 segments whose body starts with this are dropped whole (every APP1 but EXIF is).
-PHOTOSHOP = b"Photoshop 3.0\x00"  # Photoshop resources: IPTC city, country...
 NOT_FILL = re.compile(rb"[^\xff]")
 FILL_BLOCK = b"\xff" * 65536  # a run of fill bytes is compared against this, a block a time
 MPF_ID = b"MPF\x00"  # a multi-picture index: an APP2 segment (FF E2, length) starting so
@@ -77,7 +91,10 @@ GIF_BLOCK = re.compile(rb"[\x21\x2c\x3b]")
 
 
 def strip_location(data: bytes) -> bytes:
-    """Return `data` without location metadata; bytes of other kinds are returned as they are."""
+    """Return `data` without location metadata; bytes of other kinds are returned as they are.
+
+    `data` has passed `originals.precheck`, which bounds the walks (jpeg.BadJpeg otherwise).
+    """
     if data.startswith(b"\xff\xd8"):
         return _jpeg(data)
     if data.startswith(PNG_SIGNATURE):
@@ -214,11 +231,31 @@ def _jpeg(data: bytes) -> bytes:
             pos += 2
         else:
             break  # the start of scan, or no marker (the decoder refuses the file)
-    if not kept.replaced and LATER_APP1.search(data, pos) is None:
+    # What follows the picture (a phone's trailer, a motion photo's video, which can hold
+    # where it was filmed) is no part of it and goes; but a multi-picture file's further
+    # pictures, which its index finds there by offset, stay (their EXIF and XMP below).
+    end, trailer = pos, False  # without a scan there is nothing to follow: bytes as they are
+    if data.startswith(JPEG_SCAN, pos):
+        end = _jpeg_scans(data, pos, kept, keep_sizes)
+        trailer = end < size and not keep_sizes
+    if not kept.replaced and not trailer and LATER_APP1.search(data, end) is None:
         return data  # the usual photo: nothing to strip, and no copy of its bytes made
-    out = kept.upto(pos)
-    out += _after_first_scan(data[pos:])
+    out = kept.upto(end)
+    if not trailer:
+        out += _after_first_scan(data[end:])
     return bytes(out)
+
+
+def _jpeg_scans(data: bytes, pos: int, kept: _Splice, keep_sizes: bool) -> int:
+    """Strip the segments between the scans of the picture whose first scan is at `pos`
+    (comments and application segments, as before the first); return where it ends."""
+    parts, end = jpeg.later_parts(data, pos)  # bounded by originals.precheck
+    for marker, start, stop in parts:
+        if marker in JPEG_LOOKED_AT:
+            replacement = _jpeg_segment(data, start, stop, keep_sizes)
+            if replacement is not None:
+                kept.replace(start, stop, replacement)
+    return end
 
 
 def _skip_fill(data: bytes, pos: int) -> int:
@@ -290,7 +327,7 @@ def _jpeg_segment(data: bytes, pos: int, end: int, keep_sizes: bool) -> bytes | 
             return None  # no room for a directory: the EXIF reader finds nothing in it
         segment = bytearray(data[pos:end])
         return bytes(segment) if empty_gps(segment, 4 + len(EXIF_HEADER)) else None
-    if marker == JPEG_APP13 and not data.startswith(PHOTOSHOP, pos + 4, end):
+    if any(data.startswith(kept, pos + 4, end) for kept in JPEG_KEPT.get(marker, ())):
         return None
     return data[pos : pos + 4] + b" " * (end - pos - 4) if keep_sizes else b""
 

@@ -122,7 +122,8 @@ def precheck(data: bytes) -> bytes:
         raise NotAnImage(too_large())
     if jpeg.is_jpeg(data):
         try:
-            jpeg.check_header(data)  # before Pillow reads it, a byte at a time
+            # Before Pillow reads it, a byte at a time, and the location stripping walks it.
+            jpeg.check_later(data, jpeg.check_header(data))
             jpeg.check_metadata(data)  # before the location stripping looks at each
         except jpeg.BadJpeg as exc:
             raise NotAnImage(str(exc)) from None
