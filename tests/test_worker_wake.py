@@ -13,7 +13,7 @@ from studio.worker import (
     transitions,
 )
 from tests.factories import drain, plan
-from tests.fake_ember import FakeEmber
+from tests.fake_ember import JOBS, FakeEmber, seen
 from tests.worker_drive import assert_sent_once_under_its_key, fake_submit
 
 pytestmark = pytest.mark.django_db
@@ -268,3 +268,30 @@ def test_a_task_whose_settling_fails_does_not_keep_the_others_stranded(monkeypat
     second.refresh_from_db()
     assert (first.state, second.state) == (TaskState.PREPARING, TaskState.QUEUED)
     assert counts == {"preparing": 1, "submitting": 0}
+
+
+def test_a_restarted_worker_collects_the_jobs_ember_took_before_sending_new_ones(
+    subject, ember, worker
+):
+    """Found by a review's own Ember (a worker killed with four jobs running, 36 queued):
+    the restarted worker sent all 36, paid, before polling the four Ember had finished 30 s
+    earlier, whose rows said "Ember is generating" meanwhile. Queued tasks are due from their
+    planning, before any job sent since; at start the jobs Ember took go first."""
+    fake = FakeEmber(ember)
+    tasks = plan(subject, candidates=4)
+    for task in tasks[2:]:  # the last two were sent by the worker that died
+        async_to_sync(fake_submit)(worker, task)
+    sent = [f"job_{n}" for n in (1, 2)]
+    for task, job in zip(tasks[2:], sent, strict=True):
+        move(task, TaskState.RUNNING, ember_job_id=job, submitted_at=timezone.now())
+    worker.workers = 1  # one slot: the order the pump takes them in is the order of requests
+    before = len(seen(ember))
+
+    drain(worker)
+
+    asked = seen(ember)[before:]
+    polls = [asked.index(f"GET {JOBS}/{job}") for job in sent]
+    first_send = asked.index(f"POST {JOBS}")
+    assert max(polls) < first_send, f"Ember was asked, in order: {asked}"
+    assert all(t.state == TaskState.DONE for t in Task.objects.filter(pk__in=[t.pk for t in tasks]))
+    assert len(fake.submits) == 4, "each task sent once"

@@ -31,7 +31,7 @@ from studio.ember.client import EmberClient
 from studio.engine.adoption import adopt_due
 from studio.models import ACTIVE, POLL_BOUND, Task, TaskState
 from studio.ownership import LOCK_LOST, NotOwner, Ownership, OwnershipLost
-from studio.worker import room, turns
+from studio.worker import resume, room, turns
 from studio.worker.heartbeat import beat as _beat
 from studio.worker.heartbeat import record_stop
 from studio.worker.pacing import Pacing
@@ -125,7 +125,9 @@ class Worker(Steps):
         """Apply the wake-up table to tasks a dead worker left mid-step; return counts."""
         counts = {"temp_files": leftovers.remove_stale_temp_files()}
         counts.update(_wake_stranded(in_hand=[], answers={}))
-        # `running` resumes polling its job id; `copying` runs finish() again.
+        # `running` resumes polling its job id; `copying` runs finish() again: before any
+        # task not yet sent, so what Ember finished is collected first.
+        counts["paid_first"] = resume.paid_first(timezone.now())
         return counts
 
     # --- the pump (§6.4) --------------------------------------------------------------
