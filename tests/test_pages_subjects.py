@@ -84,6 +84,27 @@ def test_it_refuses_an_upload_without_a_file(signed_in: Client, make_subject):
     assert "This field is required." in text(response)
 
 
+def test_one_of_several_photos_refused_is_answered_with_its_reason_alone(
+    signed_in: Client, make_subject
+):
+    """Photos chosen together go one a request (photos.js); a refused one's whole page said,
+    and so used up, "Added beach.png…" of the photo before it, which the page then lacked."""
+    ada = make_subject("Ada")
+    several = {"HTTP_X_AVATARS_PHOTOS": "one of several"}
+    beach = SimpleUploadedFile("beach.png", png_bytes(3), content_type="image/png")
+    notes = SimpleUploadedFile("notes.png", b"a shopping list", content_type="image/png")
+
+    taken = signed_in.post(f"/subjects/{ada.pk}/", {"photo": beach}, **several)
+    refused = signed_in.post(f"/subjects/{ada.pk}/", {"photo": notes}, **several)
+
+    assert taken.status_code == 302
+    assert refused.status_code == 400
+    assert refused["Content-Type"] == "text/plain; charset=utf-8"
+    assert refused.content.decode() == "The file is not a PNG, JPEG, WebP or GIF image."
+    page = signed_in.get(f"/subjects/{ada.pk}/")
+    assert messages_of(page) == ["Added beach.png to Ada's photos."]
+
+
 # --- long lists, a page at a time ----------------------------------------------------
 
 

@@ -30,6 +30,7 @@ from studio.web.views.common import (
 
 PHOTOS_PAGE = 48  # reference photos per page of a subject
 ALREADY_THERE = "This photo is already there."
+ONE_OF_SEVERAL = "X-Avatars-Photos"  # sent by photos.js with each of several photos
 
 
 @login_required
@@ -118,6 +119,11 @@ def subject_detail(request: HttpRequest, subject_id: int) -> HttpResponse:
         else:
             _say_added(request, found, upload, had)
             return redirect("studio:subject", subject_id=found.pk)
+    if request.method == "POST" and request.headers.get(ONE_OF_SEVERAL):
+        # One of several photos sent one after another (photos.js): the reason alone, so
+        # that what was said of the photos before it waits for the page itself.
+        reason = " ".join(str(error) for errors in form.errors.values() for error in errors)
+        return HttpResponse(reason, status=400, content_type="text/plain; charset=utf-8")
     return _subject_page(request, found, form=form)
 
 

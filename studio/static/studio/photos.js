@@ -1,0 +1,106 @@
+// Avatars studio: several reference photos chosen at once, uploaded one after another.
+// The server takes one photo a request (it holds that one in memory, within the cap), so
+// without this script the field takes one photo at a time. With it, the photos go one by
+// one, the form says which is on its way, and the page then reloads: what was added is
+// said by the page itself, and each photo refused is listed with the reason the studio
+// gave, kept in this tab across the reload.
+(function () {
+  "use strict";
+
+  var KEY = "avatars:refused-photos";
+  var form = document.querySelector("form[data-photos]");
+  if (!form) return;
+  var field = form.querySelector("input[type=file]");
+  var status = form.querySelector("[data-photos-status]");
+  var several = form.querySelector("[data-photos-several]");
+  field.multiple = true;
+  if (several) several.hidden = false;
+  showRefused();
+
+  form.addEventListener("submit", function (event) {
+    var files = Array.from(field.files || []);
+    if (files.length < 2) return; // one photo: the form's own post
+    event.preventDefault();
+    form.querySelector("button[type=submit]").disabled = true;
+    sendAll(files).then(function (refused) {
+      if (refused.length) sessionStorage.setItem(KEY, JSON.stringify(refused));
+      window.location.assign(window.location.pathname); // the page, with what was added
+    });
+  });
+
+  function sendAll(files) {
+    var refused = [];
+    return files
+      .reduce(function (before, file, index) {
+        return before.then(function () {
+          status.textContent =
+            "Uploading " + (index + 1) + " of " + files.length + ": " + file.name + "…";
+          return sendOne(file).then(function (reason) {
+            if (reason) refused.push({ name: file.name, reason: reason });
+          });
+        });
+      }, Promise.resolve())
+      .then(function () {
+        return refused;
+      });
+  }
+
+  // "" once the studio took the photo (it answers a redirect to this page), else why not.
+  function sendOne(file) {
+    var body = new FormData();
+    body.append("csrfmiddlewaretoken", form.querySelector("[name=csrfmiddlewaretoken]").value);
+    body.append("photo", file);
+    return fetch(form.action, {
+      method: "POST",
+      body: body,
+      redirect: "manual",
+      credentials: "same-origin",
+      // A refused photo is then answered with its reason alone: a page would say (and so
+      // use up) what the page has to say of the photos taken before it.
+      headers: { "X-Avatars-Photos": "one of several" },
+    }).then(
+      function (response) {
+        if (response.type === "opaqueredirect") return "";
+        var plain = (response.headers.get("Content-Type") || "").indexOf("text/plain") === 0;
+        return response.text().then(function (text) {
+          var reason = plain ? text.trim() : said(text);
+          return reason || "It was not uploaded (the studio answered " + response.status + ").";
+        });
+      },
+      function () {
+        return "It was not uploaded: the studio could not be reached.";
+      }
+    );
+  }
+
+  // What a refusal's page says: its alert (too large, too many at once, signed out...).
+  function said(html) {
+    var page = new DOMParser().parseFromString(html, "text/html");
+    var found = page.querySelector("#photo-error, [role=alert]");
+    return found ? found.textContent.replace(/\s+/g, " ").trim() : "";
+  }
+
+  function showRefused() {
+    var stored = sessionStorage.getItem(KEY);
+    if (!stored) return;
+    sessionStorage.removeItem(KEY);
+    var refused = JSON.parse(stored);
+    var box = document.createElement("div");
+    box.id = "photos-refused";
+    box.setAttribute("role", "alert");
+    var heading = document.createElement("p");
+    heading.className = "error";
+    heading.textContent =
+      refused.length === 1 ? "1 photo was not uploaded:" : refused.length + " photos were not uploaded:";
+    var list = document.createElement("ul");
+    refused.forEach(function (photo) {
+      var item = document.createElement("li");
+      item.className = "error";
+      item.textContent = photo.name + ": " + photo.reason;
+      list.appendChild(item);
+    });
+    box.appendChild(heading);
+    box.appendChild(list);
+    form.appendChild(box);
+  }
+})();

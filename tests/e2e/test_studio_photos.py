@@ -1,0 +1,59 @@
+"""Several reference photos chosen at once, at a desktop's and a phone's size.
+
+Left by a browser review: a family adding a subject's photos picked and uploaded them one
+at a time. The field takes several; they go one after another (the server takes one photo
+a request), and the page then says which were added and which were refused, and why.
+"""
+
+import io
+from pathlib import Path
+
+from PIL import Image
+from playwright.sync_api import Page, expect
+
+from tests.e2e.studio import audit, fits_the_screen, go, screenshot, size
+
+NOT_A_PHOTO = "The file is not a PNG, JPEG, WebP or GIF image."
+
+
+def photo(path: Path, colour: tuple[int, int, int]) -> Path:
+    out = io.BytesIO()
+    Image.new("RGB", (160, 120), colour).save(out, "PNG")
+    path.write_bytes(out.getvalue())
+    return path
+
+
+def test_several_photos_chosen_at_once_are_each_added_or_refused_in_words(
+    person: Page, tmp_path: Path
+):
+    name = f"Fay at {size(person)}"
+    go(person, "Subjects")
+    person.get_by_label("New subject").fill(name)
+    person.get_by_role("button", name="Add subject").click()
+    expect(person.get_by_role("heading", name=name, exact=True)).to_be_visible()
+    notes = tmp_path / "notes.png"
+    notes.write_text("a shopping list, not a photo")
+    shade = len(size(person))  # each size photos of its own: the same bytes are one photo
+    chosen = [
+        photo(tmp_path / "beach.png", (230, 200, shade)),
+        notes,
+        photo(tmp_path / "garden.png", (60, 160, shade)),
+    ]
+    expect(person.get_by_text("Several can be chosen at once.")).to_be_visible()
+
+    person.get_by_label("Add a reference photo").set_input_files(chosen)
+    person.get_by_role("button", name="Upload").click()
+
+    refused = person.locator("#photos-refused")
+    expect(refused).to_have_text(f"1 photo was not uploaded:notes.png: {NOT_A_PHOTO}")
+    expect(refused).to_have_attribute("role", "alert")
+    for added in ("beach.png", "garden.png"):
+        expect(person.get_by_text(f"Added {added} to {name}'s photos.")).to_be_visible()
+    expect(person.locator("ul.grid > li")).to_have_count(2)
+    audit(person)
+    fits_the_screen(person)
+    screenshot(person, "photos-several")
+
+    person.reload()  # said once: the refusals were for that upload only
+    expect(person.locator("#photos-refused")).to_have_count(0)
+    expect(person.locator("ul.grid > li")).to_have_count(2)
