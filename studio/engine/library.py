@@ -11,7 +11,7 @@ from django.db.models import BigIntegerField, Count, Max, Q
 from django.db.models.functions import Cast, Substr
 from django.utils.text import slugify
 
-from studio import dbfaults, metadata, names, originals
+from studio import dbfaults, jpeg, metadata, names, originals
 from studio.engine.errors import InvalidRequest, StorageRefused
 from studio.engine.validation import text_or_none
 from studio.models import Asset, Origin, Subject, stored_facts
@@ -101,7 +101,10 @@ def upload_reference(*, subject: Subject, data: bytes, file_name: str) -> Upload
     # Location data never reaches the store, the studio's pages or Ember (lossless).
     # Checked cheaply first: stripping walks the file's structure, and a file built of
     # millions of tiny JPEG segments would cost seconds before the store refused it.
-    stored = metadata.strip_location(originals.precheck(data))
+    try:
+        stored = metadata.strip_location(originals.precheck(data))
+    except jpeg.BadJpeg as exc:  # a further picture of a multi-picture JPEG, walked there
+        raise originals.NotAnImage(str(exc)) from None
     try:
         return _stored_reference(subject, data, stored, file_name)
     except OSError as exc:

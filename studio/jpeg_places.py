@@ -1,0 +1,207 @@
+"""Stripping a JPEG of what may say where it was taken, losslessly (studio/metadata.py).
+
+Its first picture is walked as Pillow reads its header and as a decoder reads its scans
+(`jpeg.later_parts`), to its end-of-image marker. On the way the GPS directory of its
+first EXIF block is emptied in place (the rest of the block stays valid: orientation,
+camera and date survive); every further EXIF block goes (Pillow joins them to the first,
+and a GPS directory can sit across the two); every comment and every application segment
+`JPEG_KEPT` does not name goes whole. What follows the picture (a phone's trailer, a
+motion photo's video, which may say where it was filmed) goes too.
+
+A multi-picture file (an MPO, an Ultra HDR photo) is one whose first picture's header
+holds an index (`studio/mpf.py`) of further pictures by offset: nothing before the last of
+them may move. There what would go is overwritten with spaces instead (XMP's own padding),
+each picture the index names is walked as the first, and only what follows the last goes.
+An index that cannot be read leaves its further pictures to a search for their EXIF and
+XMP (`LATER_APP1`), and what follows them as it is.
+"""
+
+import re
+
+from studio import jpeg, mpf
+from studio.splice import Splice
+from studio.tiff_places import TIFF_HEADER_SIZE, empty_gps
+
+EXIF_HEADER = b"Exif\x00\x00"
+SOI = b"\xff\xd8"
+JPEG_APP1 = 0xE1
+JPEG_APP2 = 0xE2
+JPEG_COM = 0xFE  # a comment: any bytes, an XMP packet among them
+# Markers whose segments can hold a place: every application segment, and comments.
+JPEG_LOOKED_AT = {*range(0xE0, 0xF0), JPEG_COM}
+# The application segments kept, by what their bodies start with: those that say how to
+# show the pixels (JFIF's density, a colour profile, Adobe's colour transform) and a
+# multi-picture index. Any other (XMP under APP2, text in APP12, IPTC in APP13, C2PA's
+# APP11, a maker's own) goes, as every comment does.
+JPEG_KEPT = {
+    0xE0: (b"JFIF", b"JFXX"),
+    JPEG_APP2: (b"ICC_PROFILE\x00", mpf.MPF_ID),
+    0xEE: (b"Adobe",),
+}
+# Markers Pillow reads as having no length (restart, start and end of image, reserved
+# ones), and 0x00: 0xFF 0x00 is an escaped 0xFF, which Pillow skips as junk.
+JPEG_NO_LENGTH = {0x00, 0xC8, *range(0xD0, 0xDA), *range(0xF0, 0xFE)}
+JPEG_SOS = 0xDA  # start of scan: the compressed data follows
+JPEG_SCAN = b"\xff\xda"
+JPEG_SEGMENTS = set(range(0xC0, 0xFF)) - JPEG_NO_LENGTH - {JPEG_SOS}  # markers with a length
+NOT_FILL = re.compile(rb"[^\xff]")
+FILL_BLOCK = b"\xff" * 65536  # a run of fill bytes is compared against this, a block a time
+# An APP1 segment (marker, length) holding EXIF or XMP of any header, found by searching.
+LATER_APP1 = re.compile(rb"\xff\xe1(..)(Exif|http://ns\.adobe\.com/)", re.DOTALL)
+
+Segment = tuple[int, int, int]  # marker, start, end
+
+
+def strip_jpeg(data: bytes) -> bytes:
+    """Return `data` (a JPEG that passed `originals.precheck`) without what may say where
+    it was taken; `data` itself when there is nothing to strip. jpeg.BadJpeg when a further
+    picture of a multi-picture file has a header or scans no decoder should be made to walk.
+    """
+    header, scan = _header(data, len(SOI), first=True)
+    index = next((s for m, s, _e in header if m == JPEG_APP2 and _is_index(data, s)), None)
+    kept = Splice(data)
+    keep_sizes = index is not None
+    _strip(data, header, kept, keep_sizes)
+    if not data.startswith(JPEG_SCAN, scan):
+        # No scan: nothing to follow, bytes as they are (the decoder refuses the file).
+        return bytes(kept.upto(len(data))) if kept.replaced else data
+    end = _scans(data, scan, kept, keep_sizes)
+    if index is not None:
+        further = mpf.pictures(data, index)
+        if further is None:  # an index that cannot be read: as before there was one
+            if not kept.replaced and LATER_APP1.search(data, end) is None:
+                return data
+            return bytes(kept.upto(end) + _searched(data[end:]))
+        end = _further(data, further, kept, end)
+    if not kept.replaced and end == len(data):
+        return data  # the usual photo: nothing to strip, and no copy of its bytes made
+    return bytes(kept.upto(end))  # what follows the last picture goes
+
+
+def _is_index(data: bytes, segment: int) -> bool:
+    return data.startswith(mpf.MPF_ID, segment + 4)
+
+
+def _header(data: bytes, pos: int, *, first: bool) -> tuple[list[Segment], int]:
+    """Walk a picture's header from `pos` as Pillow reads it; return the segments that can
+    hold a place and where the walk stopped (its first scan, if it has one).
+
+    The first picture's header passed `jpeg.check_header` (at most `jpeg.MAX_SEGMENTS`
+    segments); a further one's is counted here, and refused past as many.
+    """
+    found: list[Segment] = []
+    size, walked = len(data), 0
+    while pos + 4 <= size:
+        if data[pos] != 0xFF:
+            # Bytes between segments: Pillow and libjpeg skip them to the next 0xFF.
+            found_at = data.find(b"\xff", pos)
+            pos = found_at if found_at >= 0 else size
+            continue
+        marker = data[pos + 1]
+        if marker in JPEG_SEGMENTS:  # the common case first
+            length = data[pos + 2] << 8 | data[pos + 3]  # counts itself: 2 at least
+            end = pos + 2 + (length if length > 2 else 2)  # as Pillow reads one saying less
+            if marker in JPEG_LOOKED_AT:
+                found.append((marker, pos, min(end, size)))
+            pos = end
+            walked += 1
+            if not first and walked > jpeg.MAX_SEGMENTS:
+                raise jpeg.BadJpeg(f"The JPEG's header has more than {jpeg.MAX_SEGMENTS} parts.")
+        elif marker == 0xFF:  # a fill byte; a run of them is skipped in one step
+            pos = pos + 1 if data[pos + 2] != 0xFF else _skip_fill(data, pos)
+        elif marker in JPEG_NO_LENGTH:
+            pos += 2
+        else:
+            break  # the start of scan, or no marker (the decoder refuses the file)
+    return found, pos
+
+
+def _scans(data: bytes, pos: int, kept: Splice, keep_sizes: bool) -> int:
+    """Strip what sits between the scans of the picture whose first scan is at `pos`, as
+    before the first; return where the picture ends (after its end-of-image marker)."""
+    parts, end = jpeg.later_parts(data, pos)
+    _strip(data, [part for part in parts if part[0] in JPEG_LOOKED_AT], kept, keep_sizes)
+    return end
+
+
+def _further(data: bytes, pictures: list[tuple[int, int]], kept: Splice, end: int) -> int:
+    """Strip, in place, each further picture the index names (after `end`, where the first
+    ends); return where the last of them ends."""
+    last = end
+    for start, stop in pictures:
+        if start < last or not data.startswith(SOI, start):
+            continue  # overlapping the one before, or no picture there: left as it is
+        header, scan = _header(data, start + len(SOI), first=False)
+        _strip(data, header, kept, keep_sizes=True)
+        walked = _scans(data, scan, kept, True) if data.startswith(JPEG_SCAN, scan) else scan
+        last = max(stop, walked)
+    return min(last, len(data))
+
+
+def _strip(data: bytes, segments: list[Segment], kept: Splice, keep_sizes: bool) -> None:
+    """Replace, drop or blank each of `segments` (in order) as `_replacement` says; only the
+    first EXIF block of a picture's header is kept (its GPS emptied)."""
+    exif = False
+    for marker, start, end in segments:
+        replacement = _replacement(data, start, end, keep_sizes, exif_before=exif)
+        exif = exif or (marker == JPEG_APP1 and data.startswith(EXIF_HEADER, start + 4, end))
+        if replacement is not None:
+            kept.replace(start, end, replacement)
+
+
+def _replacement(
+    data: bytes, pos: int, end: int, keep_sizes: bool, *, exif_before: bool
+) -> bytes | None:
+    """Return what replaces the segment at `data[pos:end]`: b"" drops it, None keeps it.
+
+    With `keep_sizes`, a segment to drop is blanked instead: its body is overwritten with
+    spaces (XMP's own padding), so readers find nothing in it.
+    """
+    marker = data[pos + 1]
+    if marker == JPEG_APP1 and data.startswith(EXIF_HEADER, pos + 4, end) and not exif_before:
+        if end - pos < 4 + len(EXIF_HEADER) + TIFF_HEADER_SIZE:
+            return None  # no room for a directory: the EXIF reader finds nothing in it
+        segment = bytearray(data[pos:end])
+        return bytes(segment) if empty_gps(segment, 4 + len(EXIF_HEADER)) else None
+    if any(data.startswith(kept, pos + 4, end) for kept in JPEG_KEPT.get(marker, ())):
+        return None
+    return data[pos : pos + 4] + b" " * (end - pos - 4) if keep_sizes else b""
+
+
+def _skip_fill(data: bytes, pos: int) -> int:
+    """Return where the marker starts that the 0xFF fill bytes at `pos` pad.
+
+    Fill bytes carry nothing, but they are kept (copied with the segments around them)
+    so that the output differs from the input only where location was. A run of them
+    is skipped in one C-level search: one byte per loop turn took seconds per 24 MB.
+    """
+    pos += 1
+    while data.startswith(FILL_BLOCK, pos):  # a memory compare: 24 MB in a few milliseconds
+        pos += len(FILL_BLOCK)
+    found = NOT_FILL.search(data, pos)  # within one block of `pos`
+    marker = found.start() if found else len(data)
+    return marker - 1  # the last 0xFF of the run introduces the marker
+
+
+def _searched(rest: bytes) -> bytes:
+    """Strip, without moving a byte, the APP1 segments found by searching `rest` (what
+    follows the first picture of a multi-picture file whose index cannot be read): the GPS
+    directory is emptied in place and an XMP packet is overwritten with spaces. The first
+    picture's compressed data cannot hold these bytes: within a scan 0xFF is followed by
+    0x00 or a restart marker only.
+    """
+    found = LATER_APP1.search(rest)
+    if found is None:
+        return rest  # one C-level scan: the usual case
+    out = bytearray(rest)
+    while found is not None:
+        start, body = found.start(), found.end()
+        end = min(len(out), start + 2 + int.from_bytes(found[1], "big"))
+        if out.startswith(EXIF_HEADER, start + 4):
+            segment = out[start:end]
+            if empty_gps(segment, 4 + len(EXIF_HEADER)):
+                out[start:end] = segment
+        elif start + 4 < end:
+            out[start + 4 : end] = b" " * (end - start - 4)
+        found = LATER_APP1.search(rest, body)
+    return bytes(out)

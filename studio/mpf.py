@@ -1,0 +1,53 @@
+"""A multi-picture file's index (CIPA DC-007, "MPF", in an APP2 segment of its first picture).
+
+A phone's MPO (depth, panoramas) or an Ultra HDR photo (its gain map) holds further
+pictures after the first, each found by the index's offset and size: the location
+stripping looks at each as it looks at the first, and lets go of what follows the last
+(a motion photo's video), whose bytes no offset names.
+"""
+
+import struct
+
+MAX_PICTURES = 64  # pictures an index may name: a phone's have a few
+MP_ENTRY = 0xB002  # the tag whose data lists each picture: 16 bytes an entry
+ENTRY_SIZE = 16  # attributes, size, offset (4 bytes each), two dependent pictures (2 each)
+MPF_ID = b"MPF\x00"
+
+
+def pictures(data: bytes, segment: int) -> list[tuple[int, int]] | None:
+    """Return where each picture after the first starts and ends, by start, as the index in
+    the APP2 segment at `data[segment:]` names them; None when the index cannot be read.
+
+    Offsets count from the index's TIFF header (after "MPF\\0"), as Pillow reads them.
+    """
+    try:
+        end = min(len(data), segment + 2 + (data[segment + 2] << 8 | data[segment + 3]))
+        base = segment + 4 + len(MPF_ID)
+        order = {b"II": "<", b"MM": ">"}.get(data[base : base + 2])
+        if order is None:
+            return None
+        (ifd,) = struct.unpack_from(order + "I", data, base + 4)
+        (count,) = struct.unpack_from(order + "H", data, base + ifd)
+        for entry in range(base + ifd + 2, base + ifd + 2 + 12 * min(count, 32), 12):
+            tag, _kind, size, offset = struct.unpack_from(order + "HHII", data, entry)
+            if tag == MP_ENTRY:
+                return _listed(data, order, base, base + offset, size // ENTRY_SIZE, end)
+    except (IndexError, struct.error):
+        return None
+    return None
+
+
+def _listed(
+    data: bytes, order: str, base: int, first: int, count: int, end: int
+) -> list[tuple[int, int]] | None:
+    """Read `count` entries from `first` (within the segment, before `end`)."""
+    if not 0 < count <= MAX_PICTURES or first + ENTRY_SIZE * count > end:
+        return None
+    found = []
+    for entry in range(first + ENTRY_SIZE, first + ENTRY_SIZE * count, ENTRY_SIZE):
+        _attributes, size, offset = struct.unpack_from(order + "III", data, entry)
+        start = base + offset
+        if offset == 0 or start + size > len(data):
+            return None  # an index that points nowhere: read as no index at all
+        found.append((start, start + size))
+    return sorted(found)
