@@ -15,6 +15,8 @@ import struct
 import time
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from PIL import Image
 
 from studio import engine, metadata, originals
@@ -222,3 +224,24 @@ def test_padding_spread_over_the_headers_gaps_is_refused_at_once(make_subject):
     seconds = time.perf_counter() - started
 
     assert seconds < 0.5, f"{len(photo):,} bytes refused after {seconds:.2f} s (bound 0.5 s)"
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    hidden=st.lists(
+        st.tuples(
+            st.sampled_from([0xFE, *range(0xE0, 0xF0)]),
+            st.binary(max_size=200).map(lambda body: b"X" + body + PLACE),
+        ),
+        max_size=5,
+    ),
+    trailer=st.binary(max_size=300),
+)
+def test_whatever_a_further_picture_holds_it_loses_in_place_and_the_trailer_goes(hidden, trailer):
+    photo = multi_picture(b"".join(segment(m, body) for m, body in hidden), trailer=trailer)
+
+    clean = metadata.strip_location(photo)
+
+    assert len(clean) == len(photo) - len(trailer)
+    assert PLACE not in clean
+    assert pixels_of(clean) == pixels_of(photo)
