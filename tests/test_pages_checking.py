@@ -8,6 +8,7 @@ page says so and that there is nothing to do; once a search leaves the decision 
 person, or when the searches are off, it says a person is needed.
 """
 
+import re
 from datetime import timedelta
 
 import pytest
@@ -113,3 +114,27 @@ def test_with_only_checks_left_and_no_worker_the_page_says_what_that_means(signe
     page = text(signed_in.get(f"/batches/{batch.pk}/"))
 
     assert "nothing here moves until it runs again" in page, page
+
+
+def places_in_results(client: Client, batch: Batch) -> list[str]:
+    """What each place still waiting in the results says ("On its way", "Checking…")."""
+    body = client.get(f"/batches/{batch.pk}/results/").content.decode()
+    return re.findall(r'<li class="tile result coming"[^>]*><span class="slot">([^<]*)', body)
+
+
+def test_an_image_the_worker_looks_up_by_itself_keeps_its_place_and_nothing_is_chosen_yet(
+    signed_in, subject, settings
+):
+    """Found by a browser review: such an image had no place among the results, and
+    "Choose favourites" was offered with 4 of 5 in; when the worker found it a minute later
+    it came in first, and every image moved one place on."""
+    batch = a_batch(subject, candidates=2)
+    lost_answer(batch.tasks.get(ordinal=1))
+    move(batch.tasks.get(ordinal=2), TaskState.FAILED, phase="Failed", error="Ember said no.")
+
+    assert places_in_results(signed_in, batch) == ["Checking with Ember"]
+    body = signed_in.get(f"/batches/{batch.pk}/results/").content.decode()
+    assert "data-choosing" not in body
+
+    settings.AVATARS_ADOPT_PER_MINUTE = 0  # no search will find it: only a person
+    assert places_in_results(signed_in, batch) == []

@@ -3,12 +3,23 @@
 from typing import Any
 from uuid import UUID
 
+from django.db.models import Q
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
 from django.views.decorators.http import require_GET
 
 from studio import names, originals
-from studio.models import RECONCILABLE, STOPPABLE, Asset, AvatarSet, Batch, Subject, Task
+from studio.models import (
+    RECONCILABLE,
+    STOPPABLE,
+    Asset,
+    AvatarSet,
+    Batch,
+    Subject,
+    Task,
+    TaskState,
+)
+from studio.web import progress
 from studio.web.views.common import login_required, login_required_htmx
 
 SET_CHOICES = 50  # draft sets offered in the viewer's "Add to a set"
@@ -39,24 +50,23 @@ def delivered(batch: Batch) -> list[Task]:
 
 def coming(batch: Batch) -> list[Task]:
     """Return the batch's tasks whose image may still come without a person, each with the
-    caption its image will have (`caption`).
+    caption its image will have (`caption`): those under way, and those the worker checks
+    with Ember by itself (`progress.checked_itself`), which it may yet find.
 
     The results keep a place for each, the size of an image: a review's batch page jumped
     as the images came in and pushed the rows below them away.
     """
     tasks = list(
-        batch.tasks.filter(state__in=STOPPABLE, asset__isnull=True).only(
-            "pk",
-            "batch",
-            "provider",
-            "provider_label",
-            "model",
-            "frame",
-            "ordinal",
-            "asset",
-            "subjects",
+        batch.tasks.filter(asset__isnull=True)
+        .filter(Q(state__in=STOPPABLE) | Q(state=TaskState.UNCERTAIN))
+        .only(
+            *("pk", "batch", "state", "phase", "provider", "provider_label", "model"),
+            *("frame", "ordinal", "asset", "subjects"),
         )
     )
+    uncertain = [task.pk for task in tasks if task.state == TaskState.UNCERTAIN]
+    checked = progress.checked_itself(Task.objects.filter(pk__in=uncertain)) if uncertain else set()
+    tasks = [task for task in tasks if task.state in STOPPABLE or str(task.pk) in checked]
     wanted = {pk for task in tasks for pk in task.subjects}
     people = Subject.objects.filter(pk__in=wanted).values_list("pk", "name")  # by name
     for task in tasks:
@@ -71,7 +81,8 @@ def results_context(batch: Batch) -> dict[str, Any]:
     image still on its way (`tiles`, in the form's order), and whether to choose."""
     results = delivered(batch)
     waiting = coming(batch)
-    # Settled: nothing more arrives without a person, so favourites can be chosen.
+    # Settled: nothing more arrives without a person, so favourites can be chosen (a review
+    # was offered them while an image the worker went on to find was being checked).
     settled = not waiting and not batch.tasks.filter(state__in=STOPPABLE).exists()
     return {
         "batch": batch,
