@@ -458,9 +458,8 @@ class WorkerHeartbeat(models.Model):
             return "worker running"
         # How long first: a family reads "for 5 minutes" at once, whatever their time zone.
         gone = "worker stopped" if beat.stopped else "no worker seen"
-        return (
-            f"{gone} for {how_long(beat.seen_at, now)} (since {beat.seen_at:%Y-%m-%d %H:%M:%S} UTC)"
-        )
+        since = timezone.localtime(beat.seen_at)  # in the studio's zone, named
+        return f"{gone} for {how_long(beat.seen_at, now)} (since {since:%Y-%m-%d %H:%M:%S %Z})"
 
 
 class ScrubReport(models.Model):
@@ -496,4 +495,6 @@ class ScrubReport(models.Model):
         last = cls.objects.first()  # newest first
         if last is None:
             return "no scrub of the originals yet: run manage.py check_originals"
-        return f"last scrub {last.finished_at:%Y-%m-%d %H:%M} UTC: {last.summary}"
+        return (
+            f"last scrub {timezone.localtime(last.finished_at):%Y-%m-%d %H:%M %Z}: {last.summary}"
+        )

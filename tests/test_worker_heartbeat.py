@@ -1,14 +1,14 @@
 """The worker's heartbeat as people read it: running, stopped cleanly, or gone quiet."""
 
 import io
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.core.management import call_command
 from django.urls import reverse
 from django.utils import timezone
 
-from studio.models import WorkerHeartbeat
+from studio.models import ScrubReport, WorkerHeartbeat
 from studio.worker.heartbeat import beat, record_stop
 from tests.admin_pages import text
 
@@ -67,3 +67,15 @@ def test_a_stopping_worker_marks_its_own_row_stopped():
 
     assert WorkerHeartbeat.objects.get().stopped is True
     assert WorkerHeartbeat.status().startswith("worker stopped for ")
+
+
+def test_the_worker_and_the_scrub_say_their_times_in_the_studios_zone(settings, db):
+    """The batch page said "Worker stopped … (since 02:28:23 UTC)" beside times the studio
+    shows in its own zone (`AVATARS_TIME_ZONE`): both now say them there, and name it."""
+    settings.TIME_ZONE = "Europe/Paris"
+    at = datetime(2026, 12, 6, 1, 28, 23, tzinfo=UTC)  # 02:28:23 in Paris, in winter
+    WorkerHeartbeat.objects.create(started_at=at, seen_at=at, pid=1, host="h", stopped=True)
+    ScrubReport.objects.create(started_at=at, finished_at=at, checked=0, passed=True, summary="ok")
+
+    assert "(since 2026-12-06 02:28:23 CET)" in WorkerHeartbeat.status()
+    assert ScrubReport.status().startswith("last scrub 2026-12-06 02:28 CET: ")
