@@ -19,7 +19,7 @@ from django.utils import timezone
 from studio.models import Attempt, Batch, Task, TaskState
 from studio.phrases import MAY_HAVE_REACHED, NO_ROW_LATE_PHASE, NO_ROW_PHASE, RECONCILE_PHASE
 from studio.store import move
-from tests.factories import a_batch
+from tests.factories import a_batch, stored_asset
 from tests.studio_pages import text
 
 pytestmark = pytest.mark.django_db
@@ -123,18 +123,35 @@ def places_in_results(client: Client, batch: Batch) -> list[str]:
 
 
 def test_an_image_the_worker_looks_up_by_itself_keeps_its_place_and_nothing_is_chosen_yet(
-    signed_in, subject, settings
+    signed_in, subject
 ):
     """Found by a browser review: such an image had no place among the results, and
     "Choose favourites" was offered with 4 of 5 in; when the worker found it a minute later
-    it came in first, and every image moved one place on."""
+    it came in first, and every image moved one place on. Once a search leaves it to a
+    person, the next poll has the results reload (a re-review's page kept the place, and
+    withheld the favourites, for good)."""
     batch = a_batch(subject, candidates=2)
-    lost_answer(batch.tasks.get(ordinal=1))
-    move(batch.tasks.get(ordinal=2), TaskState.FAILED, phase="Failed", error="Ember said no.")
+    lost = lost_answer(batch.tasks.get(ordinal=1))
+    made = batch.tasks.get(ordinal=2)
+    move(made, TaskState.DONE, phase="Complete", asset=stored_asset(7, task=made))
+    poll = f"/batches/{batch.pk}/progress/"
 
     assert places_in_results(signed_in, batch) == ["Checking with Ember"]
-    body = signed_in.get(f"/batches/{batch.pk}/results/").content.decode()
-    assert "data-choosing" not in body
+    assert "data-choosing" not in signed_in.get(f"/batches/{batch.pk}/results/").content.decode()
+    quiet = signed_in.get(poll, {"delivered": "1", "places": "2"}, HTTP_HX_REQUEST="true")
+    assert "HX-Trigger" not in quiet
 
+    move(lost, TaskState.UNCERTAIN, phase=NO_ROW_LATE_PHASE)  # a person decides now
+    told = signed_in.get(poll, {"delivered": "1", "places": "2"}, HTTP_HX_REQUEST="true")
+
+    assert told["HX-Trigger"] == "results-changed"
+    assert places_in_results(signed_in, batch) == []
+    assert "data-choosing" in signed_in.get(f"/batches/{batch.pk}/results/").content.decode()
+
+
+def test_with_the_searches_off_an_unsure_image_keeps_no_place(signed_in, subject, settings):
     settings.AVATARS_ADOPT_PER_MINUTE = 0  # no search will find it: only a person
+    batch = a_batch(subject, candidates=1)
+    lost_answer(batch.tasks.get())
+
     assert places_in_results(signed_in, batch) == []

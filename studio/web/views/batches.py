@@ -13,7 +13,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from studio import engine
-from studio.models import Attempt, Batch, Task, TaskState, WorkerHeartbeat
+from studio.models import STOPPABLE, Attempt, Batch, Task, TaskState, WorkerHeartbeat
 from studio.web import progress
 from studio.web.forms import BatchForm
 from studio.web.views.common import login_required, login_required_htmx, page_of, posted, user_of
@@ -194,6 +194,12 @@ def _progress_context(request: HttpRequest, batch: Batch) -> dict[str, Any]:
         "seen": ".".join(str(task.version) for task in tasks),
         # Images on the page, whatever their state (the results section's own count).
         "delivered": sum(1 for task in tasks if task.asset_id),
+        # And the places the results keep (results.coming): an image the worker stopped
+        # checking for leaves its place, and the results must hear of it (a re-review's
+        # page kept "Checking with Ember" and withheld the favourites for good).
+        "places": sum(
+            1 for t in tasks if t.asset_id or t.state in STOPPABLE or str(t.pk) in checking
+        ),
         "tab_title": outcome.tab_title(batch.title),
         "reload_seconds": NO_SCRIPT_RELOAD,
         "worker_status": worker,
@@ -248,7 +254,8 @@ def batch_progress(request: HttpRequest, batch_id: UUID) -> HttpResponse:
     # The cancel area is swapped only when what it offers changed, keeping a focused button.
     context["cancel_changed"] = request.GET.get("cancel", "") != context["cancel"]
     response = render(request, "studio/_progress_poll.html", context)
-    if context["done"] or request.GET.get("delivered", "") != str(context["delivered"]):
+    moved = any(request.GET.get(key, "") != str(context[key]) for key in ("delivered", "places"))
+    if context["done"] or moved:
         response["HX-Trigger"] = "results-changed"
     return response
 
