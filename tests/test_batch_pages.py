@@ -278,15 +278,15 @@ def seen_of(response: Any) -> str:
 def test_it_sends_only_the_rows_that_changed_since_the_last_look(signed_in: Client, subject):
     batch = plan(subject, candidates=3)
     page = signed_in.get(f"/batches/{batch.pk}/")
-    vals = re.search(r'"seen": "([\d.]*)", "delivered": "(\d+)"', seen_of(page))
+    vals = re.search(r'"seen": "([\d.]*)", "delivered": "(\d+)", "places": "(\d+)"', seen_of(page))
     assert vals
-    seen, delivered = vals.groups()
+    seen, delivered, places = vals.groups()
     moved = batch.tasks.order_by("ordinal")[1]
     move(moved, TaskState.RUNNING, ember_job_id="job_1", submitted_at=timezone.now())
 
     polled = signed_in.get(
         f"/batches/{batch.pk}/progress/",
-        {"seen": seen, "delivered": delivered},
+        {"seen": seen, "delivered": delivered, "places": places},
         HTTP_HX_REQUEST="true",
     )
 
@@ -301,8 +301,8 @@ def test_it_tells_the_results_to_reload_when_an_image_arrives(signed_in: Client,
     batch = plan(subject, candidates=2)
     put(batch, TaskState.DONE)
 
-    same = signed_in.get(f"/batches/{batch.pk}/progress/", {"delivered": "1"})
-    more = signed_in.get(f"/batches/{batch.pk}/progress/", {"delivered": "0"})
+    same = signed_in.get(f"/batches/{batch.pk}/progress/", {"delivered": "1", "places": "2"})
+    more = signed_in.get(f"/batches/{batch.pk}/progress/", {"delivered": "0", "places": "2"})
 
     assert "HX-Trigger" not in same
     assert more["HX-Trigger"] == "results-changed"
