@@ -8,15 +8,18 @@ and a GPS directory can sit across the two); every comment and every application
 `JPEG_KEPT` does not name goes whole. What follows the picture (a phone's trailer, a
 motion photo's video, which may say where it was filmed) goes too.
 
-A multi-picture file (an MPO, an Ultra HDR photo) is one whose first picture's header
-holds an index (`studio/mpf.py`) of further pictures by offset: nothing before the last of
-them may move. There what would go is overwritten with spaces instead (XMP's own padding),
-each picture the index names is walked as the first, and only what follows the last goes.
-An index that cannot be read leaves its further pictures to a search for their EXIF and
-XMP (`LATER_APP1`), and what follows them as it is.
+A multi-picture file (an MPO, a phone's depth map or HDR gain map beside the photo) is one
+whose first picture's header holds an index (`studio/mpf.py`; Pillow reads the last) of
+further pictures by offset: nothing before the last of them may move. There what would go
+is overwritten with spaces instead (XMP's own padding), so the gain map's XMP is lost with
+the rest, and each picture the index names is walked as the first, overlapping ones too;
+what no walk saw before the last picture's end is searched for EXIF and XMP (`LATER_APP1`),
+and only what follows the last picture goes. An index that cannot be read keeps no offset:
+the file is stripped as if it had none.
 """
 
 import re
+from collections.abc import Iterator
 
 from studio import jpeg, mpf
 from studio.splice import Splice
@@ -58,36 +61,83 @@ def strip_jpeg(data: bytes) -> bytes:
     picture of a multi-picture file has a header or scans no decoder should be made to walk.
     """
     header, scan = _header(data, len(SOI), first=True)
-    index = next((s for m, s, _e in header if m == JPEG_APP2 and _is_index(data, s)), None)
+    # Pillow reads the last index a header holds; one that cannot be read keeps no offset.
+    indexes = [start for marker, start, _end in header if _is_index(data, marker, start)]
+    further = mpf.pictures(data, indexes[-1]) if indexes else None
+    if further is None:
+        return _dropped(data, header, scan)
+    return _blanked(data, header, scan, further)
+
+
+def _is_index(data: bytes, marker: int, start: int) -> bool:
+    return marker == JPEG_APP2 and data.startswith(mpf.MPF_ID, start + 4)
+
+
+def _dropped(data: bytes, header: list[Segment], scan: int) -> bytes:
+    """Strip a JPEG no index points into: what goes is cut out, and what follows the picture."""
     kept = Splice(data)
-    keep_sizes = index is not None
-    _strip(data, header, kept, keep_sizes)
+    for start, end, replacement in _replacements(data, header, keep_sizes=False):
+        kept.replace(start, end, replacement)
     if not data.startswith(JPEG_SCAN, scan):
         # No scan: nothing to follow, bytes as they are (the decoder refuses the file).
         return bytes(kept.upto(len(data))) if kept.replaced else data
-    end = _scans(data, scan, kept, keep_sizes)
-    if index is not None:
-        further = mpf.pictures(data, index)
-        if further is None:  # an index that cannot be read: as before there was one
-            if not kept.replaced and LATER_APP1.search(data, end) is None:
-                return data
-            return bytes(kept.upto(end) + _searched(data[end:]))
-        end = _further(data, further, kept, end)
+    parts, end = _later(data, scan)
+    for start, stop, replacement in _replacements(data, parts, keep_sizes=False):
+        kept.replace(start, stop, replacement)
     if not kept.replaced and end == len(data):
         return data  # the usual photo: nothing to strip, and no copy of its bytes made
-    return bytes(kept.upto(end))  # what follows the last picture goes
+    return bytes(kept.upto(end))  # what follows the picture goes
 
 
-def _is_index(data: bytes, segment: int) -> bool:
-    return data.startswith(mpf.MPF_ID, segment + 4)
+def _blanked(
+    data: bytes, header: list[Segment], scan: int, further: list[tuple[int, int]]
+) -> bytes:
+    """Strip a multi-picture file in place: each picture its index names is walked as the
+    first (overlapping ones too, each on what the walks before it left), what no walk saw
+    before the last picture's end is searched for EXIF and XMP, and what follows it goes."""
+    out = bytearray(data)
+    _blank(out, header)
+    end = _blank_scans(out, scan)
+    last = end
+    for start, stop in further:
+        if out.startswith(SOI, start):
+            segments, at = _header(out, start + len(SOI), first=False)
+            _blank(out, segments)
+            last = max(last, stop, _blank_scans(out, at))
+    last = min(last, len(out))
+    out[end:last] = _searched(bytes(out[end:last]))  # bytes between the pictures too
+    return data if last == len(data) and out == data else bytes(out[:last])
 
 
-def _header(data: bytes, pos: int, *, first: bool) -> tuple[list[Segment], int]:
+def _blank(out: bytearray, segments: list[Segment]) -> None:
+    """Blank or empty `segments` of `out` in place (sizes kept)."""
+    for start, end, replacement in _replacements(out, segments, keep_sizes=True):
+        out[start:end] = replacement
+
+
+def _blank_scans(out: bytearray, pos: int) -> int:
+    """Blank what sits between the scans of the picture whose first scan is at `pos`; return
+    where the picture ends (`pos` when no scan starts there)."""
+    if not out.startswith(JPEG_SCAN, pos):
+        return pos
+    parts, end = _later(out, pos)
+    _blank(out, parts)
+    return end
+
+
+def _later(data: bytes | bytearray, pos: int) -> tuple[list[Segment], int]:
+    """Return the segments between the scans that can hold a place, and where the picture
+    whose first scan is at `pos` ends."""
+    parts, end = jpeg.later_parts(data, pos)  # type: ignore[arg-type]
+    return [part for part in parts if part[0] in JPEG_LOOKED_AT], end
+
+
+def _header(data: bytes | bytearray, pos: int, *, first: bool) -> tuple[list[Segment], int]:
     """Walk a picture's header from `pos` as Pillow reads it; return the segments that can
     hold a place and where the walk stopped (its first scan, if it has one).
 
     The first picture's header passed `jpeg.check_header` (at most `jpeg.MAX_SEGMENTS`
-    segments); a further one's is counted here, and refused past as many.
+    markers); a further one's markers are counted here, and refused past as many.
     """
     found: list[Segment] = []
     size, walked = len(data), 0
@@ -98,17 +148,18 @@ def _header(data: bytes, pos: int, *, first: bool) -> tuple[list[Segment], int]:
             pos = found_at if found_at >= 0 else size
             continue
         marker = data[pos + 1]
+        if marker == 0xFF:  # a fill byte; a run of them is skipped in one step
+            pos = pos + 1 if data[pos + 2] != 0xFF else _skip_fill(data, pos)
+            continue
+        walked += 1
+        if not first and walked > jpeg.MAX_SEGMENTS:
+            raise jpeg.BadJpeg(f"The JPEG's header has more than {jpeg.MAX_SEGMENTS} parts.")
         if marker in JPEG_SEGMENTS:  # the common case first
             length = data[pos + 2] << 8 | data[pos + 3]  # counts itself: 2 at least
             end = pos + 2 + (length if length > 2 else 2)  # as Pillow reads one saying less
             if marker in JPEG_LOOKED_AT:
                 found.append((marker, pos, min(end, size)))
             pos = end
-            walked += 1
-            if not first and walked > jpeg.MAX_SEGMENTS:
-                raise jpeg.BadJpeg(f"The JPEG's header has more than {jpeg.MAX_SEGMENTS} parts.")
-        elif marker == 0xFF:  # a fill byte; a run of them is skipped in one step
-            pos = pos + 1 if data[pos + 2] != 0xFF else _skip_fill(data, pos)
         elif marker in JPEG_NO_LENGTH:
             pos += 2
         else:
@@ -116,41 +167,22 @@ def _header(data: bytes, pos: int, *, first: bool) -> tuple[list[Segment], int]:
     return found, pos
 
 
-def _scans(data: bytes, pos: int, kept: Splice, keep_sizes: bool) -> int:
-    """Strip what sits between the scans of the picture whose first scan is at `pos`, as
-    before the first; return where the picture ends (after its end-of-image marker)."""
-    parts, end = jpeg.later_parts(data, pos)
-    _strip(data, [part for part in parts if part[0] in JPEG_LOOKED_AT], kept, keep_sizes)
-    return end
-
-
-def _further(data: bytes, pictures: list[tuple[int, int]], kept: Splice, end: int) -> int:
-    """Strip, in place, each further picture the index names (after `end`, where the first
-    ends); return where the last of them ends."""
-    last = end
-    for start, stop in pictures:
-        if start < last or not data.startswith(SOI, start):
-            continue  # overlapping the one before, or no picture there: left as it is
-        header, scan = _header(data, start + len(SOI), first=False)
-        _strip(data, header, kept, keep_sizes=True)
-        walked = _scans(data, scan, kept, True) if data.startswith(JPEG_SCAN, scan) else scan
-        last = max(stop, walked)
-    return min(last, len(data))
-
-
-def _strip(data: bytes, segments: list[Segment], kept: Splice, keep_sizes: bool) -> None:
-    """Replace, drop or blank each of `segments` (in order) as `_replacement` says; only the
-    first EXIF block of a picture's header is kept (its GPS emptied)."""
+def _replacements(
+    data: bytes | bytearray, segments: list[Segment], *, keep_sizes: bool
+) -> Iterator[tuple[int, int, bytes]]:
+    """Yield (start, end, replacement) for each of `segments` (in order) that changes, as
+    `_replacement` says; only the first EXIF block of those given is kept (its GPS emptied):
+    Pillow joins a header's further EXIF segments to it."""
     exif = False
     for marker, start, end in segments:
         replacement = _replacement(data, start, end, keep_sizes, exif_before=exif)
         exif = exif or (marker == JPEG_APP1 and data.startswith(EXIF_HEADER, start + 4, end))
         if replacement is not None:
-            kept.replace(start, end, replacement)
+            yield start, end, replacement
 
 
 def _replacement(
-    data: bytes, pos: int, end: int, keep_sizes: bool, *, exif_before: bool
+    data: bytes | bytearray, pos: int, end: int, keep_sizes: bool, *, exif_before: bool
 ) -> bytes | None:
     """Return what replaces the segment at `data[pos:end]`: b"" drops it, None keeps it.
 
@@ -165,10 +197,10 @@ def _replacement(
         return bytes(segment) if empty_gps(segment, 4 + len(EXIF_HEADER)) else None
     if any(data.startswith(kept, pos + 4, end) for kept in JPEG_KEPT.get(marker, ())):
         return None
-    return data[pos : pos + 4] + b" " * (end - pos - 4) if keep_sizes else b""
+    return bytes(data[pos : pos + 4]) + b" " * (end - pos - 4) if keep_sizes else b""
 
 
-def _skip_fill(data: bytes, pos: int) -> int:
+def _skip_fill(data: bytes | bytearray, pos: int) -> int:
     """Return where the marker starts that the 0xFF fill bytes at `pos` pad.
 
     Fill bytes carry nothing, but they are kept (copied with the segments around them)

@@ -47,7 +47,8 @@ def _listed(
     for entry in range(first + ENTRY_SIZE, first + ENTRY_SIZE * count, ENTRY_SIZE):
         _attributes, size, offset = struct.unpack_from(order + "III", data, entry)
         start = base + offset
-        if offset == 0 or start + size > len(data):
-            return None  # an index that points nowhere: read as no index at all
-        found.append((start, start + size))
+        if offset and start < len(data):  # one pointing nowhere names no picture
+            # A size is a hint: Pillow reads a picture from its offset on, and writes the
+            # last one's size as the sum of all but the first (a three-picture MPO's).
+            found.append((start, min(start + size, len(data))))
     return sorted(found)

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from PIL import Image
 
 from studio import engine, metadata, originals
-from tests.location_parts import XMP, insert_after_soi, picture, pixels_of, saved
+from tests.location_parts import XMP, gps_exif, insert_after_soi, picture, pixels_of, saved
 
 PLACE = b"+52.5200+013.4050/"
 # A phone's video after the picture: its user data says where it was filmed (ISO 6709).
@@ -245,3 +245,91 @@ def test_whatever_a_further_picture_holds_it_loses_in_place_and_the_trailer_goes
     assert len(clean) == len(photo) - len(trailer)
     assert PLACE not in clean
     assert pixels_of(clean) == pixels_of(photo)
+
+
+def three_pictures() -> bytes:
+    """An MPO of three pictures as Pillow writes it, each with the EXIF and its GPS (and the
+    last one's size in its index larger than the file: Pillow writes it so)."""
+    frames = [picture(), picture().rotate(180), picture().rotate(90)]
+    return saved(frames[0], "MPO", save_all=True, append_images=frames[1:], exif=gps_exif())
+
+
+WRITTEN = struct.pack("<6I", 52, 1, 31, 1, 25, 2)  # the latitude as Pillow writes it
+
+
+def test_every_picture_of_a_three_picture_file_loses_its_gps_in_place():
+    photo = three_pictures()
+    assert photo.count(WRITTEN) == 3
+
+    clean = metadata.strip_location(photo)
+
+    assert WRITTEN not in clean and len(clean) == len(photo)
+    assert pixels_of(clean) == pixels_of(photo)
+
+
+def test_a_picture_an_overlapping_index_entry_covers_is_still_looked_at():
+    """Found by a re-review: an entry whose size covered the next picture had that picture
+    left as it was, its GPS with it (Pillow reads each picture from its offset)."""
+    photo = bytearray(three_pictures())
+    with Image.open(io.BytesIO(bytes(photo))) as img:
+        second, third = img.mpinfo[0xB002][1:]
+    entry = photo.index(struct.pack("<LL", second["Size"], second["DataOffset"]))
+    struct.pack_into("<L", photo, entry, second["Size"] + third["Size"])
+
+    clean = metadata.strip_location(bytes(photo))
+
+    assert WRITTEN not in clean
+
+
+def test_the_last_index_of_a_header_is_the_one_read_as_pillow_reads_it():
+    """A second index before the real one, naming the first picture alone, had the walk
+    cut the further pictures off (or, naming others, leave the real ones unread)."""
+    photo = multi_picture(
+        segment(0xE1, b"Exif\x00\x00" + tiff({"0": [MODEL, (0x8825, "->", "g")], "g": GPS}))
+    )
+    lone = b"MPF\x00II*\x00" + struct.pack("<IH", 8, 1) + struct.pack("<HHII", 0xB002, 7, 16, 26)
+    lone += bytes(4) + struct.pack("<LLLHH", 0x030000, 100, 0, 0, 0)
+    real = photo.index(b"\xff\xe2", 2)
+    photo = photo[:real] + segment(0xE2, lone) + photo[real:]
+
+    clean = metadata.strip_location(photo)
+
+    assert len(clean) == len(photo) and LATITUDE not in clean
+    with Image.open(io.BytesIO(clean)) as img:
+        assert img.n_frames == 2
+
+
+def test_an_index_that_cannot_be_read_keeps_no_trailer():
+    plain = insert_after_soi(saved(picture(), "JPEG", quality=90), 0xE2, b"MPF\x00XX")
+
+    clean = metadata.strip_location(plain + VIDEO + segment(0xFE, PLACE))
+
+    assert clean == plain
+
+
+@pytest.mark.parametrize("marker", [b"\xff\xd8", b"\xff\xd9", b"\xff\xf0", b"\xff\xc8"])
+def test_a_flood_of_markers_without_a_length_before_the_scan_is_refused_at_once(
+    make_subject, marker
+):
+    """A second SOI or an EOI in a header stopped its check (a "broken header", left to
+    Pillow), which read on: 12 million cost Pillow's open 4.4 s (a re-review)."""
+    plain = saved(picture(), "JPEG", quality=90)
+    photo = plain[:2] + marker * 6_000_000 + plain[2:]
+
+    started = time.perf_counter()
+    with pytest.raises(originals.NotAnImage, match="header has more than 1024 parts"):
+        engine.add_reference(subject=make_subject("Ada"), data=photo, file_name="soi.jpg")
+    seconds = time.perf_counter() - started
+
+    assert seconds < 0.5, f"{len(photo):,} bytes refused after {seconds:.2f} s (bound 0.5 s)"
+
+
+def test_a_further_pictures_header_of_millions_of_parts_is_refused_at_once(make_subject):
+    photo = multi_picture(b"\xff\x00" * 6_000_000)
+
+    started = time.perf_counter()
+    with pytest.raises(originals.NotAnImage, match="header has more than 1024 parts"):
+        engine.add_reference(subject=make_subject("Ada"), data=photo, file_name="mpo.jpg")
+    seconds = time.perf_counter() - started
+
+    assert seconds < 0.5, f"{len(photo):,} bytes refused after {seconds:.2f} s (bound 0.5 s)"
