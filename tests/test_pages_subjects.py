@@ -7,6 +7,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
 
 from studio.models import Asset, Origin, Subject
+from studio.web.refusals import PHOTOS_FORM_EXPIRED
 from tests.factories import png_bytes
 from tests.studio_pages import link, messages_of, text, walk
 
@@ -97,12 +98,29 @@ def test_one_of_several_photos_refused_is_answered_with_its_reason_alone(
     taken = signed_in.post(f"/subjects/{ada.pk}/", {"photo": beach}, **several)
     refused = signed_in.post(f"/subjects/{ada.pk}/", {"photo": notes}, **several)
 
-    assert taken.status_code == 302
+    # Not a redirect: that is how a sign-in that ran out answers, which the script must
+    # tell apart (a re-review: it counted a signed-out upload as taken).
+    assert taken.status_code == 204
     assert refused.status_code == 400
     assert refused["Content-Type"] == "text/plain; charset=utf-8"
     assert refused.content.decode() == "The file is not a PNG, JPEG, WebP or GIF image."
     page = signed_in.get(f"/subjects/{ada.pk}/")
     assert messages_of(page) == ["Added beach.png to Ada's photos."]
+
+
+def test_one_of_several_photos_refused_for_its_token_is_answered_in_words(make_subject, person):
+    """A page left open past its token's life: the reason alone, not the studio's page,
+    which would use up what was said of the photos before it."""
+    ada = make_subject("Ada")
+    browser = Client(enforce_csrf_checks=True)
+    browser.force_login(person)
+    beach = SimpleUploadedFile("beach.png", png_bytes(3), content_type="image/png")
+
+    refused = browser.post(f"/subjects/{ada.pk}/", {"photo": beach}, HTTP_X_AVATARS_PHOTOS="1")
+
+    assert refused.status_code == 403
+    assert refused["Content-Type"] == "text/plain; charset=utf-8"
+    assert refused.content.decode() == PHOTOS_FORM_EXPIRED
 
 
 # --- long lists, a page at a time ----------------------------------------------------

@@ -23,6 +23,8 @@ SIGNED_OUT = (
     "You were signed out, so what you sent was not done: nothing was started or paid, "
     "and nothing was saved or uploaded. Sign in to go back to the page you were on."
 )
+ONE_OF_SEVERAL = "X-Avatars-Photos"  # sent by photos.js with each of several photos
+PHOTOS_FORM_EXPIRED = "It was not uploaded: this page had expired. Reload it and choose it again."
 ACTION_OPENED = (
     "That address only takes a form's button press, so here is its page: nothing was changed."
 )
@@ -32,9 +34,18 @@ def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:
     """Answer a form Django refused for its CSRF token with the studio's page (403).
 
     Django's own view renders the template without the request, so the page would lose
-    its navigation; this one is named by CSRF_FAILURE_VIEW.
+    its navigation; this one is named by CSRF_FAILURE_VIEW. One of several photos sent
+    one after another gets the reason alone: a page would use up what is to be said of
+    the photos sent before it.
     """
+    if request.headers.get(ONE_OF_SEVERAL):
+        return plain_refusal(PHOTOS_FORM_EXPIRED, status=403)
     return render(request, "403_csrf.html", {"back": form_page(request)}, status=403)
+
+
+def plain_refusal(reason: str, *, status: int = 400) -> HttpResponse:
+    """Answer one of several photos with why it was not taken, in words alone (photos.js)."""
+    return HttpResponse(reason, status=status, content_type="text/plain; charset=utf-8")
 
 
 def form_page(request: HttpRequest) -> str:

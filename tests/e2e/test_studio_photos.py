@@ -6,12 +6,22 @@ a request), and the page then says which were added and which were refused, and 
 """
 
 import io
+import re
 from pathlib import Path
 
 from PIL import Image
 from playwright.sync_api import Page, expect
 
-from tests.e2e.studio import audit, fits_the_screen, go, screenshot, size
+from tests.e2e.studio import (
+    PASSWORD,
+    USERNAME,
+    audit,
+    fits_the_screen,
+    go,
+    screenshot,
+    sign_in,
+    size,
+)
 
 NOT_A_PHOTO = "The file is not a PNG, JPEG, WebP or GIF image."
 
@@ -57,3 +67,29 @@ def test_several_photos_chosen_at_once_are_each_added_or_refused_in_words(
     person.reload()  # said once: the refusals were for that upload only
     expect(person.locator("#photos-refused")).to_have_count(0)
     expect(person.locator("ul.grid > li")).to_have_count(2)
+
+
+def test_photos_sent_after_the_sign_in_ran_out_are_said_not_uploaded(page: Page, tmp_path: Path):
+    """Found by a re-review: the script took the sign-in page's redirect for a photo taken,
+    and went on sending the rest, each into the same refusal."""
+    sign_in(page)
+    go(page, "Subjects")
+    page.get_by_label("New subject").fill("Gus")
+    page.get_by_role("button", name="Add subject").click()
+    expect(page.get_by_role("heading", name="Gus", exact=True)).to_be_visible()
+    chosen = [photo(tmp_path / f"{n}.png", (20, 40 * n, 90)) for n in (1, 2)]
+    page.context.clear_cookies(name="sessionid")  # the sign-in runs out, the page open
+
+    page.get_by_label("Add a reference photo").set_input_files(chosen)
+    page.get_by_role("button", name="Upload").click()
+
+    expect(page).to_have_url(re.compile(r"/accounts/login/\?next=/subjects/"))
+    page.get_by_label("Username").fill(USERNAME)
+    page.get_by_label("Password").fill(PASSWORD)
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.get_by_role("heading", name="Gus", exact=True)).to_be_visible()
+    refused = page.locator("#photos-refused")
+    expect(refused).to_contain_text("2 photos were not uploaded:")
+    expect(refused).to_contain_text("1.png: It was not uploaded: you are no longer signed in.")
+    expect(refused).to_contain_text("2.png: Not sent: you are no longer signed in.")
+    expect(page.locator("ul.grid > li")).to_have_count(0)

@@ -13,6 +13,8 @@
   var field = form.querySelector("input[type=file]");
   var status = form.querySelector("[data-photos-status]");
   var several = form.querySelector("[data-photos-several]");
+  var limit = Number(form.getAttribute("data-photos-limit")) || Infinity; // bytes
+  var limitWords = form.getAttribute("data-photos-limit-words") || "";
   field.multiple = true;
   if (several) several.hidden = false;
   showRefused();
@@ -30,13 +32,16 @@
 
   function sendAll(files) {
     var refused = [];
+    var stopped = ""; // once the studio will take none (signed out, an expired page)
     return files
       .reduce(function (before, file, index) {
         return before.then(function () {
+          if (stopped) return refused.push({ name: file.name, reason: stopped });
           status.textContent =
             "Uploading " + (index + 1) + " of " + files.length + ": " + file.name + "…";
-          return sendOne(file).then(function (reason) {
-            if (reason) refused.push({ name: file.name, reason: reason });
+          return sendOne(file).then(function (said) {
+            if (said.stop) stopped = "Not sent: " + said.stop;
+            if (said.reason) refused.push({ name: file.name, reason: said.reason });
           });
         });
       }, Promise.resolve())
@@ -45,8 +50,15 @@
       });
   }
 
-  // "" once the studio took the photo (it answers a redirect to this page), else why not.
+  // {reason: ""} once the studio took the photo (204), else why not; {stop} too when the
+  // studio will take no more (a redirect is how a sign-in that ran out answers; a 403 an
+  // expired page).
   function sendOne(file) {
+    if (file.size > limit) {
+      return Promise.resolve({
+        reason: "That photo is too large: the limit is " + limitWords + ". Nothing was uploaded.",
+      });
+    }
     var body = new FormData();
     body.append("csrfmiddlewaretoken", form.querySelector("[name=csrfmiddlewaretoken]").value);
     body.append("photo", file);
@@ -60,15 +72,20 @@
       headers: { "X-Avatars-Photos": "one of several" },
     }).then(
       function (response) {
-        if (response.type === "opaqueredirect") return "";
+        if (response.status === 204) return { reason: "" };
+        if (response.type === "opaqueredirect") {
+          var out = "you are no longer signed in. Sign in and choose it again.";
+          return { reason: "It was not uploaded: " + out, stop: out };
+        }
         var plain = (response.headers.get("Content-Type") || "").indexOf("text/plain") === 0;
         return response.text().then(function (text) {
           var reason = plain ? text.trim() : said(text);
-          return reason || "It was not uploaded (the studio answered " + response.status + ").";
+          reason = reason || "It was not uploaded (the studio answered " + response.status + ").";
+          return { reason: reason, stop: response.status === 403 ? "the page had expired." : "" };
         });
       },
       function () {
-        return "It was not uploaded: the studio could not be reached.";
+        return { reason: "It was not uploaded: the studio could not be reached." };
       }
     );
   }

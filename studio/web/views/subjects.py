@@ -19,6 +19,7 @@ from studio.models import (
     Subject,
 )
 from studio.web.forms import ReferenceForm, SubjectForm
+from studio.web.refusals import ONE_OF_SEVERAL, plain_refusal
 from studio.web.views.common import (
     LIST_PAGE,
     Window,
@@ -30,7 +31,6 @@ from studio.web.views.common import (
 
 PHOTOS_PAGE = 48  # reference photos per page of a subject
 ALREADY_THERE = "This photo is already there."
-ONE_OF_SEVERAL = "X-Avatars-Photos"  # sent by photos.js with each of several photos
 
 
 @login_required
@@ -118,12 +118,15 @@ def subject_detail(request: HttpRequest, subject_id: int) -> HttpResponse:
             form.add_error("photo", str(exc))
         else:
             _say_added(request, found, upload, had)
+            if request.headers.get(ONE_OF_SEVERAL):
+                # Taken, said in words by the page once the last is sent. A 204, not a
+                # redirect: a redirect is also how a sign-in that ran out answers.
+                return HttpResponse(status=204)
             return redirect("studio:subject", subject_id=found.pk)
     if request.method == "POST" and request.headers.get(ONE_OF_SEVERAL):
         # One of several photos sent one after another (photos.js): the reason alone, so
         # that what was said of the photos before it waits for the page itself.
-        reason = " ".join(str(error) for errors in form.errors.values() for error in errors)
-        return HttpResponse(reason, status=400, content_type="text/plain; charset=utf-8")
+        return plain_refusal(" ".join(str(e) for errors in form.errors.values() for e in errors))
     return _subject_page(request, found, form=form)
 
 
@@ -166,6 +169,7 @@ def _subject_page(
         "form": form,
         "renaming": renaming,
         "limit_mb": f"{settings.AVATARS_MAX_IMAGE_BYTES / (1024 * 1024):g}",
+        "limit_bytes": settings.AVATARS_MAX_IMAGE_BYTES,
         "limit_mp": f"{settings.AVATARS_MAX_IMAGE_PIXELS / 1_000_000:g}",
     }
     refused = bool(form.errors) or (renaming is not None and renaming.taken is None)
