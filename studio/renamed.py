@@ -45,20 +45,31 @@ def match(findings: list[Finding], folder: Path) -> None:
 
 
 def _candidates(strays: list[Finding], folder: Path) -> Iterator[tuple[Finding, Path]]:
-    """Yield each stray file as (its finding, its path), and the files in stray folders."""
-    walked = 0
+    """Yield each stray file as (its finding, its path), then the files in stray folders.
+
+    The plain files first, all of them: a large folder listed before a renamed original
+    must not use up the walk's budget before it (a re-review). In the folders, every entry
+    counts against `WALK_MOST`, folders too (a deep tree of empty ones is no free walk).
+    """
+    folders = []
     for stray in strays:
         path = folder / stray.name
         if path.is_symlink() or not path.is_dir():
             yield stray, path
-            continue
+        else:
+            folders.append((stray, path))
+    walked = 0
+    for stray, path in folders:
         for root, dirs, files in os.walk(path):  # a link to a folder is not walked into
+            walked += len(dirs)
             dirs.sort()
             for name in sorted(files):
-                if walked == WALK_MOST:
-                    return
                 walked += 1
+                if walked > WALK_MOST:
+                    return
                 yield stray, Path(root) / name
+            if walked > WALK_MOST:
+                return
 
 
 def shown(path: Path) -> str:

@@ -149,6 +149,10 @@ def test_it_keeps_a_place_for_each_image_on_its_way_with_the_caption_it_will_hav
         ("coming", "Ada · FLUX · image #1"),
     ]
     assert body.count('aria-hidden="true" data-task=') == 2  # nothing to hear in an empty place
+    assert "No images yet" not in body  # one is in: it is heard
+    nothing = mixed_batch(subject)  # a second batch, none in yet: said to a screen reader
+    said = signed_in.get(f"/batches/{nothing.pk}/results/").content.decode()
+    assert '<p class="sr-only">No images yet: they appear here as they arrive.</p>' in said
     assert 'data-delivered="1"' in body
     for seed, key in enumerate((("google", "headshot"), ("flux", "image")), start=2):
         deliver(tasks[key], seed)

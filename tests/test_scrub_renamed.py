@@ -157,3 +157,43 @@ def test_the_files_looked_at_in_folders_no_row_names_are_bounded(ember, monkeypa
     assert len(walked) == 3, f"{len(walked)} files read in folders no row names, at most 3"
     assert "its bytes are in" not in out
     assert f"missing: {path.name}" in out
+
+
+def test_a_renamed_file_is_found_whatever_folders_use_up_the_walk(ember, monkeypatch):
+    """Found by a re-review: the walk's budget, used up in a folder listed first, ended the
+    search before a renamed original beside it was hashed."""
+    from studio import renamed
+
+    monkeypatch.setattr(renamed, "WALK_MOST", 3)
+    asset = uploaded(1)
+    generated(2)
+    path = file_of(asset)
+    for name in ("a-library", "b-library", "c-library"):
+        (path.parent / name).mkdir()
+        for n in range(5):
+            (path.parent / name / f"{n}.png").write_bytes(png_bytes(20 + n))
+    path.rename(path.with_name("zz (copy).png"))
+
+    code, out = check()
+
+    assert code == 1
+    assert "its bytes are in zz (copy).png, a file no row names)" in out, out
+
+
+def test_a_deep_tree_of_empty_folders_counts_against_the_walk(ember, monkeypatch):
+    from studio import renamed
+
+    monkeypatch.setattr(renamed, "WALK_MOST", 50)
+    asset = uploaded(1)
+    generated(2)
+    path = file_of(asset)
+    deep = path.parent / "deep"
+    for n in range(200):
+        (deep / f"{n:03d}").mkdir(parents=True)
+    (deep / "999").mkdir()
+    path.rename(deep / "999" / "ada.png")  # after 200 empty folders: past the walk
+
+    code, out = check()
+
+    assert code == 1
+    assert "its bytes are in" not in out, "the 200 empty folders counted"
