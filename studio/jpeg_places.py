@@ -3,8 +3,9 @@
 Its first picture is walked as Pillow reads its header and as a decoder reads its scans
 (`jpeg.later_parts`), to its end-of-image marker. On the way the GPS directory of its
 first EXIF block is emptied in place (the rest of the block stays valid: orientation,
-camera and date survive); every further EXIF block goes (Pillow joins them to the first,
-and a GPS directory can sit across the two); every comment and every application segment
+camera and date survive); every further EXIF block of its header goes (Pillow joins them
+to the first, and a GPS directory can sit across the two; one between scans, which Pillow
+does not read, only has its GPS emptied); every comment and every application segment
 `JPEG_KEPT` does not name goes whole. What follows the picture (a phone's trailer, a
 motion photo's video, which may say where it was filmed) goes too.
 

@@ -198,7 +198,7 @@ def test_whatever_segments_are_put_wherever_the_stripped_file_is_the_plain_one(
 )
 def test_a_damaged_jpeg_is_refused_or_stripped_never_a_crash(progressive, edits, cut):
     """Bytes written over anywhere and an end cut off: the checks refuse it in words, or
-    the stripping walks it to the end without raising, in bounded time."""
+    the stripping walks it to the end without raising, and adds nothing."""
     photo = bytearray(saved(picture(), "JPEG", quality=90, progressive=progressive))
     for where, data in edits:
         at = where % len(photo)
@@ -207,11 +207,10 @@ def test_a_damaged_jpeg_is_refused_or_stripped_never_a_crash(progressive, edits,
         del photo[2 + cut % (len(photo) - 2) :]
     photo = bytes(photo)
 
-    started = time.perf_counter()
     try:
         originals.precheck(photo)
     except originals.NotAnImage:
         return
-    metadata.strip_location(photo)
-    seconds = time.perf_counter() - started
-    assert seconds < 0.5, f"{len(photo):,} bytes checked and stripped in {seconds:.2f} s"
+    stripped = metadata.strip_location(photo)  # no other exception escapes
+
+    assert len(stripped) <= len(photo)
