@@ -257,10 +257,14 @@
   // progress in words, never to the top of the page.
   var lostFocus = null;
   var alsoSay = "";  // what took the place of a control that went (said by sayProgress)
+  // Two swaps can overlap (a poll's, and the results' reload it asked for): one that finds
+  // focus already gone to the page leaves the other's record be, not cleared (a re-run's
+  // focus stayed lost when a task's end reloaded the results too).
   document.addEventListener("htmx:beforeSwap", function () {
     var active = document.activeElement;
-    lostFocus = active && active !== document.body && active.id
-      ? { id: active.id, after: active.getAttribute("data-focus-after") } : null;
+    if (active && active !== document.body && active.id) {
+      lostFocus = { id: active.id, after: active.getAttribute("data-focus-after") };
+    }
   });
 
   function findFocusAgain() {
