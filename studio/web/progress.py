@@ -283,6 +283,13 @@ def checked_itself(tasks: "Any") -> set[str]:
     return {str(pk) for pk in lost.values_list("pk", flat=True)}
 
 
+def may_come(task: Task, checking: set[str]) -> bool:
+    """Say whether a task's image may still come without a person: it is under way, or the
+    worker checks with Ember for it by itself (`checking`, as `checked_itself` answers).
+    The results keep each such task a place."""
+    return task.state in STOPPABLE or str(task.pk) in checking
+
+
 def _checking_next() -> str:
     now = timezone.now()
     every = how_long(now, now + timedelta(seconds=settings.AVATARS_ADOPT_EVERY))

@@ -13,7 +13,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from studio import engine
-from studio.models import STOPPABLE, Attempt, Batch, Task, TaskState, WorkerHeartbeat
+from studio.models import Attempt, Batch, Task, TaskState, WorkerHeartbeat
 from studio.web import progress
 from studio.web.forms import BatchForm
 from studio.web.views.common import login_required, login_required_htmx, page_of, posted, user_of
@@ -197,9 +197,7 @@ def _progress_context(request: HttpRequest, batch: Batch) -> dict[str, Any]:
         # And the places the results keep (results.coming): an image the worker stopped
         # checking for leaves its place, and the results must hear of it (a re-review's
         # page kept "Checking with Ember" and withheld the favourites for good).
-        "places": sum(
-            1 for t in tasks if t.asset_id or t.state in STOPPABLE or str(t.pk) in checking
-        ),
+        "places": sum(1 for t in tasks if t.asset_id or progress.may_come(t, checking)),
         "tab_title": outcome.tab_title(batch.title),
         "reload_seconds": NO_SCRIPT_RELOAD,
         "worker_status": worker,

@@ -66,7 +66,7 @@ def coming(batch: Batch) -> list[Task]:
     )
     uncertain = [task.pk for task in tasks if task.state == TaskState.UNCERTAIN]
     checked = progress.checked_itself(Task.objects.filter(pk__in=uncertain)) if uncertain else set()
-    tasks = [task for task in tasks if task.state in STOPPABLE or str(task.pk) in checked]
+    tasks = [task for task in tasks if progress.may_come(task, checked)]
     wanted = {pk for task in tasks for pk in task.subjects}
     people = Subject.objects.filter(pk__in=wanted).values_list("pk", "name")  # by name
     for task in tasks:
