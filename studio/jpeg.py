@@ -134,10 +134,7 @@ def later_parts(data: bytes, pos: int) -> tuple[list[tuple[int, int, int]], int]
         elif code in (0x01, 0xD8):  # no length: TEM, and a start of image out of place
             pos += 2
             standalone += 1  # counted too: 12 million of them cost 1.3 s a walk (a review)
-            if standalone > MAX_LATER_SEGMENTS:
-                raise BadJpeg(
-                    f"The JPEG has more than {MAX_LATER_SEGMENTS} parts between its scans."
-                )
+            _check_later_count(standalone)
         elif pos + 4 > size:
             break
         else:
@@ -149,12 +146,15 @@ def later_parts(data: bytes, pos: int) -> tuple[list[tuple[int, int, int]], int]
                     f"The JPEG is decoded in more than {MAX_SCANS} passes; at most "
                     f"{MAX_SCANS} are accepted."
                 )
-            if len(parts) > MAX_LATER_SEGMENTS:
-                raise BadJpeg(
-                    f"The JPEG has more than {MAX_LATER_SEGMENTS} parts between its scans."
-                )
+            _check_later_count(len(parts))
             pos = end
     return parts, size
+
+
+def _check_later_count(count: int) -> None:
+    """Refuse a walk from the first scan that met more than MAX_LATER_SEGMENTS of a kind."""
+    if count > MAX_LATER_SEGMENTS:
+        raise BadJpeg(f"The JPEG has more than {MAX_LATER_SEGMENTS} parts between its scans.")
 
 
 def check_later(data: bytes, first: int) -> None:

@@ -31,7 +31,12 @@ def empty_gps(tiff: bytearray, start: int = 0) -> bool:
     twice, the last one. A block too broken to find a directory in is left as it is.
     """
     try:
-        order, directories, embedded = _gps_directories(tiff, start)
+        order = {b"II": "<", b"MM": ">"}.get(bytes(tiff[start : start + 2]))
+        if order is None:
+            return False
+        searched = _directories(tiff, start, order)
+        embedded = _blank_embedded(tiff, start, searched, order)
+        directories = _gps_directories(tiff, start, searched, order)
         counts = [struct.unpack_from(order + "H", tiff, at)[0] for at in directories]
         for directory in directories:
             struct.pack_into(order + "H", tiff, directory, 0)
@@ -50,25 +55,19 @@ def empty_gps(tiff: bytearray, start: int = 0) -> bool:
     return bool(directories) or embedded
 
 
-def _gps_directories(tiff: bytearray, start: int) -> tuple[str, list[int], bool]:
-    """Return the block's byte order and where each GPS directory's count is, having blanked
-    the blocks of other metadata held under EXIF tags (`_blank_embedded`: True if any).
+def _gps_directories(tiff: bytearray, start: int, searched: list[int], order: str) -> list[int]:
+    """Return where each GPS directory's count is, as the `searched` directories point.
 
     A GPS pointer is looked for in every directory a reader follows one in (a review's
     pointer in IFD1 was shown by exiftool whole): IFD0, IFD1, Exif and Interop.
     """
-    order = {b"II": "<", b"MM": ">"}.get(bytes(tiff[start : start + 2]))
-    if order is None:
-        return "<", [], False
-    directories = _directories(tiff, start, order)
     found = [
         start + gps
-        for directory in directories
+        for directory in searched
         for gps in _entry_values(tiff, directory, order, GPS_IFD_TAG)
         if _inside(tiff, start, gps)
     ]
-    embedded = _blank_embedded(tiff, start, directories, order)
-    return order, list(dict.fromkeys(found)), embedded
+    return list(dict.fromkeys(found))
 
 
 def _inside(tiff: bytearray, start: int, offset: int) -> bool:
