@@ -116,10 +116,11 @@ def test_with_only_checks_left_and_no_worker_the_page_says_what_that_means(signe
     assert "nothing here moves until it runs again" in page, page
 
 
-def places_in_results(client: Client, batch: Batch) -> list[str]:
-    """What each place still waiting in the results says ("On its way", "Checking…")."""
+def places_in_results(client: Client, batch: Batch, kind: str = "coming") -> list[str]:
+    """What each place in the results says: of an image that may still come (`kind`
+    "coming": "On its way", "Checking…"), or of one that will not by itself ("gone")."""
     body = client.get(f"/batches/{batch.pk}/results/").content.decode()
-    return re.findall(r'<li class="tile result coming"[^>]*><span class="slot">([^<]*)', body)
+    return re.findall(rf'<li class="tile result {kind}"[^>]*><span class="slot">([^<]*)', body)
 
 
 def test_an_image_the_worker_looks_up_by_itself_keeps_its_place_and_nothing_is_chosen_yet(
@@ -146,12 +147,16 @@ def test_an_image_the_worker_looks_up_by_itself_keeps_its_place_and_nothing_is_c
 
     assert told["HX-Trigger"] == "results-changed"
     assert places_in_results(signed_in, batch) == []
+    assert places_in_results(signed_in, batch, "gone") == ["Needs an operator"]
     assert "data-choosing" in signed_in.get(f"/batches/{batch.pk}/results/").content.decode()
 
 
-def test_with_the_searches_off_an_unsure_image_keeps_no_place(signed_in, subject, settings):
+def test_with_the_searches_off_an_unsure_image_is_not_said_to_be_coming(
+    signed_in, subject, settings
+):
     settings.AVATARS_ADOPT_PER_MINUTE = 0  # no search will find it: only a person
     batch = a_batch(subject, candidates=1)
     lost_answer(batch.tasks.get())
 
     assert places_in_results(signed_in, batch) == []
+    assert places_in_results(signed_in, batch, "gone") == ["Needs an operator"]

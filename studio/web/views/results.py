@@ -3,7 +3,6 @@
 from typing import Any
 from uuid import UUID
 
-from django.db.models import Q
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
 from django.views.decorators.http import require_GET
@@ -48,46 +47,61 @@ def delivered(batch: Batch) -> list[Task]:
     return batch.in_form_order(list(tasks))
 
 
-def coming(batch: Batch) -> list[Task]:
-    """Return the batch's tasks whose image may still come without a person, each with the
-    caption its image will have (`caption`): those under way, and those the worker checks
-    with Ember by itself (`progress.checked_itself`), which it may yet find.
+# What the place of an image that will not come without a person says.
+NOT_COMING = {TaskState.FAILED: "Not made", TaskState.CANCELLED: "Cancelled"}
+FOR_AN_OPERATOR = "Needs an operator"
 
-    The results keep a place for each, the size of an image: a review's batch page jumped
-    as the images came in and pushed the rows below them away.
+
+def places(batch: Batch) -> list[Task]:
+    """Return the batch's tasks without an image, each with the caption its image would
+    have (`caption`), whether it may still come without a person (`coming`: under way, or
+    checked with Ember by the worker itself, `progress.checked_itself`) and what its place
+    says (`place`).
+
+    The results keep a place the size of an image for every task: a review's batch page
+    jumped as the images came in and pushed the rows below them away, and a later one saw
+    every image after a failed one move back a place when the failed one's went.
     """
     tasks = list(
-        batch.tasks.filter(asset__isnull=True)
-        .filter(Q(state__in=STOPPABLE) | Q(state=TaskState.UNCERTAIN))
-        .only(
+        batch.tasks.filter(asset__isnull=True).only(
             *("pk", "batch", "state", "phase", "provider", "provider_label", "model"),
             *("frame", "ordinal", "asset", "subjects"),
         )
     )
     uncertain = [task.pk for task in tasks if task.state == TaskState.UNCERTAIN]
     checked = progress.checked_itself(Task.objects.filter(pk__in=uncertain)) if uncertain else set()
-    tasks = [task for task in tasks if progress.may_come(task, checked)]
     wanted = {pk for task in tasks for pk in task.subjects}
     people = Subject.objects.filter(pk__in=wanted).values_list("pk", "name")  # by name
     for task in tasks:
         who = ", ".join(name for pk, name in people if pk in task.subjects)
         what = names.generated(task.provider_label, task.frame, task.ordinal)
         task.caption = " · ".join(part for part in (who, what) if part)  # type: ignore[attr-defined]
+        task.coming = progress.may_come(task, checked)  # type: ignore[attr-defined]
+        task.place = _place(task)  # type: ignore[attr-defined]
     return tasks
 
 
+def _place(task: Task) -> str:
+    """Say what the place of a task's image says while it has none."""
+    if task.coming:  # type: ignore[attr-defined]
+        return "Checking with Ember" if task.state == TaskState.UNCERTAIN else "On its way"
+    return NOT_COMING.get(TaskState(task.state), FOR_AN_OPERATOR)
+
+
 def results_context(batch: Batch) -> dict[str, Any]:
-    """Return what the results section shows: the delivered images and a place for each
-    image still on its way (`tiles`, in the form's order), and whether to choose."""
+    """Return what the results section shows: a tile for every task, in the form's order
+    (`tiles`: the delivered images and the places of the others), and whether to choose."""
     results = delivered(batch)
-    waiting = coming(batch)
+    empty = places(batch)
     # Settled: nothing more arrives without a person, so favourites can be chosen (a review
     # was offered them while an image the worker went on to find was being checked).
-    settled = not waiting and not batch.tasks.filter(state__in=STOPPABLE).exists()
+    settled = not any(task.coming for task in empty) and not (  # type: ignore[attr-defined]
+        batch.tasks.filter(state__in=STOPPABLE).exists()
+    )
     return {
         "batch": batch,
         "results": results,
-        "tiles": batch.in_form_order(results + waiting) if waiting else results,
+        "tiles": batch.in_form_order(results + empty) if empty else results,
         "delivered": len(results),
         "settled": settled,
         # What waits for an operator may still bring an image (a copy Ember holds, a job
