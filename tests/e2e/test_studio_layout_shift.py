@@ -32,10 +32,13 @@ new PerformanceObserver(list => {
 """
 
 
-# Where each result's place and the task table are on the page: [what, top in CSS px].
+# Where each result's place and the task table are on the page, [what, top in CSS px], and
+# where each of the table's columns starts, [what, left in CSS px] (a phone shows no heads).
 WHERE = """
 () => [...document.querySelectorAll("[data-testid=results] > li"), document.querySelector(
   ".task-details")].map((e, i) => [e.className + " " + i, e.getBoundingClientRect().top + scrollY])
+  .concat([...document.querySelectorAll(".tasks th")].map(
+    (th, i) => ["column " + (i + 1), th.getBoundingClientRect().left]))
 """
 
 
@@ -55,6 +58,7 @@ def test_the_batch_page_does_not_jump_when_an_image_fails(person: Page, studio: 
         studio.configure_ember(fail_jobs=0)
     places = person.locator(f"{TILES}.gone .slot")
     expect(places).to_have_text(["Not made", "Not made"])
+    screenshot(person, "batch-not-made")
 
 
 def held_still(person: Page, prompt: str, *, ready: int, words: str) -> None:
