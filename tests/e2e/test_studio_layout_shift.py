@@ -7,6 +7,7 @@ from the moment the batch page opens until every image is in and can be chosen.
 """
 
 import re
+from collections.abc import Callable
 
 from playwright.sync_api import Page, expect
 
@@ -61,9 +62,45 @@ def test_the_batch_page_does_not_jump_when_an_image_fails(person: Page, studio: 
     screenshot(person, "batch-not-made")
 
 
-def held_still(person: Page, prompt: str, *, ready: int, words: str) -> None:
+def test_the_batch_page_does_not_jump_when_the_worker_stops_and_starts(
+    person: Page, studio: Studio
+):
+    """Found by a review: the note that the worker stopped pushed the results down as it
+    came, and back up as it went (0.142 of layout shift on a phone). It floats at the foot
+    of the screen instead; the page keeps room below its end for it."""
+    studio.configure_ember(job_seconds=4)  # long enough to stop the worker mid-batch
+    try:
+        prompt = f"Bo, the worker stops at {size(person)}"
+        paused = lambda: pause(person, studio)  # noqa: E731
+        held_still(person, prompt, ready=CANDIDATES, words=f"{CANDIDATES} ready", meanwhile=paused)
+    finally:
+        studio.configure_ember(job_seconds=0.5)
+
+
+def pause(person: Page, studio: Studio) -> None:
+    """Stop the worker while the batch runs, until its page says so, and start it again."""
+    expect(person.get_by_test_id("task-state").filter(has_text="Ember is")).not_to_have_count(0)
+    studio.stop_worker()
+    try:
+        note = person.get_by_test_id("worker-hint")
+        expect(note).to_be_in_viewport()  # wherever the page is scrolled to
+        screenshot(person, "batch-worker-stopped")
+    finally:
+        studio.start_worker()
+    expect(note).to_have_count(0)
+
+
+def held_still(
+    person: Page,
+    prompt: str,
+    *,
+    ready: int,
+    words: str,
+    meanwhile: Callable[[], None] | None = None,
+) -> None:
     """Start a batch of CANDIDATES from the form and watch its page until it says `words`
-    with `ready` images in: no place, nor the task table, may have moved."""
+    with `ready` images in (after `meanwhile`, if any, once the places show): no place, nor
+    the task table, may have moved."""
     person.add_init_script(WATCH)
     fill_batch(person, prompt=prompt, candidates=CANDIDATES)
     start_button(person).click()
@@ -72,6 +109,8 @@ def held_still(person: Page, prompt: str, *, ready: int, words: str) -> None:
     expect(person.locator(TILES)).to_have_count(CANDIDATES)
     screenshot(person, "batch-on-its-way")
     before = person.evaluate(WHERE)
+    if meanwhile is not None:
+        meanwhile()
 
     expect(person.get_by_test_id("progress-text")).to_have_text(words, timeout=SLOW)
     expect(person.locator(f"{TILES} img")).to_have_count(ready)

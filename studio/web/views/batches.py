@@ -201,6 +201,10 @@ def _progress_context(request: HttpRequest, batch: Batch) -> dict[str, Any]:
         "tab_title": outcome.tab_title(batch.title),
         "reload_seconds": NO_SCRIPT_RELOAD,
         "worker_status": worker,
+        # Beside the paid requests, only what the worker is, in words as long as "worker
+        # running": how long it has been gone is said in the note (a longer line wrapped on
+        # a phone and moved the page down).
+        "worker_short": worker.split(" for ", 1)[0],
         # Counted as paid, since they may have been; the summary says how many are unsure:
         # those whose answer was lost and whose job nothing has named since (one the
         # history search or reconcile found reached Ember: a review's page doubted 20 of
