@@ -27,7 +27,9 @@ def match(findings: list[Finding], folder: Path) -> None:
     not followed, at most `WALK_MOST` files there), until every one is found.
     """
     wanted = {f.sha256: f for f in findings if f.kind in (MISSING, CORRUPT) and f.sha256}
-    for stray, path in _candidates([f for f in findings if f.kind == NO_ROW], folder):
+    unsearched: list[Finding] = []  # the folders the walk stopped in, or never reached
+    strays = [f for f in findings if f.kind == NO_ROW]
+    for stray, path in _candidates(strays, folder, unsearched):
         if not wanted:
             return
         try:
@@ -42,14 +44,36 @@ def match(findings: list[Finding], folder: Path) -> None:
         if path.name != stray.name:  # in a folder: it may hold several
             said = f"{shown(path)} holds {said}"
         stray.detail = "; ".join(part for part in (stray.detail, said) if part)
+    if wanted and unsearched:
+        _say_unsearched(list(wanted.values()), unsearched)
 
 
-def _candidates(strays: list[Finding], folder: Path) -> Iterator[tuple[Finding, Path]]:
+def _say_unsearched(damaged: list[Finding], unsearched: list[Finding]) -> None:
+    """Say that the walk stopped before every folder no row names was searched: a review's
+    repair sent the operator to a backup while the original's bytes were in such a folder."""
+    names = ", ".join(f.name for f in unsearched)
+    for finding in unsearched:
+        finding.detail = "; ".join(
+            part
+            for part in (finding.detail, f"not searched in full ({WALK_MOST:,} entries at most)")
+            if part
+        )
+    for finding in damaged:
+        finding.detail += (
+            f"; the walk through folders no row names stopped at {WALK_MOST:,} entries "
+            f"before searching all of {names}: its bytes may be there"
+        )
+
+
+def _candidates(
+    strays: list[Finding], folder: Path, unsearched: list[Finding]
+) -> Iterator[tuple[Finding, Path]]:
     """Yield each stray file as (its finding, its path), then the files in stray folders.
 
     The plain files first, all of them: a large folder listed before a renamed original
     must not use up the walk's budget before it (a re-review). In the folders, every entry
     counts against `WALK_MOST`, folders too (a deep tree of empty ones is no free walk).
+    The folders the walk stops in, or does not reach, go into `unsearched`.
     """
     folders = []
     for stray in strays:
@@ -59,16 +83,17 @@ def _candidates(strays: list[Finding], folder: Path) -> Iterator[tuple[Finding, 
         else:
             folders.append((stray, path))
     walked = 0
-    for stray, path in folders:
+    for at, (stray, path) in enumerate(folders):
         for root, dirs, files in os.walk(path):  # a link to a folder is not walked into
             walked += len(dirs)
             dirs.sort()
             for name in sorted(files):
                 walked += 1
                 if walked > WALK_MOST:
-                    return
+                    break
                 yield stray, Path(root) / name
             if walked > WALK_MOST:
+                unsearched.extend(found for found, _ in folders[at:])
                 return
 
 

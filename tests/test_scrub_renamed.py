@@ -156,7 +156,14 @@ def test_the_files_looked_at_in_folders_no_row_names_are_bounded(ember, monkeypa
     walked = [p for p in read if library in p.parents]
     assert len(walked) == 3, f"{len(walked)} files read in folders no row names, at most 3"
     assert "its bytes are in" not in out
-    assert f"missing: {path.name}" in out
+    # Said, not silent: a review's repair sent the operator to a backup while the bytes
+    # were in a folder the walk had stopped in.
+    assert (
+        f"missing: {path.name} (no file; named by uploaded asset {asset.pk}; the walk through "
+        "folders no row names stopped at 3 entries before searching all of library: its "
+        "bytes may be there)"
+    ) in out, out
+    assert "no row: library (not searched in full (3 entries at most))" in out, out
 
 
 def test_a_renamed_file_is_found_whatever_folders_use_up_the_walk(ember, monkeypatch):
@@ -178,6 +185,7 @@ def test_a_renamed_file_is_found_whatever_folders_use_up_the_walk(ember, monkeyp
 
     assert code == 1
     assert "its bytes are in zz (copy).png, a file no row names)" in out, out
+    assert "not searched in full" not in out, "found before the walk had to stop"
 
 
 def test_a_deep_tree_of_empty_folders_counts_against_the_walk(ember, monkeypatch):

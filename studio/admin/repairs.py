@@ -26,7 +26,7 @@ from django.utils import timezone
 from studio import engine
 from studio.admin.base import VersionedAdmin
 from studio.ember.client import EmberError
-from studio.engine.recovery import copy_gone, history_unread
+from studio.engine.recovery import RECORDING_HISTORY, copy_gone, history_unread
 from studio.models import POLL_BOUND, RECONCILABLE, Task, TaskState
 from studio.phrases import GONE_ADVICE
 from studio.store import Conflict
@@ -208,7 +208,7 @@ class TaskRepairs(VersionedAdmin):
             # (a review read "will copy the original" for history_missing tasks).
             then = (
                 "the original is saved already; the worker fills in Ember's history id."
-                if task.asset_id is not None
+                if task.phase == RECORDING_HISTORY
                 else "the worker will copy the original from Ember's answer."
             )
             self.report(request, task, f"{before} → copying; {then}", messages.SUCCESS)

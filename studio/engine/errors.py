@@ -24,9 +24,10 @@ SET_CHANGED = "This set changed since it was shown: look at it again before publ
 RELEASE_NOT_UNCONFIRMED = (
     "Only a done or history_missing task whose release Ember did not confirm is asked again."
 )
+# Said of a release Ember did not confirm: it may have applied it all the same (docs/ember.md).
 RELEASE_ORIGINAL_BAD = (
-    "The original is missing or fails its checksum: repair it first (check_originals "
-    "--repair). Ember keeps its copy until then."
+    "The original is missing or fails its checksum: repair it now (check_originals "
+    "--repair). Ember may already have let go of its copy, and may remove it any time."
 )
 KEY_REUSED = "This key already planned a batch from a different request."
 RESUBMIT_WARNING = "Resubmitting may pay for a second generation: Ember may already have this job."

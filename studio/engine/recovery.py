@@ -407,9 +407,16 @@ def _back_to_copying(task: Task, result: dict[str, Any], job_id: str, *, note: s
             # A job id the task already has is never replaced by another row's.
             ember_job_id=task.ember_job_id or job_id,
             # With the bytes already held, only the history entry is left to record.
-            phase=RECORDING_HISTORY if task.asset_id is not None else COPYING_PHASE,
+            phase=RECORDING_HISTORY if _held(task) else COPYING_PHASE,
             error=note,
         )
+
+
+def _held(task: Task) -> bool:
+    """Say whether the archive holds the file of the task's asset: judged by its row alone,
+    a review's reconcile said "the original is already held" of a file that was gone."""
+    asset = None if task.asset_id is None else Asset.objects.filter(pk=task.asset_id).first()
+    return asset is not None and bool(originals.holds(asset.sha256, asset.mime))
 
 
 def resubmit(*, task: Task, seen_version: int, confirmed_not_received: bool = False) -> Task:

@@ -106,7 +106,7 @@ class Command(BaseCommand):
             return MOVED
         task = outcome.task
         if outcome.unasked is not None:
-            said = history_unread(outcome.unasked)
+            said = history_unread(outcome.unasked).rstrip(".")  # not ".;" (a review)
             self.stdout.write(f"{task.pk} {before}: {said}; left as it is")
             return UNASKED
         self.stdout.write(f"{task.pk} {before} -> {task.state}: {task.phase}")
