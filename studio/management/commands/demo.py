@@ -23,6 +23,13 @@ from studio.serving import studio_command
 
 ROOT = Path(settings.BASE_DIR)
 PR_SET_PDEATHSIG = 1  # prctl(2)
+# What a service manager would start again when it exits: a review's demo, its worker
+# stopped to see what the page says, stopped the studio and the simulator with it, and
+# the only way back (a new demo) printed a new password and signed every tab out.
+RESTARTED = ("ember simulator", "worker")
+RESTART_FIRST = 5.0  # seconds before a child that exited is started again
+RESTART_MOST = 300.0  # seconds: the longest wait, for a child that keeps exiting at once
+QUICK_EXIT = 60.0  # seconds: an exit this soon after its start doubles the next wait
 
 
 class Command(BaseCommand):
@@ -56,7 +63,8 @@ class Command(BaseCommand):
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda *_: stopping.set())
         starter = os.getppid()  # `make`, a shell: gone without a signal, the demo stops too
-        procs = {name: _start(argv, env) for name, argv in _commands(options).items()}
+        commands = _commands(options)
+        procs = {name: _start(argv, env) for name, argv in commands.items()}
         url = f"http://127.0.0.1:{options['port']}/"
         self.stdout.write(
             "\nAvatars demo is running (Ctrl-C stops it):\n"
@@ -73,11 +81,16 @@ class Command(BaseCommand):
             )
         )
         self.stdout.flush()
-        failed = _watch(procs, stopping, starter)
+        restarts = Restarts(lambda name: _start(commands[name], env), self._say)
+        failed = _watch(procs, stopping, starter, restarts)
         _stop_all(procs)
         if failed:
             raise CommandError(failed)
         self.stdout.write("Avatars demo stopped.")
+
+    def _say(self, line: str) -> None:
+        self.stdout.write(line)
+        self.stdout.flush()
 
 
 def _as_deployed(data_dir: Path) -> dict[str, str]:
@@ -182,16 +195,56 @@ def _die_with(parent: int) -> Callable[[], None]:
     return arrange
 
 
+class Restarts:
+    """Start the simulator or the worker again after it exits, as a service manager would:
+    after RESTART_FIRST seconds, twice as long each time it exits again soon after a start."""
+
+    def __init__(
+        self, start: Callable[[str], subprocess.Popen[bytes]], say: Callable[[str], None]
+    ) -> None:
+        self._start, self._say = start, say
+        self._due: dict[str, float] = {}
+        self._wait: dict[str, float] = {}
+        self._started: dict[str, float] = dict.fromkeys(RESTARTED, time.monotonic())
+
+    def exited(self, name: str, code: int) -> None:
+        """Take in that `name` exited with `code`, and say when it starts again."""
+        now = time.monotonic()
+        quick = now - self._started[name] < QUICK_EXIT
+        wait = min(2 * self._wait[name], RESTART_MOST) if quick and name in self._wait else None
+        self._wait[name] = wait or RESTART_FIRST
+        self._due[name] = now + self._wait[name]
+        self._say(
+            f"The {name} exited with code {code}. The rest of the demo goes on; it starts "
+            f"again in {self._wait[name]:.0f} s, as a service manager would (Ctrl-C stops all)."
+        )
+
+    def start_due(self, procs: dict[str, subprocess.Popen[bytes]]) -> None:
+        """Start again each child whose wait is over."""
+        now = time.monotonic()
+        for name in [name for name, due in self._due.items() if due <= now]:
+            del self._due[name]
+            procs[name], self._started[name] = self._start(name), now
+            self._say(f"The {name} started again.")
+
+
 def _watch(
-    procs: dict[str, subprocess.Popen[bytes]], stopping: threading.Event, starter: int
+    procs: dict[str, subprocess.Popen[bytes]],
+    stopping: threading.Event,
+    starter: int,
+    restarts: Restarts,
 ) -> str:
-    """Wait for a stop signal, a child's exit or the starter's end; return what failed
-    ("" on a signal, or when whoever started this command is gone)."""
+    """Wait for a stop signal, the studio's exit or the starter's end, starting the others
+    again as they exit; return what failed ("" on a signal, or when whoever started this
+    command is gone)."""
     # Only the signal handler sets the event: setting it here too could deadlock on its lock.
     while not stopping.is_set():
         exited = [name for name, proc in procs.items() if proc.poll() is not None]
-        if exited:
-            return f"The {exited[-1]} exited with code {procs[exited[-1]].returncode}."
+        for name in exited:
+            if name not in RESTARTED:
+                return f"The {name} exited with code {procs[name].returncode}."
+            restarts.exited(name, procs.pop(name).returncode)
+        restarts.start_due(procs)
         if os.getppid() != starter:  # `make` killed outright: this command was handed on
             break
         time.sleep(0.2)
