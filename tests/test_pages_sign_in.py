@@ -72,8 +72,13 @@ def test_it_sends_a_poll_whose_session_expired_to_the_sign_in_page(client: Clien
 
     # Not a redirect that htmx would follow and swap into the page: a full navigation.
     assert response.status_code == 200
-    assert response["HX-Redirect"] == f"/accounts/login/?next={page.replace('/', '%2F')}"
+    there = f"/accounts/login/?next={page.replace('/', '%2F')}&signed_out=1"
+    assert response["HX-Redirect"] == there
     assert not response.content
+    # Found by a review: a live tab, signed out in another, landed there without a word.
+    said = text(client.get(there))
+    assert "You were signed out (in another tab, say, or after a long while)" in said, said
+    assert "You were signed out" not in text(client.get(f"/accounts/login/?next={page}"))
 
 
 def test_a_form_sent_after_the_sign_in_ended_is_said_not_done_and_leads_back_to_its_page(

@@ -55,7 +55,10 @@ def login_required_htmx(view: Callable[..., HttpResponseBase]) -> Callable[..., 
         htmx: HtmxDetails | None = getattr(request, "htmx", None)
         if htmx and not request.user.is_authenticated:
             page = htmx.current_url_abs_path or "/"
-            return HttpResponseClientRedirect(f"{settings.LOGIN_URL}?{urlencode({'next': page})}")
+            # Said on the sign-in page: a review's live tab, signed out in another one, was
+            # taken there with not a word of why.
+            asked = urlencode({"next": page, "signed_out": "1"})
+            return HttpResponseClientRedirect(f"{settings.LOGIN_URL}?{asked}")
         return guarded(request, *args, **kwargs)
 
     return wrapper
