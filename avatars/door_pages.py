@@ -5,11 +5,10 @@ database: a photo too large, one sent after its person's sign-in ended, one not 
 from collections.abc import Mapping
 from urllib.parse import urlencode
 
-from django.conf import settings
 from django.template.loader import render_to_string
 from django.urls import reverse
 
-from studio.web.refusals import SIGNED_OUT, same_site_path
+from studio.web.refusals import SIGNED_OUT, photo_too_large, same_site_path
 
 
 def too_large_page(headers: Mapping[str, str]) -> str:
@@ -19,8 +18,8 @@ def too_large_page(headers: Mapping[str, str]) -> str:
     this site, else to the subjects.
     """
     back = came_from(headers) or reverse("studio:subjects")
-    limit = settings.AVATARS_MAX_IMAGE_BYTES / (1024 * 1024)
-    return render_to_string("studio/too_large.html", {"limit": f"{limit:g}", "back": back})
+    context = {"message": photo_too_large(), "back": back}
+    return render_to_string("studio/too_large.html", context)
 
 
 def signed_out_page(headers: Mapping[str, str]) -> str:

@@ -369,7 +369,9 @@ def test_an_upload_over_the_cap_stops_streaming_and_stores_nothing(
 
     assert response.status_code == 400
     assert Asset.objects.count() == before
-    assert "The file is too large (the limit is 0.047" in response.content.decode()
+    # In the words the door's page and photos.js use (a review read three wordings).
+    assert "That photo is too large: the limit is 0.047" in response.content.decode()
+    assert "MB. Nothing was uploaded." in response.content.decode()
 
 
 def test_body_limits_are_set():

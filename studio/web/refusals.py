@@ -8,6 +8,7 @@ its own error: no way back, no navigation, not sized for a phone.
 
 from urllib.parse import urlsplit
 
+from django.conf import settings
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
@@ -25,6 +26,15 @@ SIGNED_OUT = (
 )
 ONE_OF_SEVERAL = "X-Avatars-Photos"  # sent by photos.js with each of several photos
 PHOTOS_FORM_EXPIRED = "It was not uploaded: this page had expired. Reload it and choose it again."
+
+
+def photo_too_large() -> str:
+    """Say that a photo passed the size cap, as each of the studio's ways of sending one
+    says it (the subject page's form, the door's page, photos.js): a review read three."""
+    limit = settings.AVATARS_MAX_IMAGE_BYTES / (1024 * 1024)
+    return f"That photo is too large: the limit is {limit:g} MB. Nothing was uploaded."
+
+
 ACTION_OPENED = (
     "That address only takes a form's button press, so here is its page: nothing was changed."
 )

@@ -19,7 +19,7 @@ from studio.models import (
     Subject,
 )
 from studio.web.forms import ReferenceForm, SubjectForm
-from studio.web.refusals import ONE_OF_SEVERAL, plain_refusal
+from studio.web.refusals import ONE_OF_SEVERAL, photo_too_large, plain_refusal
 from studio.web.views.common import (
     LIST_PAGE,
     Window,
@@ -106,7 +106,7 @@ def subject_detail(request: HttpRequest, subject_id: int) -> HttpResponse:
     found = get_object_or_404(Subject, pk=subject_id)
     form = ReferenceForm(*posted(request, files=True))
     if request.method == "POST" and not form.is_valid() and uploads.dropped_for_size(request):
-        form.errors["photo"] = form.error_class([originals.too_large()])
+        form.errors["photo"] = form.error_class([photo_too_large()])
     elif request.method == "POST" and not form.is_valid() and uploads.cut_off(request):
         form.errors["photo"] = form.error_class([uploads.CUT_OFF])
     elif request.method == "POST" and form.is_valid():
