@@ -418,7 +418,8 @@ def test_a_cancel_from_a_stale_tab_says_what_had_happened_already(signed_in: Cli
         "GPT Image image #1 was already cancelled: nothing was sent to Ember."
     ]
     assert messages_of(whole) == [
-        "Cancelled 0 tasks; kept 1 already with Ember; 2 had already ended."
+        "Cancelled 0 tasks; kept 1 already with Ember; 1 was already cancelled; "
+        "1 had already ended."
     ]
     running.refresh_from_db()
     assert running.state == TaskState.RUNNING

@@ -22,8 +22,12 @@ class BatchCancel:
         parts = [f"Cancelled {count} task{'' if count == 1 else 's'}"]
         if self.kept:
             parts.append(f"kept {len(self.kept)} already with Ember")
-        if self.ended:
-            parts.append(f"{len(self.ended)} had already ended")
+        # One cancelled just before was said to have "ended" (a review): said as it is.
+        before = sum(1 for task in self.ended if task.state == TaskState.CANCELLED)
+        if before:
+            parts.append(f"{before} {'was' if before == 1 else 'were'} already cancelled")
+        if len(self.ended) > before:
+            parts.append(f"{len(self.ended) - before} had already ended")
         return "; ".join(parts) + "."
 
 
