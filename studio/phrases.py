@@ -17,6 +17,9 @@ GONE_REMEDY = (
 )
 # What the admin says when such a task's copy is retried: it is tried again all the same.
 GONE_ADVICE = f"Ember had said it no longer has this image: {GONE_REMEDY}"
+# The phase of a task planned, or put back, to be sent by the worker in its turn. The
+# batch page says it in the words of the moment (`progress.turn_words`).
+QUEUED_PHASE = "Waiting for the worker"
 # The phase of a `copying` task (the worker's, and a reconcile's that hands one back);
 # a failed try adds which it was and why.
 COPYING_PHASE = "Copying the original from Ember"

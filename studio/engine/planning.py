@@ -17,6 +17,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Count, Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 
+from studio import phrases
 from studio.engine.errors import (
     SPEND_WINDOW_HOURS,
     InvalidRequest,
@@ -227,7 +228,7 @@ def _write_plan(
             batch=batch,
             kind=Kind.CLIP if frame == "clip" else Kind.IMAGE,
             state=TaskState.QUEUED,
-            phase="Waiting for the worker",
+            phase=phrases.QUEUED_PHASE,
             provider=provider["provider"],
             provider_label=provider["label"],
             model=provider["model"],

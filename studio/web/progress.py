@@ -14,6 +14,7 @@ from django.conf import settings
 from django.db.models import Count, Q
 from django.utils import timezone
 
+from studio import phrases
 from studio.clock import how_long
 from studio.engine import adoption, retry_at
 from studio.models import (
@@ -256,6 +257,28 @@ def next_step(task: Task) -> str:
     if task.state == TaskState.FAILED and task.ember_job_id:
         return FAILED_AT_EMBER
     return NEXT_STEPS.get(TaskState(task.state), "")
+
+
+# What a task the worker will send in its turn waits for, as the batch page says it now.
+TURN_WORDS = {
+    "worker": phrases.QUEUED_PHASE,  # no worker running: nothing moves until one does
+    "ember": "Waiting until Ember can be reached",
+    "turn": "Waiting its turn",  # the worker's slots are taken by the tasks before it
+}
+
+
+def turn_words(tasks: list[Task], *, worker_running: bool, away: bool) -> str:
+    """Give each queued task whose phase is the worker's plain "wait for your turn" the
+    words of the moment (`turn`), and return which words they are (a `TURN_WORDS` key).
+
+    Found by a review: with Ember away mid-batch, such rows said "Waiting for the worker"
+    under "Worker running"; the phase stays as the worker wrote it, for the API and admin.
+    """
+    key = "worker" if not worker_running else "ember" if away else "turn"
+    for task in tasks:
+        waits = task.state == TaskState.QUEUED and task.phase == phrases.QUEUED_PHASE
+        task.turn = TURN_WORDS[key] if waits and task.show_phase else ""  # type: ignore[attr-defined]
+    return key
 
 
 def ember_away(tasks: list[Task]) -> bool:

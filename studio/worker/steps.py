@@ -29,7 +29,7 @@ from studio.ember.client import (
     encode_payload,
 )
 from studio.models import ACTIVE, Asset, Attempt, Task, TaskState
-from studio.phrases import COPYING_PHASE, GENERATING_PHASE, GONE_PHASE
+from studio.phrases import COPYING_PHASE, GENERATING_PHASE, GONE_PHASE, QUEUED_PHASE
 from studio.store import Conflict, move, update
 from studio.worker import archive, room, troubles, turns
 from studio.worker.pacing import Pacing
@@ -138,9 +138,7 @@ class Steps:
             return None
         if self.stopping:
             # Nothing has been sent: a stopping worker does not start a paid request.
-            await db(move)(
-                task, TaskState.QUEUED, expected=task.version, phase="Waiting for the worker"
-            )
+            await db(move)(task, TaskState.QUEUED, expected=task.version, phase=QUEUED_PHASE)
             return None
         body = encode_payload(build_payload(task, references, attempt=number))
         # The photos' base64 is in the body now: let it go before the (long) send.

@@ -482,7 +482,7 @@ def _wake(task: Task, *, detail: str = "", resend: bool = True) -> None:
     expected = task.version
     if task.state == TaskState.PREPARING:
         # Nothing left the building; a clip's key makes a restart free.
-        move(task, TaskState.QUEUED, expected=expected, phase="Waiting for the worker")
+        move(task, TaskState.QUEUED, expected=expected, phase=phrases.QUEUED_PHASE)
         return
     with transaction.atomic():
         # Either kind may have been paid for: the send is an attempt (for a clip, the one

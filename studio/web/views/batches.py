@@ -177,6 +177,7 @@ def _progress_context(request: HttpRequest, batch: Batch) -> dict[str, Any]:
     checking = progress.checked_itself(batch.tasks.all()) if uncertain else set()
     outcome = progress.Outcome.of_counts(counts).checked(len(checking))
     tasks = progress.dress(batch.in_form_order(list(batch.tasks.all())), checking)
+    away = progress.ember_away(tasks)
     repair = ""
     if outcome.operator and request.user.is_staff:
         repair = f"{reverse('admin:studio_task_changelist')}?" + urlencode(
@@ -189,7 +190,10 @@ def _progress_context(request: HttpRequest, batch: Batch) -> dict[str, Any]:
         "done": outcome.done,
         "cancel": progress.cancel_offer(tasks, outcome),
         "tasks": tasks,
-        "ember_away": progress.ember_away(tasks),
+        "ember_away": away,
+        # The words each queued row waiting its turn shows: the poll sends them again when
+        # they change (Ember away, the worker stopped), without swapping the rows.
+        "turn": progress.turn_words(tasks, worker_running=worker == "worker running", away=away),
         "repair": repair,
         "seen": ".".join(str(task.version) for task in tasks),
         # Images on the page, whatever their state (the results section's own count).
@@ -253,6 +257,9 @@ def batch_progress(request: HttpRequest, batch_id: UUID) -> HttpResponse:
     # for the tasks put back to wait (due later than their last change), not every queued one.
     swapped = {t.pk for t in context["changed"]}
     context["waiting"] = [t for t in tasks if t.pk not in swapped and _put_back_to_wait(t)]
+    # And what the rows waiting their turn say, when that changed since the page's last look.
+    turned = request.GET.get("turn", "") != context["turn"]
+    context["turns"] = [t for t in tasks if t.pk not in swapped and t.turn] if turned else []
     # The cancel area is swapped only when what it offers changed, keeping a focused button.
     context["cancel_changed"] = request.GET.get("cancel", "") != context["cancel"]
     response = render(request, "studio/_progress_poll.html", context)
