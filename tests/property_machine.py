@@ -182,7 +182,9 @@ class AvatarsMachine(Decisions, RuleBasedStateMachine):
     @precondition(lambda self: self.tasks)
     @rule(data=st.data())
     def a_person_reconciles_a_task(self, data: st.DataObject) -> None:
-        candidates = self.in_states(*RECONCILABLE)
+        # And a done task with a send whose answer was lost (a resubmit's earlier one).
+        done = [t for t in self.in_states(TaskState.DONE) if engine.lost_sends(self.task(t))]
+        candidates = self.in_states(*RECONCILABLE) + done
         if candidates:
             task_id = data.draw(st.sampled_from(candidates), label="task")
             self.script(data, {"history": HISTORY})
@@ -193,6 +195,13 @@ class AvatarsMachine(Decisions, RuleBasedStateMachine):
             except EmberError:  # Ember could not be asked: nothing learned, nothing written
                 after = self.task(task_id)
                 assert (after.state, after.phase, after.version) == before
+            if task_id in done:  # its other paid originals are named on it, nothing more
+                after = self.task(task_id)
+                assert (after.state, after.phase, after.asset_id) == (
+                    task.state,
+                    task.phase,
+                    task.asset_id,
+                ), "a reconcile moved a done task"
 
     @precondition(lambda self: self.tasks and 1 not in KNOWN_HOLES)
     @rule(data=st.data())

@@ -26,6 +26,8 @@ from django.utils import timezone
 from studio import engine
 from studio.admin.base import VersionedAdmin
 from studio.ember.client import EmberError
+from studio.engine.lost_sends import lost_sends
+from studio.engine.lost_sends import said as lost_said
 from studio.engine.recovery import RECORDING_HISTORY, copy_gone, history_unread
 from studio.models import POLL_BOUND, RECONCILABLE, Task, TaskState
 from studio.phrases import GONE_ADVICE
@@ -149,12 +151,16 @@ class TaskRepairs(VersionedAdmin):
     @admin.action(description="Reconcile with Ember's history", permissions=["change"])
     def reconcile_tasks(self, request: HttpRequest, queryset: QuerySet[Task]) -> None:
         tasks = list(queryset)
+        taken = [task for task in tasks if task.state in RECONCILABLE or lost_sends(task)]
         self.skipped(
             request,
-            [task for task in tasks if task.state not in RECONCILABLE],
-            lambda state: f"a {state} task is not reconcilable (only {', '.join(RECONCILABLE)}).",
+            [task for task in tasks if task not in taken],
+            lambda state: (
+                f"a {state} task is not reconcilable (only {', '.join(RECONCILABLE)}, "
+                "and done with a send whose answer was lost)."
+            ),
         )
-        self._reconcile_each(request, [task for task in tasks if task.state in RECONCILABLE])
+        self._reconcile_each(request, taken)
 
     @admin.action(description="Retry the copy from Ember's saved answer", permissions=["change"])
     def retry_copy(self, request: HttpRequest, queryset: QuerySet[Task]) -> None:
@@ -212,6 +218,8 @@ class TaskRepairs(VersionedAdmin):
                 else "the worker will copy the original from Ember's answer."
             )
             self.report(request, task, f"{before} → copying; {then}", messages.SUCCESS)
+        elif task.state == TaskState.DONE:  # a send whose answer was lost, looked up
+            self.report(request, task, f"done; {lost_said(task)}", messages.INFO)
         else:
             self.report(request, task, f"still {task.state}: {task.phase}.", messages.WARNING)
 

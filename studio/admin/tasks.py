@@ -14,6 +14,7 @@ from studio.admin.base import ReadOnlyInline
 from studio.admin.display import ProviderFilter, admin_link, pretty_json, protection_text
 from studio.admin.repairs import TaskRepairs
 from studio.ember.client import history_url, job_url
+from studio.engine.lost_sends import done_with_lost_sends
 from studio.models import (
     ACTIVE,
     RECONCILABLE,
@@ -62,11 +63,17 @@ class LeftInEmberFilter(admin.SimpleListFilter):
     parameter_name = "left_in_ember"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return [("yes", "Paid originals left in Ember")]
+        return [
+            ("yes", "Paid originals left in Ember"),
+            # Not looked for yet: a done task's send whose answer was lost (lost_sends.py).
+            ("lost", "Done, a send's answer lost (reconcile to look)"),
+        ]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
         if self.value() == "yes":
             return queryset.filter(error__contains=phrases.LEFT_IN_EMBER)
+        if self.value() == "lost":
+            return done_with_lost_sends(queryset)  # type: ignore[return-value]
         return queryset
 
 

@@ -7,7 +7,8 @@ never change task state themselves. One module per concern:
 - `library`: subjects and their reference photos;
 - `validation` and `planning`: reading a request, and writing its batch (docs/design.md §5);
 - `cancel`: cancelling while nothing may be with Ember (docs/design.md §9);
-- `recovery`: reconcile and resubmit, a person's ways out of `uncertain` (docs/design.md §8);
+- `recovery`: reconcile and resubmit, a person's ways out of `uncertain` (docs/design.md §8),
+  and `lost_sends`, a done task's send whose answer was lost, which a reconcile looks up;
 - `requeue`: queuing again a failed task nothing was paid for, after a repair;
 - `adoption`: the worker's own bounded search of Ember's history for lost image submits;
 - `sets`: choosing assets and publishing (docs/design.md §10).
@@ -50,6 +51,7 @@ from studio.engine.errors import (
     TooLate,
 )
 from studio.engine.library import add_reference, create_subject
+from studio.engine.lost_sends import lost_sends
 from studio.engine.planning import (
     canonical_sha256,
     generate,
@@ -131,6 +133,7 @@ __all__ = [
     "generate",
     "jobs_left_today",
     "lost_originals",
+    "lost_sends",
     "planned_by",
     "progress",
     "publish",

@@ -24,6 +24,7 @@ from studio.ember.client import (
     shown_id,
 )
 from studio.engine.errors import RESUBMIT_STALE, RESUBMIT_TOO_EARLY, ResubmitRefused
+from studio.engine.lost_sends import lost_sends
 from studio.models import RECONCILABLE, Asset, Attempt, Kind, Task, TaskState
 from studio.phrases import (
     COPYING_PHASE,
@@ -96,7 +97,8 @@ async def areconcile(*, task: Task, client: EmberClient | None = None) -> Task:
 
 async def _reconcile(task: Task, client: EmberClient | None) -> Reconciled:
     await sync_to_async(task.refresh_from_db)()
-    if task.state not in RECONCILABLE:
+    done = task.state == TaskState.DONE
+    if task.state not in RECONCILABLE and not (done and await sync_to_async(lost_sends)(task)):
         return Reconciled(task)
     if task.state == TaskState.COPY_FAILED and task.result:
         return Reconciled(
@@ -107,6 +109,8 @@ async def _reconcile(task: Task, client: EmberClient | None) -> Reconciled:
     try:
         rows = await client.history(str(task.pk))
     except EmberBadAnswer as exc:
+        if done:  # its phase says it is done: the caller says why nothing was learnt
+            return Reconciled(task, exc)
         # An answer that cannot be used was still Ember's answer: it was asked, and the
         # task says what came back.
         phase = history_unread(exc)
@@ -118,7 +122,22 @@ async def _reconcile(task: Task, client: EmberClient | None) -> Reconciled:
     finally:
         if own_client:
             await client.aclose()
-    return Reconciled(await sync_to_async(_record_history)(task, rows))
+    record = _name_lost_sends if done else _record_history
+    return Reconciled(await sync_to_async(record)(task, rows))
+
+
+def _name_lost_sends(task: Task, rows: list[dict[str, Any]]) -> Task:
+    """Name on a done task the other paid originals Ember's history shows (lost_sends.py):
+    each job on the attempt that sent it, and the originals on its error; it stays done."""
+    carried = not_held(task, [row for row in rows if _carries(row, task)])
+    usable = _one_each([row for row in carried if _usable(row)])
+    with transaction.atomic():
+        _learn_attempts(task, usable)
+        own = _pick_row(task, usable)
+        note = _others_note([row for row in usable if row is not own])
+        if not note or note in task.error:
+            return task
+        return update(task, expected=task.version, error=f"{task.error} {note}".strip())
 
 
 def _record_history(task: Task, rows: list[dict[str, Any]]) -> Task:

@@ -13,6 +13,8 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from studio.ember.client import shown_id
+from studio.engine.lost_sends import lost_sends
+from studio.engine.lost_sends import said as lost_said
 from studio.engine.recovery import copy_gone, history_unread, reconcile_outcome
 from studio.management.ready import require_migrated
 from studio.models import RECONCILABLE, Task, TaskState
@@ -40,11 +42,11 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         require_migrated()
         found = self._found(options["task_ids"], every=options["all"])
-        refused = [task for task in found if task.state not in RECONCILABLE]
+        refused = [t for t in found if t.state not in RECONCILABLE and not lost_sends(t)]
         for task in refused:
             self.stdout.write(
                 f"{task.pk} {task.state}: not reconcilable (only uncertain, history_missing "
-                "and copy_failed are); left as it is"
+                "and copy_failed are, and done with a send whose answer was lost); left as it is"
             )
         counts = Counter(self._reconcile(task) for task in found if task not in refused)
         gone = counts.pop(GONE, 0)
@@ -109,6 +111,9 @@ class Command(BaseCommand):
             said = history_unread(outcome.unasked).rstrip(".")  # not ".;" (a review)
             self.stdout.write(f"{task.pk} {before}: {said}; left as it is")
             return UNASKED
+        if before == TaskState.DONE and task.state == TaskState.DONE:
+            self.stdout.write(f"{task.pk} done: {lost_said(task)}")
+            return LEFT
         self.stdout.write(f"{task.pk} {before} -> {task.state}: {task.phase}")
         if task.state == TaskState.COPYING:
             return GONE if gone else HANDED_BACK
