@@ -261,3 +261,28 @@ def history_route(
     params = {"source_app": "cwkAvatars", "task_id": str(task.pk)}
     items = [history_row(task)] if rows is None else rows
     return ember.get(HISTORY, params=params).respond(200, json={"items": items})
+
+
+def resubmitted_and_done(subject: Subject) -> Task:
+    """A task whose first send's answer was lost, resubmitted by a person and done since:
+    its second attempt's job made the original the archive holds (image img_1)."""
+    task = uncertain(a_task(subject))
+    Attempt.objects.create(
+        task=task,
+        number=2,
+        submitted_at=task.submitted_at,
+        ember_job_id="job_2",
+        outcome=Attempt.Outcome.ACCEPTED,
+    )
+    task = move(task, TaskState.RUNNING, ember_job_id="job_2", phase="Ember is generating")
+    asset = stored_asset(1, task=task)
+    return move(task, TaskState.DONE, asset=asset, phase="Complete", error="")
+
+
+def lost_send_rows(task: Task) -> list[dict[str, Any]]:
+    """Ember's history of the task: the lost first send's row, and the resubmit's own."""
+    first = history_row(task, job_id="job_1", image_id="img_9", history_id="hist_9")
+    first["source_metadata"]["attempt"] = 1
+    own = history_row(task, job_id="job_2", image_id="img_1", history_id="hist_1")
+    own["source_metadata"]["attempt"] = 2
+    return [first, own]

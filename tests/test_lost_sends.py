@@ -17,40 +17,15 @@ from studio.engine.lost_sends import NOTHING_YET
 from studio.models import Attempt, Task, TaskState
 from studio.store import move
 from tests.admin_pages import changelist, one_message_about, run_action
-from tests.factories import a_task, history_route, history_row, stored_asset, uncertain
+from tests.factories import a_task, history_route, lost_send_rows, resubmitted_and_done
 from tests.task_rows import row_of
 
 pytestmark = pytest.mark.django_db
 
 
-def resubmitted_and_done(subject) -> Task:
-    """A task whose first send's answer was lost, resubmitted by a person and done since:
-    its second attempt's job made the original the archive holds (image img_1)."""
-    task = uncertain(a_task(subject))
-    Attempt.objects.create(
-        task=task,
-        number=2,
-        submitted_at=task.submitted_at,
-        ember_job_id="job_2",
-        outcome=Attempt.Outcome.ACCEPTED,
-    )
-    task = move(task, TaskState.RUNNING, ember_job_id="job_2", phase="Ember is generating")
-    asset = stored_asset(1, task=task)
-    return move(task, TaskState.DONE, asset=asset, phase="Complete", error="")
-
-
-def rows(task: Task) -> list[dict]:
-    """Ember's history of the task: the lost first send's row, and the resubmit's own."""
-    first = history_row(task, job_id="job_1", image_id="img_9", history_id="hist_9")
-    first["source_metadata"]["attempt"] = 1
-    own = history_row(task, job_id="job_2", image_id="img_1", history_id="hist_1")
-    own["source_metadata"]["attempt"] = 2
-    return [first, own]
-
-
 def test_a_reconcile_names_the_paid_original_of_a_lost_send_and_the_task_stays_done(subject, ember):
     task = resubmitted_and_done(subject)
-    history_route(ember, task, rows(task))
+    history_route(ember, task, lost_send_rows(task))
     assert engine.lost_sends(task)
 
     engine.reconcile(task=task)
@@ -73,7 +48,7 @@ def test_the_admin_lists_such_tasks_and_its_reconcile_says_what_ember_holds(
 ):
     task = resubmitted_and_done(subject)
     other = a_task(subject)  # an ordinary queued task: not listed
-    history_route(ember, task, rows(task))
+    history_route(ember, task, lost_send_rows(task))
 
     listed = admin_client.get(changelist(Task), {"left_in_ember": "lost"}).content.decode()
     assert str(task.pk) in listed and str(other.pk) not in listed
@@ -88,7 +63,7 @@ def test_the_admin_lists_such_tasks_and_its_reconcile_says_what_ember_holds(
 
 def test_the_command_takes_such_a_task_by_its_id_and_says_when_nothing_shows_yet(subject, ember):
     task = resubmitted_and_done(subject)
-    history_route(ember, task, rows(task)[1:])  # the first send's row not written (yet)
+    history_route(ember, task, lost_send_rows(task)[1:])  # the first send's row not written (yet)
     out = io.StringIO()
 
     call_command("reconcile", str(task.pk), stdout=out)

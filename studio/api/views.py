@@ -42,7 +42,7 @@ RECONCILE_FORBIDDEN = (
 )
 NOT_RECONCILABLE = (
     "This task is {state}: only uncertain, history_missing and copy_failed tasks are "
-    "reconciled. Ember was not asked."
+    "reconciled, and done ones with a send whose answer was lost. Ember was not asked."
 )
 IMAGE_TYPES = ("image/png", "image/jpeg", "image/webp", "image/gif")
 
@@ -211,7 +211,8 @@ def task_reconcile(request: HttpRequest, task_id: str) -> dict[str, Any]:
     if not _user(request).has_perm("studio.change_task"):
         raise ApiError(403, "forbidden", RECONCILE_FORBIDDEN)
     task = find(Task.objects.all(), task_id)
-    if task.state not in RECONCILABLE:  # said, not a 200 with the task as it was (a review's)
+    # Said, not a 200 with the task as it was (a review's).
+    if task.state not in RECONCILABLE and not engine.lost_sends(task):
         raise ApiError(409, "not_reconcilable", NOT_RECONCILABLE.format(state=task.state))
     try:
         return task_json(engine.reconcile(task=task))

@@ -19,6 +19,8 @@ from tests.factories import (
     a_clip_sent_once,
     a_task,
     history_route,
+    lost_send_rows,
+    resubmitted_and_done,
     uncertain,
 )
 
@@ -198,7 +200,8 @@ def test_it_answers_409_to_a_reconcile_of_a_task_that_needs_none_and_asks_ember_
     assert error(response) == {
         "code": "not_reconcilable",
         "message": f"This task is {state}: only uncertain, history_missing and copy_failed "
-        "tasks are reconciled. Ember was not asked.",
+        "tasks are reconciled, and done ones with a send whose answer was lost. Ember was not "
+        "asked.",
     }
     assert len(ember.calls) == 0
     assert Task.objects.get(pk=task.pk).state == state
@@ -219,3 +222,14 @@ def test_it_answers_503_when_ember_cannot_be_asked_and_leaves_the_task_as_it_was
     assert error(response)["message"].startswith("Ember's history could not be read: ")
     saved = Task.objects.get(pk=task.pk)
     assert (saved.state, saved.phase, saved.version) == (task.state, task.phase, task.version)
+
+
+def test_the_api_reconciles_such_a_task(staff_api, subject, ember):
+    task = resubmitted_and_done(subject)
+    history_route(ember, task, lost_send_rows(task))
+
+    response = staff_api.post(f"{API}/tasks/{task.pk}/reconcile")
+
+    assert response.status_code == 200, response.content
+    assert response.json()["state"] == "done"
+    assert "another paid original of this task" in Task.objects.get(pk=task.pk).error
