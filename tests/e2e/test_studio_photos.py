@@ -57,6 +57,7 @@ def test_several_photos_chosen_at_once_are_each_added_or_refused_in_words(
     refused = person.locator("#photos-refused")
     expect(refused).to_have_text(f"1 photo was not uploaded:notes.png: {NOT_A_PHOTO}")
     expect(refused).to_have_attribute("role", "alert")
+    expect(refused).to_be_focused()  # a review found focus left on the page after the reload
     for added in ("beach.png", "garden.png"):
         expect(person.get_by_text(f"Added {added} to {name}'s photos.")).to_be_visible()
     expect(person.locator("ul.grid > li")).to_have_count(2)

@@ -119,5 +119,8 @@
     box.appendChild(heading);
     box.appendChild(list);
     form.appendChild(box);
+    // Focus on what was refused: after the reload it was on the page itself (a review).
+    box.tabIndex = -1;
+    box.focus();
   }
 })();
