@@ -13,7 +13,7 @@ from django.utils import timezone
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from studio import engine, originals
+from studio import engine
 from studio.ember.client import EmberClient
 from studio.ember.errors import EmberError
 from studio.models import Asset, Attempt, TaskState
@@ -90,50 +90,6 @@ def test_it_leaves_the_task_as_it_was_when_ember_cannot_be_asked(subject, ember)
         engine.reconcile(task=task)
     saved = row_of(task)
     assert (saved.state, saved.phase, saved.version) == (task.state, task.phase, task.version)
-
-
-def test_it_hands_a_history_missing_task_with_a_row_back_to_copying(subject, ember):
-    task = move(a_task(subject), TaskState.RUNNING, ember_job_id="job_1")
-    task = move(task, TaskState.COPYING, result=ember_result(image_id="img_1", history_id=None))
-    task = move(
-        task,
-        TaskState.HISTORY_MISSING,
-        phase="Original saved; history needs repair",
-        error="history write failed",
-    )
-    row = history_row(task, job_id="job_1", image_id="img_1")
-    history_route(ember, task, [row])
-
-    engine.reconcile(task=task)
-
-    saved = row_of(task)
-    assert saved.state == TaskState.COPYING
-    assert saved.result == row["result"]
-    assert saved.result["history"] == {"id": "hist_7"}
-    assert saved.ember_job_id == "job_1"
-
-
-@pytest.mark.parametrize("file", ["held", "gone"])
-def test_it_says_only_the_history_is_left_when_the_original_is_already_held(subject, ember, file):
-    """Found by a review: the phase said "Copying the original" though nothing is fetched;
-    and a later one, that the original was held when its file was gone (judged by its row)."""
-    task = move(a_task(subject), TaskState.RUNNING, ember_job_id="job_1")
-    task = move(task, TaskState.COPYING, result=ember_result(image_id="img_1", history_id=None))
-    held = stored_asset(1, task=task, history_id="")
-    if file == "gone":
-        originals.path_of(held.sha256, held.mime).unlink()
-    task = move(task, TaskState.HISTORY_MISSING, asset=held, phase="History needs repair")
-    history_route(ember, task, [history_row(task, job_id="job_1", image_id="img_1")])
-
-    engine.reconcile(task=task)
-
-    saved = row_of(task)
-    assert saved.state == TaskState.COPYING
-    assert saved.phase == (
-        "Recording Ember's history entry (the original is already held)"
-        if file == "held"
-        else "Copying the original from Ember"
-    ), saved.phase
 
 
 def test_it_hands_a_copy_failed_task_back_to_copying_without_asking_ember(subject, ember):

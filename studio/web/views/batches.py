@@ -177,12 +177,6 @@ def _progress_context(request: HttpRequest, batch: Batch) -> dict[str, Any]:
     checking = progress.checked_itself(batch.tasks.all()) if uncertain else set()
     outcome = progress.Outcome.of_counts(counts).checked(len(checking))
     tasks = progress.dress(batch.in_form_order(list(batch.tasks.all())), checking)
-    away = progress.ember_away(tasks)
-    repair = ""
-    if outcome.operator and request.user.is_staff:
-        repair = f"{reverse('admin:studio_task_changelist')}?" + urlencode(
-            {"state": "reconcilable", "batch__id__exact": str(batch.pk)}
-        )
     return {
         "batch": batch,
         "counts": counts,
@@ -190,11 +184,8 @@ def _progress_context(request: HttpRequest, batch: Batch) -> dict[str, Any]:
         "done": outcome.done,
         "cancel": progress.cancel_offer(tasks, outcome),
         "tasks": tasks,
-        "ember_away": away,
-        # The words each queued row waiting its turn shows: the poll sends them again when
-        # they change (Ember away, the worker stopped), without swapping the rows.
-        "turn": progress.turn_words(tasks, worker_running=worker == "worker running", away=away),
-        "repair": repair,
+        **_worker_words(worker, tasks),
+        "repair": _repair_link(request, batch, outcome),
         "seen": ".".join(str(task.version) for task in tasks),
         # Images on the page, whatever their state (the results section's own count).
         "delivered": sum(1 for task in tasks if task.asset_id),
@@ -204,11 +195,6 @@ def _progress_context(request: HttpRequest, batch: Batch) -> dict[str, Any]:
         "places": sum(1 for t in tasks if t.asset_id or progress.may_come(t, checking)),
         "tab_title": outcome.tab_title(batch.title),
         "reload_seconds": NO_SCRIPT_RELOAD,
-        "worker_status": worker,
-        # Beside the paid requests, only what the worker is, in words as long as "worker
-        # running": how long it has been gone is said in the note (a longer line wrapped on
-        # a phone and moved the page down).
-        "worker_short": worker.split(" for ", 1)[0],
         # Counted as paid, since they may have been; the summary says how many are unsure:
         # those whose answer was lost and whose job nothing has named since (one the
         # history search or reconcile found reached Ember: a review's page doubted 20 of
@@ -222,6 +208,33 @@ def _progress_context(request: HttpRequest, batch: Batch) -> dict[str, Any]:
             task__batch=batch, outcome=Attempt.Outcome.UNKNOWN, ember_job_id=""
         ).count(),
     }
+
+
+def _worker_words(worker: str, tasks: list[Task]) -> dict[str, Any]:
+    """Return what the page says of the worker (`worker`, its status) and of Ember."""
+    running = worker == "worker running"
+    away = progress.ember_away(tasks)
+    return {
+        # Not while no worker runs: "Avatars keeps trying by itself" beside "nothing here
+        # moves until it runs again" (a review); the rows keep what their last try met.
+        "ember_away": away and running,
+        # The words each queued row waiting its turn shows: the poll sends them again when
+        # they change (Ember away, the worker stopped), without swapping the rows.
+        "turn": progress.turn_words(tasks, worker_running=running, away=away),
+        "worker_status": worker,
+        # Beside the paid requests, only what the worker is, in words as long as "worker
+        # running": how long it has been gone is said in the note (a longer line wrapped on
+        # a phone and moved the page down).
+        "worker_short": worker.split(" for ", 1)[0],
+    }
+
+
+def _repair_link(request: HttpRequest, batch: Batch, outcome: progress.Outcome) -> str:
+    """Return staff's link to the admin's list of the batch's stuck tasks ("" for others)."""
+    if not (outcome.operator and request.user.is_staff):
+        return ""
+    query = urlencode({"state": "reconcilable", "batch__id__exact": str(batch.pk)})
+    return f"{reverse('admin:studio_task_changelist')}?{query}"
 
 
 @login_required
