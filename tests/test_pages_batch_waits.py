@@ -47,7 +47,7 @@ def test_a_row_waiting_its_turn_says_what_it_waits_for_now(signed_in: Client, su
 
     # Ember away: the running task's poll could not reach it (as the worker writes it).
     Task.objects.filter(pk=polled.pk).update(phase="Ember could not be reached; still polling")
-    assert turn_of(polled_now("turn"), waiting) == "Waiting until Ember can be reached"
+    assert turn_of(polled_now("turn"), waiting) == "Waiting for Ember"
     assert f'<tr id="task-{waiting.pk}"' not in polled_now("turn")  # the row stays put
 
     WorkerHeartbeat.objects.filter(pk=beat.pk).update(stopped=True)

@@ -262,7 +262,7 @@ def next_step(task: Task) -> str:
 # What a task the worker will send in its turn waits for, as the batch page says it now.
 TURN_WORDS = {
     "worker": phrases.QUEUED_PHASE,  # no worker running: nothing moves until one does
-    "ember": "Waiting until Ember can be reached",
+    "ember": "Waiting for Ember",  # short: a second line on a phone moved the page
     "turn": "Waiting its turn",  # the worker's slots are taken by the tasks before it
 }
 

@@ -11,7 +11,15 @@ from collections.abc import Callable
 
 from playwright.sync_api import Page, expect
 
-from tests.e2e.studio import SLOW, Studio, fill_batch, screenshot, size, start_button
+from tests.e2e.studio import (
+    SLOW,
+    Studio,
+    fill_batch,
+    plan_batch,
+    screenshot,
+    size,
+    start_button,
+)
 
 # Browsers call a page's layout shift good up to 0.1; this page measures 0. Below the 0.03
 # the cancel button's going alone still cost once the images' places were kept.
@@ -88,6 +96,34 @@ def pause(person: Page, studio: Studio) -> None:
     finally:
         studio.start_worker()
     expect(note).to_have_count(0)
+
+
+# The worker's words for a send Ember did not take, a line longer than a queued task's.
+LONGER = """
+from studio.models import Batch
+from studio.store import update
+batch = Batch.objects.order_by("-created_at").first()
+for task in batch.tasks.all():
+    update(task, phase="Ember could not be reached; will try again in a while")
+result = batch.tasks.count()
+"""
+
+
+def test_a_task_under_way_keeps_its_height_as_its_words_grow_a_line(
+    person: Page, studio: Studio, no_worker
+):
+    """Found by a review: on a phone, with Ember away, every task waiting or with Ember grew
+    a line as its words did, and the page moved by 0.59 (463 px), and back when Ember was."""
+    plan_batch(person, prompt=f"Bo, rows that hold at {size(person)}", candidates=3)
+    rows = person.locator("[data-testid=task]")
+    expect(rows).to_have_count(3)
+    before = [box["height"] for box in (rows.nth(i).bounding_box() for i in range(3)) if box]
+
+    assert studio.stack.django(LONGER) == 3
+    expect(person.get_by_text("will try again in a while")).to_have_count(3)  # a poll later
+
+    after = [box["height"] for box in (rows.nth(i).bounding_box() for i in range(3)) if box]
+    assert after == before, f"the rows' heights went from {before} to {after} px"
 
 
 def held_still(

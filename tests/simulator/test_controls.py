@@ -111,3 +111,21 @@ def test_keep_alive_connection_survives_errors(client: httpx.Client) -> None:
     assert_error(client.post(JOBS, content=b"{bad"), 400)
     assert_error(client.get("/nowhere"), 404)
     assert submit(client, job_body()).status_code == 202
+
+
+def test_a_client_that_drops_its_connection_costs_one_line_not_a_traceback(sim, capsys, caplog):
+    """Found by a review: a worker killed mid-request put a whole traceback into the demo's
+    output. Any other error is still reported in full."""
+    server = sim._server
+    try:
+        raise ConnectionResetError(104, "Connection reset by peer")
+    except ConnectionResetError:
+        with caplog.at_level("INFO", logger="studio.ember.simulator"):
+            server.handle_error(None, ("127.0.0.1", 1))
+    assert "Traceback" not in capsys.readouterr().err
+    assert "a client dropped its connection" in caplog.text
+    try:
+        raise ValueError("a bug")
+    except ValueError:
+        server.handle_error(None, ("127.0.0.1", 1))
+    assert "Traceback" in capsys.readouterr().err

@@ -6,6 +6,7 @@ import contextlib
 import logging
 import socket
 import socketserver
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -190,6 +191,17 @@ class _EmberServer(ThreadingHTTPServer):
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
         super().__init__(address, _Handler)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """Say a connection its client dropped in one line; any other error in full.
+
+        A worker killed mid-request put a whole traceback into the demo's output (a review).
+        """
+        error = sys.exc_info()[1]
+        if isinstance(error, ConnectionResetError | BrokenPipeError):
+            log.info("a client dropped its connection (%s)", error)
+            return
+        super().handle_error(request, client_address)
 
     def server_bind(self) -> None:
         # HTTPServer.server_bind does a reverse DNS lookup (getfqdn) that can stall startup.

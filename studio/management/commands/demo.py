@@ -215,8 +215,8 @@ class Restarts:
         self._wait[name] = wait or RESTART_FIRST
         self._due[name] = now + self._wait[name]
         self._say(
-            f"The {name} exited with code {code}. The rest of the demo goes on; it starts "
-            f"again in {self._wait[name]:.0f} s, as a service manager would (Ctrl-C stops all)."
+            f"The {name} {ended(code)}. The rest of the demo goes on; it starts again in "
+            f"{self._wait[name]:.0f} s, as a service manager would (Ctrl-C stops all)."
         )
 
     def start_due(self, procs: dict[str, subprocess.Popen[bytes]]) -> None:
@@ -226,6 +226,16 @@ class Restarts:
             del self._due[name]
             procs[name], self._started[name] = self._start(name), now
             self._say(f"The {name} started again.")
+
+
+def ended(code: int) -> str:
+    """Say how a child ended, from its return code: "was killed (SIGKILL)", "exited with code 1"."""
+    if code < 0:
+        try:
+            return f"was killed ({signal.Signals(-code).name})"
+        except ValueError:
+            return f"was killed (signal {-code})"
+    return f"exited with code {code}"
 
 
 def _watch(
@@ -242,7 +252,10 @@ def _watch(
         exited = [name for name, proc in procs.items() if proc.poll() is not None]
         for name in exited:
             if name not in RESTARTED:
-                return f"The {name} exited with code {procs[name].returncode}."
+                return (
+                    f"The {name} {ended(procs[name].returncode)}; the demo stopped the others "
+                    "too (start it again with `make demo`)."
+                )
             restarts.exited(name, procs.pop(name).returncode)
         restarts.start_due(procs)
         if os.getppid() != starter:  # `make` killed outright: this command was handed on
