@@ -120,10 +120,12 @@ result = Task.objects.filter(batch__title={title!r}, ordinal=2).update(
 """
 
 
-def test_focus_goes_to_the_progress_when_its_control_goes_away(
+def test_focus_stays_at_the_task_when_its_cancel_goes_away(
     person: Page, studio: Studio, no_worker: None
 ):
-    """Found by a re-review: a task's Cancel gone (the task ended) left focus on the page."""
+    """Found by a re-review: a task's Cancel gone (the task ended) left focus on the page;
+    and by two reviews since: it then went to the progress at the top, far from the row a
+    phone's person was at. It goes to the task's row."""
     title = f"Bo, a task ends under the focus, {size(person)}"
     plan_batch(person, prompt=title, candidates=2)
     cancel = person.get_by_role("button", name="Cancel GPT Image image #2")
@@ -133,7 +135,9 @@ def test_focus_goes_to_the_progress_when_its_control_goes_away(
     assert studio.stack.django(END_ONE.format(title=title)) == 1
     replaced(person)
 
-    expect(person.get_by_test_id("progress-text")).to_be_focused()
+    row = person.locator("[data-testid=task]").filter(has_text="GPT Image #2")
+    expect(row).to_be_focused()
+    expect(row).to_be_in_viewport()
 
 
 ALL_SENT = """

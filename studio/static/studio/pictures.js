@@ -253,8 +253,9 @@
 
   // A focused control that an update took away (a task's Cancel, once the task ended): htmx
   // keeps focus only on a control that comes back with the same id. Focus goes instead to
-  // what the control names in data-focus-after (the task's new picture), else to the
-  // progress in words, never to the top of the page.
+  // the first there of what the control names in data-focus-after (the task's new picture,
+  // else its row: two reviews saw focus leave a phone's row for the progress at the top),
+  // else to the progress in words, never to the top of the page.
   var lostFocus = null;
   var alsoSay = "";  // what took the place of a control that went (said by sayProgress)
   // Two swaps can overlap (a poll's, and the results' reload it asked for): one that finds
@@ -277,8 +278,10 @@
       again.focus();
       return;
     }
-    var next = (lost.after && document.getElementById(lost.after)) ||
-      document.querySelector("[data-focus-fallback]");
+    var named = (lost.after || "").split(/\s+/).map(function (id) {
+      return id && document.getElementById(id);
+    });
+    var next = named.filter(Boolean)[0] || document.querySelector("[data-focus-fallback]");
     if (next) next.focus();
     // The cancel question went with its offer (the rest reached Ember meanwhile): what took
     // its place is said too, or the person would not learn why it went (a review).
