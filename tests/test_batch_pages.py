@@ -76,6 +76,13 @@ def test_it_shows_each_batchs_outcome_and_four_of_its_images(signed_in: Client, 
     shown = re.findall(r'src="/assets/(\d+)/thumb/128/v3/"', response.content.decode())
     tasks = [Task.objects.get(pk=t.pk) for t in tasks]
     assert shown == [str(t.asset_id) for t in tasks[:4]]
+    # They lead to the batch for a pointer (a review's clicks did nothing), out of a
+    # keyboard's and a screen reader's way: the batch's title is their link.
+    link = re.search(
+        r'<a href="([^"]+)" class="thumbs-link" tabindex="-1" aria-hidden="true"',
+        (response.content.decode()),
+    )
+    assert link is not None and link.group(1) == f"/batches/{batch.pk}/"
 
 
 def test_it_says_the_time_a_batch_was_started_is_utc(signed_in: Client, subject):
