@@ -73,7 +73,7 @@ class LeftInEmberFilter(admin.SimpleListFilter):
         if self.value() == "yes":
             return queryset.filter(error__contains=phrases.LEFT_IN_EMBER)
         if self.value() == "lost":
-            return done_with_lost_sends(queryset)  # type: ignore[return-value]
+            return done_with_lost_sends(queryset)
         return queryset
 
 

@@ -9,6 +9,8 @@ takes such a done task too: it reads Ember's history, records each job on the at
 that sent it, and names any other paid original on the task, which stays `done`.
 """
 
+from django.db.models import QuerySet
+
 from studio.models import Attempt, Task, TaskState
 from studio.phrases import LEFT_IN_EMBER
 
@@ -28,9 +30,9 @@ def lost_sends(task: Task) -> bool:
     )
 
 
-def done_with_lost_sends(tasks: "object") -> "object":
-    """Return those of `tasks` (a queryset) that `lost_sends` would name."""
-    return tasks.filter(  # type: ignore[attr-defined]
+def done_with_lost_sends(tasks: QuerySet[Task]) -> QuerySet[Task]:
+    """Return those of `tasks` that `lost_sends` would name."""
+    return tasks.filter(
         state=TaskState.DONE,
         attempts__outcome=Attempt.Outcome.UNKNOWN,
         attempts__ember_job_id="",
