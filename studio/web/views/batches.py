@@ -189,9 +189,10 @@ def _progress_context(request: HttpRequest, batch: Batch) -> dict[str, Any]:
         "seen": ".".join(str(task.version) for task in tasks),
         # Images on the page, whatever their state (the results section's own count).
         "delivered": sum(1 for task in tasks if task.asset_id),
-        # And the places the results keep (results.coming): an image the worker stopped
-        # checking for leaves its place, and the results must hear of it (a re-review's
-        # page kept "Checking with Ember" and withheld the favourites for good).
+        # And the images that may still come (results.places): one the worker stopped
+        # checking for, or that failed, changes what its place says, and the results must
+        # hear of it (a re-review's page kept "Checking with Ember" and withheld the
+        # favourites for good).
         "places": sum(1 for t in tasks if t.asset_id or progress.may_come(t, checking)),
         "tab_title": outcome.tab_title(batch.title),
         "reload_seconds": NO_SCRIPT_RELOAD,
