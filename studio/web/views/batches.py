@@ -184,7 +184,7 @@ def _progress_context(request: HttpRequest, batch: Batch) -> dict[str, Any]:
         "done": outcome.done,
         "cancel": progress.cancel_offer(tasks, outcome),
         "tasks": tasks,
-        **_worker_words(worker, tasks),
+        **_worker_words(worker, tasks, outcome),
         "repair": _repair_link(request, batch, outcome),
         "seen": ".".join(str(task.version) for task in tasks),
         # Images on the page, whatever their state (the results section's own count).
@@ -211,11 +211,13 @@ def _progress_context(request: HttpRequest, batch: Batch) -> dict[str, Any]:
     }
 
 
-def _worker_words(worker: str, tasks: list[Task]) -> dict[str, Any]:
+def _worker_words(worker: str, tasks: list[Task], outcome: progress.Outcome) -> dict[str, Any]:
     """Return what the page says of the worker (`worker`, its status) and of Ember."""
     running = worker == "worker running"
     away = progress.ember_away(tasks)
     return {
+        # Said while something waits for a worker that does not run.
+        "worker_gone": not running and bool(outcome.running or outcome.checking),
         # Not while no worker runs: "Avatars keeps trying by itself" beside "nothing here
         # moves until it runs again" (a review); the rows keep what their last try met.
         "ember_away": away and running,
