@@ -26,7 +26,7 @@ from django.utils import timezone
 from studio import engine
 from studio.admin.base import VersionedAdmin
 from studio.ember.client import EmberError
-from studio.engine.lost_sends import lost_sends
+from studio.engine.lost_sends import reconcilable
 from studio.engine.lost_sends import said as lost_said
 from studio.engine.recovery import RECORDING_HISTORY, copy_gone, history_unread
 from studio.models import POLL_BOUND, RECONCILABLE, Task, TaskState
@@ -151,7 +151,7 @@ class TaskRepairs(VersionedAdmin):
     @admin.action(description="Reconcile with Ember's history", permissions=["change"])
     def reconcile_tasks(self, request: HttpRequest, queryset: QuerySet[Task]) -> None:
         tasks = list(queryset)
-        taken = [task for task in tasks if task.state in RECONCILABLE or lost_sends(task)]
+        taken = [task for task in tasks if reconcilable(task)]
         self.skipped(
             request,
             [task for task in tasks if task not in taken],

@@ -32,8 +32,9 @@ from studio.api.schemas import (
 )
 from studio.api.serializers import asset_json, batch_json, set_json, subject_json, task_json
 from studio.ember.errors import EmberError
+from studio.engine.lost_sends import reconcilable
 from studio.engine.recovery import history_unread
-from studio.models import RECONCILABLE, Asset, AvatarSet, Batch, BatchKey, Subject, Task
+from studio.models import Asset, AvatarSet, Batch, BatchKey, Subject, Task
 
 # A year: an original never changes under its URL (it is named by its hash).
 ORIGINAL_CACHE_CONTROL = "private, max-age=31536000, immutable"
@@ -212,7 +213,7 @@ def task_reconcile(request: HttpRequest, task_id: str) -> dict[str, Any]:
         raise ApiError(403, "forbidden", RECONCILE_FORBIDDEN)
     task = find(Task.objects.all(), task_id)
     # Said, not a 200 with the task as it was (a review's).
-    if task.state not in RECONCILABLE and not engine.lost_sends(task):
+    if not reconcilable(task):
         raise ApiError(409, "not_reconcilable", NOT_RECONCILABLE.format(state=task.state))
     try:
         return task_json(engine.reconcile(task=task))

@@ -11,7 +11,7 @@ that sent it, and names any other paid original on the task, which stays `done`.
 
 from django.db.models import QuerySet
 
-from studio.models import Attempt, Task, TaskState
+from studio.models import RECONCILABLE, Attempt, Task, TaskState
 from studio.phrases import LEFT_IN_EMBER
 
 NOTHING_YET = (
@@ -28,6 +28,12 @@ def lost_sends(task: Task) -> bool:
         task.state == TaskState.DONE
         and task.attempts.filter(outcome=Attempt.Outcome.UNKNOWN, ember_job_id="").exists()
     )
+
+
+def reconcilable(task: Task) -> bool:
+    """Say whether a reconcile takes `task`: one that needs a person, or one done with a
+    send whose answer was lost (the admin, the command, the API and the engine alike)."""
+    return task.state in RECONCILABLE or lost_sends(task)
 
 
 def done_with_lost_sends(tasks: QuerySet[Task]) -> QuerySet[Task]:

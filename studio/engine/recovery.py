@@ -24,8 +24,8 @@ from studio.ember.client import (
     shown_id,
 )
 from studio.engine.errors import RESUBMIT_STALE, RESUBMIT_TOO_EARLY, ResubmitRefused
-from studio.engine.lost_sends import lost_sends
-from studio.models import RECONCILABLE, Asset, Attempt, Kind, Task, TaskState
+from studio.engine.lost_sends import reconcilable
+from studio.models import Asset, Attempt, Kind, Task, TaskState
 from studio.phrases import (
     COPYING_PHASE,
     GONE_PHASE,
@@ -98,7 +98,7 @@ async def areconcile(*, task: Task, client: EmberClient | None = None) -> Task:
 async def _reconcile(task: Task, client: EmberClient | None) -> Reconciled:
     await sync_to_async(task.refresh_from_db)()
     done = task.state == TaskState.DONE
-    if task.state not in RECONCILABLE and not (done and await sync_to_async(lost_sends)(task)):
+    if not await sync_to_async(reconcilable)(task):
         return Reconciled(task)
     if task.state == TaskState.COPY_FAILED and task.result:
         return Reconciled(

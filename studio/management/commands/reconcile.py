@@ -13,7 +13,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from studio.ember.client import shown_id
-from studio.engine.lost_sends import lost_sends
+from studio.engine.lost_sends import reconcilable
 from studio.engine.lost_sends import said as lost_said
 from studio.engine.recovery import copy_gone, history_unread, reconcile_outcome
 from studio.management.ready import require_migrated
@@ -42,7 +42,7 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         require_migrated()
         found = self._found(options["task_ids"], every=options["all"])
-        refused = [t for t in found if t.state not in RECONCILABLE and not lost_sends(t)]
+        refused = [task for task in found if not reconcilable(task)]
         for task in refused:
             self.stdout.write(
                 f"{task.pk} {task.state}: not reconcilable (only uncertain, history_missing "
