@@ -7,6 +7,7 @@ once a task leaves `uncertain`, and reconcile refused done tasks.
 """
 
 import io
+import re
 
 import pytest
 from django.core.management import call_command
@@ -16,7 +17,7 @@ from studio import engine
 from studio.engine.lost_sends import NOTHING_YET
 from studio.models import Attempt, Task, TaskState
 from studio.store import move
-from tests.admin_pages import changelist, one_message_about, run_action
+from tests.admin_pages import change_page, changelist, form_on, one_message_about, run_action
 from tests.factories import a_task, history_route, lost_send_rows, resubmitted_and_done
 from tests.task_rows import row_of
 
@@ -74,3 +75,20 @@ def test_the_command_takes_such_a_task_by_its_id_and_says_when_nothing_shows_yet
     plain = move(a_task(subject), TaskState.CANCELLED, phase="Cancelled")
     with pytest.raises(CommandError):
         call_command("reconcile", str(plain.pk), stdout=io.StringIO())
+
+
+def test_its_admin_page_offers_a_reconcile_button_that_names_what_ember_holds(
+    admin_client, subject, ember
+):
+    task = resubmitted_and_done(subject)
+    history_route(ember, task, lost_send_rows(task))
+    page = admin_client.get(change_page(task))
+    form = form_on(page, "repair_reconcile_tasks")  # fails when the page offers no such button
+    [url] = re.findall(r'<form [^>]*action="([^"]+)"[^>]*id="repair_reconcile_tasks"', page.text)
+
+    response = admin_client.post(url, form, follow=True)
+
+    said = one_message_about(response, task)
+    assert "done; Ember's history also holds another paid original of this task" in said, said
+    named = admin_client.get(change_page(task))
+    assert 'id="repair_reconcile_tasks"' not in named.text  # every send named: nothing to look for

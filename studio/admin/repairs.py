@@ -51,7 +51,8 @@ def task_name(task: Task) -> str:
 # The repairs a task's page offers, by what the task is now. For the page only: each
 # action judges the task again when it runs, and its service has the last word.
 OFFERED: dict[str, Callable[[Task], bool]] = {
-    "reconcile_tasks": lambda task: task.state in RECONCILABLE,
+    # A done task with a send whose answer was lost too: its reconcile names what Ember holds.
+    "reconcile_tasks": reconcilable,
     "retry_copy": lambda task: task.state == TaskState.COPY_FAILED,
     # A clip sent under its current key may already be with Ember: it goes on.
     "cancel_tasks": Task.cancellable,
