@@ -26,7 +26,7 @@ class Finding:
     repaired: bool | None = None  # None: no repair was tried
     outcome: str = ""
     path: Path | None = None  # where the original belongs; None when its row names none
-    task: str = ""  # for UNCOPIED: the task whose copy it is
+    task: str = ""  # the task whose copy it is: for UNCOPIED, or a damaged file a task needs
     # For MISSING or CORRUPT: a file no row names that holds the original's bytes.
     found_as: Path | None = None
 

@@ -144,13 +144,18 @@ def check() -> Scrub:
         # There, but holding none of them: a mount point too, whatever else it holds (a
         # sentinel file, a temporary one: a review's repair filled one from Ember).
         scrub.folder_gone, scrub.folder_empty = folder, True
-    scrub.findings.extend(uncopied())
+    scrub.findings.extend(uncopied({f.path: f for f in scrub.damaged() if f.path is not None}))
     return scrub
 
 
-def uncopied() -> Iterator[Finding]:
+def uncopied(damaged: dict[Path, Finding]) -> Iterator[Finding]:
     """Yield the originals of tasks whose copy failed because Ember no longer has the image,
-    that the archive does not hold whole: a backup may (`--repair --from-backup`)."""
+    that the archive does not hold whole: a backup may (`--repair --from-backup`).
+
+    One already found missing or corrupt (`damaged`, by its place: an asset row names it
+    too) is one file, not two: that finding names the task as well (a review counted it
+    twice, once each way).
+    """
     failed = Task.objects.filter(state=TaskState.COPY_FAILED, phase=GONE_PHASE)
     for task in failed.only("pk", "result").iterator(chunk_size=ROWS_PER_FETCH):
         image = task.saved("image")
@@ -162,6 +167,11 @@ def uncopied() -> Iterator[Finding]:
         if originals.held_for(sha256, mime) is not None:
             continue  # whole in the archive (under any type): the task's next copy takes it
         said = f"Ember no longer has image {image.get('id')}, and the archive does not hold it"
+        found = damaged.get(path)
+        if found is not None:
+            found.detail += f"; it is also the original of task {task.pk}: {said}"
+            found.task = found.task or str(task.pk)
+            continue
         yield Finding(
             UNCOPIED,
             path.name,
@@ -307,6 +317,8 @@ def repair(scrub: Scrub, *, backup: Path | None = None) -> None:
                 except OSError as exc:  # its folder may not be looked into, say (a review's)
                     outcome = False, f"its place could not be looked at: {exc.strerror or exc}"
                 finding.repaired, finding.outcome = outcome
+                if finding.repaired and finding.task:
+                    finding.outcome += f"; reconcile task {finding.task} to finish its copy"
         finally:
             runner.run(client.aclose())
 

@@ -11,7 +11,7 @@ import hashlib
 import pytest
 
 from studio import originals
-from studio.models import Task, TaskState
+from studio.models import Asset, Origin, Task, TaskState
 from studio.phrases import GONE_PHASE
 from studio.store import move
 from tests.factories import a_task, ember_result, png_bytes
@@ -116,5 +116,32 @@ def test_it_finds_such_an_original_in_a_backup_under_its_own_type(subject, ember
 
     sha256 = hashlib.sha256(data).hexdigest()
     assert f"repaired: {sha256}.png (put back from the backup {backup}; reconcile task" in out
+    assert originals.read(sha256, "image/png") == data
+    assert code == 0, out
+
+
+def test_a_tasks_lost_original_that_a_row_names_too_is_one_file_not_two(subject, ember, tmp_path):
+    """Found by a review: such a file was listed (and counted) twice, as `missing` for its
+    asset row and `not copied` for the task."""
+    task, data = copy_gone(subject, 9)
+    sha256 = hashlib.sha256(data).hexdigest()
+    Asset.objects.create_stored(
+        originals.save(data),
+        file_name="candidate.png",
+        origin=Origin.GENERATED,
+        ember_image_id="img_9",
+    )
+    originals.path_of(sha256, "image/png").unlink()
+    backup = a_backup_with(tmp_path, data)
+
+    code, out = check("--repair", "--from-backup", str(backup))
+
+    assert "Checked 2 originals: 1 missing; repaired 1." in out, out  # the subject's photo, and it
+    assert "not copied" not in out, out
+    assert f"it is also the original of task {task.pk}: Ember no longer has image img_9" in out
+    assert (
+        f"repaired: {sha256}.png (put back from the backup {backup}; reconcile task {task.pk} "
+        "to finish its copy)"
+    ) in out, out
     assert originals.read(sha256, "image/png") == data
     assert code == 0, out
