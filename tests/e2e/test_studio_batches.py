@@ -10,6 +10,7 @@ from urllib.parse import urlparse
 import pytest
 from playwright.sync_api import Page, expect
 
+from studio.engine.validation import MAX_CANDIDATES
 from tests.e2e.studio import (
     SLOW,
     Studio,
@@ -46,6 +47,40 @@ def test_it_counts_the_paid_jobs_as_the_person_types(person: Page):
     fits_the_screen(person)
     audit(person)
     screenshot(person, "batch-new")
+
+
+def test_it_says_beside_the_button_what_the_server_would_refuse_as_the_person_types(
+    person: Page,
+):
+    """Found by a review: the button read "Start 9 paid jobs" past the 8 a provider may
+    have, and only the server's answer said why nothing started."""
+    go(person, "New batch")
+    said = person.get_by_test_id("job-refusal")
+    expect(said).to_be_hidden()  # an empty form is not a mistake yet
+    fill_batch(person, prompt="Bo, too many", candidates=2)
+    expect(said).to_be_hidden()
+    boxes = person.locator('input[name="candidates_openai"]')
+
+    for typed, words in [
+        (str(MAX_CANDIDATES + 1), f"At most {MAX_CANDIDATES} candidates a provider."),
+        ("2.5", "Enter a whole number, like 2 (0 leaves it out)."),
+        ("0", "Choose at least one provider."),
+    ]:
+        boxes.fill(typed)
+        expect(said).to_have_text(words)
+        expect(said).to_be_visible()
+    boxes.fill("2")
+    expect(said).to_be_hidden()
+    person.get_by_label("image", exact=True).uncheck()
+    expect(said).to_have_text("Choose at least one frame.")
+    person.get_by_label("image", exact=True).check()
+    boxes.fill(str(MAX_CANDIDATES + 1))
+    audit(person)
+
+    start_button(person).click()  # the server answers in the same words
+    expect(
+        person.get_by_text(f"At most {MAX_CANDIDATES} candidates a provider.").first
+    ).to_be_visible()
 
 
 def test_on_a_phone_every_tick_field_and_button_of_the_form_is_a_fingers_size(phone: Page):

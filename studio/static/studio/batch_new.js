@@ -31,8 +31,42 @@
     return { candidates: candidates, frames: frames, jobs: candidates * frames };
   }
 
+  // What the server would answer about these counts, in its words (BatchForm, CountField),
+  // beside the button as the person types: it named spends the server then refused ("Start
+  // 9 paid jobs" past the 8 a provider may have; a review). Not before they type: an empty
+  // form is not a mistake, and a form the server answered says it beside the fields.
+  var refusal = form.querySelector("[data-testid=job-refusal]");
+  var typed = false;
+
+  function refused(c) {
+    var said = "";
+    form.querySelectorAll("input.candidates").forEach(function (input) {
+      var text = input.value.trim();
+      if (said) return;
+      if (text && !/^[0-9]+$/.test(text)) said = "Enter a whole number, like 2 (0 leaves it out).";
+      else if (input.max && whole(text) > whole(input.max)) {
+        said = "At most " + whole(input.max) + " candidates a provider.";
+      }
+    });
+    var limit = whole(form.getAttribute("data-max-jobs"));
+    if (said) return said;
+    if (!c.candidates) return "Choose at least one provider.";
+    if (!c.frames) return "Choose at least one frame.";
+    if (limit && c.jobs > limit) {
+      return "This batch would make " + c.jobs + " tasks; the limit is " + limit + ".";
+    }
+    return "";
+  }
+
   function recount() {
     var c = count();
+    if (refusal) {
+      var why = typed ? refused(c) : "";
+      if (refusal.textContent !== why) refusal.textContent = why;
+      refusal.hidden = !why;
+      if (why) button.setAttribute("aria-describedby", refusal.id);
+      else button.removeAttribute("aria-describedby");
+    }
     total.textContent = plural(c.candidates, "candidate") + " × " + plural(c.frames, "frame") +
       " = " + plural(c.jobs, "paid job");
     button.textContent = "Start " + plural(c.jobs, "paid job");
@@ -132,10 +166,12 @@
     enterHint.hidden = false;
   });
   form.addEventListener("input", function () {
+    typed = true;
     recount();
     saveDraft();
   });
   form.addEventListener("change", function (event) {
+    typed = true;
     if (event.target.name === "subjects") followSubjects();
     recount();
     saveDraft();
