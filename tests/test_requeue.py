@@ -5,6 +5,7 @@ import pytest
 from django.utils import timezone
 
 from studio import engine, originals
+from studio.engine.requeue import REQUEUED_PHASE
 from studio.models import Attempt, Task, TaskState
 from studio.phrases import REFERENCE_CHANGED
 from studio.store import move
@@ -101,9 +102,12 @@ def test_a_second_requeue_of_one_task_changes_nothing(subject, ember, worker):
     seen = stale.version
 
     engine.requeue(task=task)
-    with pytest.raises(engine.RequeueRefused, match=engine.REQUEUE_NOT_FAILED):
+    with pytest.raises(engine.RequeueRefused) as refused:
         engine.requeue(task=stale)
 
+    assert str(refused.value) == (  # what it is now: someone queued it already
+        f'{engine.REQUEUE_NOT_FAILED} It is queued now: "{REQUEUED_PHASE}".'
+    )
     assert row_of(task).state == TaskState.QUEUED
     assert row_of(task).version == seen + 1  # one move, not two
 

@@ -32,7 +32,9 @@ def requeue(*, task: Task) -> Task:
     """
     task.refresh_from_db()
     if task.state != TaskState.FAILED:
-        raise RequeueRefused(REQUEUE_NOT_FAILED)
+        # Say what it is now: a second person, told only the rule, did not see that the
+        # first had queued it already (a review).
+        raise RequeueRefused(f'{REQUEUE_NOT_FAILED} It is {task.state} now: "{task.phase}".')
     if was_sent(task):
         raise RequeueRefused(REQUEUE_WAS_SENT)
     if not all(_intact(ref["sha256"], ref["mime"]) for ref in task.references):
