@@ -52,7 +52,7 @@ def _count_png(data: bytes) -> None:
             return
         (length,) = struct.unpack_from(">I", data, pos)
         if data[pos + 4 : pos + 8] == b"IEND":
-            return  # whatever follows the end is copied as it is, never walked
+            return  # whatever follows the end is dropped, never walked
         pos += CHUNK_HEAD + length + PNG_CRC
     if pos + CHUNK_HEAD <= size:
         raise TooManyChunks(f"The PNG has more than {MAX_PNG_CHUNKS:,} parts.")

@@ -14,13 +14,19 @@ Ember, so uploads lose all of these before they are hashed and stored:
   between scans, and so does what follows the picture (a motion photo's video). In a
   multi-picture file nothing before its last picture moves: there what goes is blanked in
   place, and each picture its index names is looked at as the first;
-- PNG: the GPS directory of `eXIf` is emptied in place (its CRC recomputed); every text
-  chunk (tEXt, zTXt, iTXt) is dropped whole: they hold XMP packets, ImageMagick's "Raw
-  profile type" copies of EXIF, XMP, IPTC or Photoshop resources and its `exif:GPS…`
-  properties, or any words at all, which a reader may show;
+- PNG: the GPS directory of `eXIf` (or `exIf`, as older ImageMagick named it) is emptied
+  in place (its CRC recomputed); every text chunk (tEXt, zTXt, iTXt) is dropped whole:
+  they hold XMP packets, ImageMagick's "Raw profile type" copies of EXIF, XMP, IPTC or
+  Photoshop resources and its `exif:GPS…` properties, or any words at all, which a reader
+  may show;
 - WebP: the GPS directory of the `EXIF` chunk is emptied in place; the `XMP ` chunk is
   dropped whole;
-- GIF: the XMP application extension ("XMP DataXMP") is dropped whole.
+- GIF: the XMP application extension ("XMP DataXMP") and every comment are dropped whole.
+
+Whatever follows the picture's end (a PNG's IEND, the WebP's RIFF container, a GIF's
+trailer) goes too, as it does after a JPEG's: no decoder reads it, and readers of metadata
+do (a review's GPS after IEND and XMP after the RIFF were shown by exiftool), as may
+anything else (a ZIP or a page riding along).
 
 Everything else, compressed image data included, is copied byte for byte (a JPEG's
 0xFF fill bytes too). Each container is walked as Pillow reads it, stray bytes between
@@ -50,11 +56,12 @@ EXIF_HEADER = b"Exif\x00\x00"
 
 # Text chunks are dropped whole; ICC profiles stay: they carry no place and viewers use them.
 PNG_TEXT_CHUNKS = {b"tEXt", b"zTXt", b"iTXt"}
-PNG_LOOKED_AT = PNG_TEXT_CHUNKS | {b"eXIf"}
+PNG_EXIF = b"exif"  # the chunk's type, whatever its letters' case: `exIf` was ImageMagick's
 
 GIF_TRAILER = 0x3B
 GIF_XMP_ID = b"XMP DataXMP"  # application identifier and authentication code
 GIF_XMP = b"\xff\x0b" + GIF_XMP_ID  # after the introducer: label, block size, identifier
+COMMENT = b"\xfe"  # after the introducer, the label of a comment: words a reader shows
 GIF_BLOCK = re.compile(rb"[\x21\x2c\x3b]")
 
 
@@ -79,7 +86,7 @@ def strip_location(data: bytes) -> bytes:
 
 
 def _png(data: bytes) -> bytes:
-    """Walk the chunks up to IEND; whatever follows it is copied as it is."""
+    """Walk the chunks up to IEND; whatever follows it goes."""
     kept = Splice(data)
     pos = len(PNG_SIGNATURE)
     size = len(data)
@@ -87,11 +94,13 @@ def _png(data: bytes) -> bytes:
         (length,) = struct.unpack_from(">I", data, pos)
         kind = data[pos + 4 : pos + 8]
         end = pos + 12 + length
-        if kind in PNG_LOOKED_AT:
+        if kind in PNG_TEXT_CHUNKS or kind.lower() == PNG_EXIF:
             replacement = _png_chunk(data, pos, end, kind)
             if replacement is not None:
                 kept.replace(pos, end, replacement)
         elif kind == b"IEND":
+            if end < size:
+                kept.replace(end, size)
             break
         pos = end
     return bytes(kept.upto(len(data))) if kept.replaced else data
@@ -101,7 +110,7 @@ def _png_chunk(data: bytes, pos: int, end: int, kind: bytes) -> bytes | None:
     """Return what replaces the chunk at `data[pos:end]`: b"" drops it, None keeps it."""
     if kind in PNG_TEXT_CHUNKS:
         return b""
-    if kind == b"eXIf":
+    if kind.lower() == PNG_EXIF:
         chunk = bytearray(data[pos:end])
         # The chunk holds the TIFF block itself, though some writers put a JPEG-style header first.
         start = 8 + (len(EXIF_HEADER) if chunk.startswith(EXIF_HEADER, 8) else 0)
@@ -117,7 +126,7 @@ def _png_chunk(data: bytes, pos: int, end: int, kind: bytes) -> bytes | None:
 
 
 def _webp(data: bytes) -> bytes:
-    """Walk the chunks inside the RIFF container; bytes after it are copied as they are.
+    """Walk the chunks inside the RIFF container; bytes after it go.
 
     The RIFF size is rewritten to fit what is kept; a tail inside the container too short
     to be a chunk is left out.
@@ -146,14 +155,15 @@ def _webp(data: bytes) -> bytes:
     if dropped_xmp and chunks[:4] == b"VP8X" and len(chunks) > 8:
         chunks[8] &= ~0x04 & 0xFF  # the "has XMP" flag
     riff = b"RIFF" + struct.pack("<I", 4 + len(chunks)) + b"WEBP"
-    return riff + bytes(chunks) + data[size:]
+    return riff + bytes(chunks)
 
 
 # --- GIF ---------------------------------------------------------------------------------
 
 
 def _gif(data: bytes) -> bytes:
-    """Drop XMP application extensions, walking the blocks as Pillow reads them.
+    """Drop XMP application extensions, comments and what follows the trailer, walking the
+    blocks as Pillow reads them.
 
     Pillow skips a byte that starts no block, and a block whose sub-blocks run past the
     end of the file simply ends there; such files decode, so they are walked the same
@@ -161,27 +171,31 @@ def _gif(data: bytes) -> bytes:
     block is returned as it is.
     """
     pos = _gif_first_block(data)
-    if pos is None or GIF_XMP_ID not in data:
-        return data  # cut short, or no XMP anywhere: nothing to walk for (one C-level scan)
+    if pos is None:
+        return data
     kept = Splice(data)
     size = len(data)
     while pos < size:
         kind = data[pos]
         if kind == GIF_EXTENSION:
             end = _gif_sub_blocks_end(data, pos + 2)  # past the introducer and the label
-            if data.startswith(GIF_XMP, pos + 1):
+            if data.startswith(GIF_XMP, pos + 1) or data[pos + 1 : pos + 2] == COMMENT:
                 kept.replace(pos, end)
             pos = end
         elif kind == GIF_IMAGE_SEPARATOR:
             pos = _gif_image_end(data, pos)
         elif kind == GIF_TRAILER:
+            if pos + 1 < size:
+                kept.replace(pos + 1, size)
             break
         else:
             found = GIF_BLOCK.search(data, pos)  # on to the next block, as Pillow does
             pos = found.start() if found else size
-    swallowed = kept.copied >= size  # a dropped packet ran to the end, trailer and all
+    if not kept.replaced:
+        return data  # nothing to drop: no copy
+    swallowed = kept.copied >= size and data[pos : pos + 1] != bytes([GIF_TRAILER])
     out = kept.upto(size)
-    if swallowed:
+    if swallowed:  # a dropped block ran to the end, trailer and all
         out.append(GIF_TRAILER)
     return bytes(out)
 

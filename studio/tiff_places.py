@@ -9,6 +9,9 @@ location stripping (studio/metadata.py) for a JPEG's, PNG's and WebP's EXIF alik
 import struct
 
 GPS_IFD_TAG = 0x8825
+# IFD1's JPEG thumbnail: where it starts in the block, and how long it is. A thumbnail is a
+# JPEG of its own, whose EXIF can hold the place again (a review's, read by exiftool).
+THUMBNAIL_TAG, THUMBNAIL_LENGTH_TAG = 0x0201, 0x0202
 EXIF_IFD_TAG = 0x8769
 INTEROP_IFD_TAG = 0xA005
 # Tags whose data is another metadata block, which readers show: XMP (a place among its
@@ -22,7 +25,8 @@ SHORT = 3  # the TIFF field type of a 2-byte value
 
 def empty_gps(tiff: bytearray, start: int = 0) -> bool:
     """Empty the GPS directories of the TIFF block at `tiff[start:]` in place, and blank the
-    metadata blocks held under its tags (`EMBEDDED`); True if there was any.
+    metadata blocks held under its tags (`EMBEDDED`) and in its JPEG thumbnail; True if
+    there was any.
 
     Each directory's count is set to 0 first, so that a reader finds it empty even when
     its entries run past the end of the block; the entries that can be reached are then
@@ -36,6 +40,7 @@ def empty_gps(tiff: bytearray, start: int = 0) -> bool:
             return False
         searched = _directories(tiff, start, order)
         embedded = _blank_embedded(tiff, start, searched, order)
+        embedded = _blank_thumbnail(tiff, start, order) or embedded
         directories = _gps_directories(tiff, start, searched, order)
         counts = [struct.unpack_from(order + "H", tiff, at)[0] for at in directories]
         for directory in directories:
@@ -81,18 +86,68 @@ def _directories(tiff: bytearray, start: int, order: str) -> list[int]:
     if not _inside(tiff, start, ifd0):
         return []
     found = [start + ifd0]
-    (count,) = struct.unpack_from(order + "H", tiff, start + ifd0)
-    after = start + ifd0 + 2 + 12 * count  # where IFD0 says the next directory is
-    if after + 4 <= len(tiff):
-        (ifd1,) = struct.unpack_from(order + "I", tiff, after)
-        if ifd1 and _inside(tiff, start, ifd1):
-            found.append(start + ifd1)
+    ifd1 = _ifd1(tiff, start, ifd0, order)
+    if ifd1 is not None:
+        found.append(ifd1)
     for exif in _entry_values(tiff, start + ifd0, order, EXIF_IFD_TAG)[-1:]:
         if _inside(tiff, start, exif):
             found.append(start + exif)
             interop = _entry_values(tiff, start + exif, order, INTEROP_IFD_TAG)[-1:]
             found += [start + at for at in interop if _inside(tiff, start, at)]
     return list(dict.fromkeys(found))
+
+
+def _ifd1(tiff: bytearray, start: int, ifd0: int, order: str) -> int | None:
+    """Return where IFD1 is (the directory after IFD0: the thumbnail's), or None."""
+    (count,) = struct.unpack_from(order + "H", tiff, start + ifd0)
+    after = start + ifd0 + 2 + 12 * count  # where IFD0 says the next directory is
+    if after + 4 > len(tiff):
+        return None
+    (ifd1,) = struct.unpack_from(order + "I", tiff, after)
+    return start + ifd1 if ifd1 and _inside(tiff, start, ifd1) else None
+
+
+def _blank_thumbnail(tiff: bytearray, start: int, order: str) -> bool:
+    """Zero, in place, what the JPEG thumbnail IFD1 points at says beside its pixels: its
+    application segments but APP0 (EXIF, XMP and the like) and its comments; True if any.
+
+    Each segment keeps its marker and length, so the thumbnail stays a JPEG readers decode.
+    """
+    (ifd0,) = struct.unpack_from(order + "I", tiff, start + 4)
+    ifd1 = _ifd1(tiff, start, ifd0, order) if _inside(tiff, start, ifd0) else None
+    if ifd1 is None:
+        return False
+    offsets = _entry_values(tiff, ifd1, order, THUMBNAIL_TAG)[-1:]
+    lengths = _entry_values(tiff, ifd1, order, THUMBNAIL_LENGTH_TAG)[-1:]
+    if not offsets or offsets[0] < TIFF_HEADER_SIZE:
+        return False
+    pos = start + offsets[0]
+    end = min(len(tiff), pos + lengths[0]) if lengths else len(tiff)
+    if tiff[pos : pos + 2] != b"\xff\xd8":
+        return False
+    return _blank_segments(tiff, pos + 2, end)
+
+
+def _blank_segments(jpeg: bytearray, pos: int, end: int) -> bool:
+    """Zero the bodies of the APP1-APP15 and comment segments of `jpeg[pos:end]`, up to its
+    first scan; True if any. Each step moves on by at least two bytes."""
+    blanked = False
+    while pos + 4 <= end and jpeg[pos] == 0xFF:
+        marker = jpeg[pos + 1]
+        if marker == 0xFF:  # a fill byte
+            pos += 1
+            continue
+        if marker in (0xDA, 0xD9):  # the scan, or the end: nothing said after
+            break
+        (length,) = struct.unpack_from(">H", jpeg, pos + 2)
+        if length < 2:
+            break
+        if 0xE1 <= marker <= 0xEF or marker == 0xFE:
+            body = min(pos + 2 + length, end)
+            jpeg[pos + 4 : body] = bytes(max(0, body - pos - 4))
+            blanked = True
+        pos += 2 + length
+    return blanked
 
 
 def _blank_embedded(tiff: bytearray, start: int, directories: list[int], order: str) -> bool:

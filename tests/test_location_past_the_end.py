@@ -1,0 +1,138 @@
+"""Location where a metadata reader looks past what the location stripping walked: after a
+picture's end, under an older chunk name, in a GIF comment, in a JPEG's thumbnail.
+
+Found by a review over uvicorn, each read back from the stored original by exiftool: GPS in
+a PNG `exIf` chunk (older ImageMagick's name for `eXIf`), in ImageMagick's raw EXIF profile
+after a PNG's IEND, in an XMP chunk after a WebP's RIFF container, in a GIF comment, and in
+the EXIF of the thumbnail a JPEG's EXIF holds. Bytes after a picture's end (a ZIP, a page)
+were stored as they came, where a JPEG's go.
+"""
+
+import io
+import struct
+import zlib
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from PIL import Image
+
+from studio import metadata
+from tests.location_parts import XMP, gps_exif, gps_of, picture, pixels_of, saved
+
+PLACE = (52.0, 31.0, 12.5)
+
+
+def png_chunk(kind: bytes, body: bytes) -> bytes:
+    return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+
+def plain(fmt: str) -> bytes:
+    """A picture with nothing to strip, in `fmt`."""
+    if fmt == "GIF":
+        frames = [picture("P"), picture("P").rotate(180)]
+        return saved(frames[0], "GIF", save_all=True, append_images=frames[1:], loop=0)
+    return saved(picture(), fmt)
+
+
+def raw_exif_profile() -> bytes:
+    """ImageMagick's zTXt copy of EXIF, as hex: GPS a reader decodes."""
+    exif = gps_exif().tobytes()
+    text = b"\nexif\n%d\n" % len(exif) + exif.hex().encode() + b"\n"
+    return png_chunk(b"zTXt", b"Raw profile type exif\x00\x00" + zlib.compress(text))
+
+
+def webp_xmp_chunk() -> bytes:
+    return b"XMP " + struct.pack("<I", len(XMP)) + XMP + b"\x00" * (len(XMP) & 1)
+
+
+AFTER_THE_END = {
+    "PNG": raw_exif_profile(),
+    "WEBP": webp_xmp_chunk(),
+    "GIF": b"<html><script>alert(1)</script></html>",
+}
+
+
+@pytest.mark.parametrize("fmt", sorted(AFTER_THE_END))
+def test_what_follows_a_pictures_end_goes(fmt):
+    picture_alone = plain(fmt)
+    assert metadata.strip_location(picture_alone) == picture_alone  # nothing to strip
+    photo = picture_alone + AFTER_THE_END[fmt]
+
+    clean = metadata.strip_location(photo)
+
+    assert clean == picture_alone, f"{len(clean) - len(picture_alone)} bytes kept past the end"
+    assert pixels_of(clean) == pixels_of(photo)
+
+
+@given(fmt=st.sampled_from(sorted(AFTER_THE_END)), tail=st.binary(min_size=1, max_size=300))
+def test_no_bytes_after_a_pictures_end_are_kept(fmt, tail):
+    picture_alone = plain(fmt)
+
+    assert metadata.strip_location(picture_alone + tail) == picture_alone
+
+
+def test_a_png_exif_chunk_under_its_older_name_loses_its_place():
+    exif = gps_exif().tobytes()[len(b"Exif\x00\x00") :]
+    picture_alone = plain("PNG")
+    photo = picture_alone[:33] + png_chunk(b"exIf", exif) + picture_alone[33:]  # after IHDR
+
+    clean = metadata.strip_location(photo)
+
+    start = clean.index(b"exIf") + 4
+    (length,) = struct.unpack_from(">I", clean, start - 8)
+    body, crc = clean[start : start + length], clean[start + length : start + length + 4]
+    read = Image.Exif()
+    read.load(b"Exif\x00\x00" + body)
+    assert dict(read.get_ifd(0x8825)) == {}, "the GPS directory was kept"
+    assert read[0x0110] == "Pixel 9"  # the rest of the block stays
+    assert struct.unpack(">I", crc)[0] == zlib.crc32(b"exIf" + body)  # a chunk readers accept
+    assert pixels_of(clean) == pixels_of(photo)
+
+
+def test_a_gif_loses_its_comments():
+    frames = [picture("P"), picture("P").rotate(180)]
+    words = b"Taken at 12 Linden Road, 52.5200 N"
+    photo = saved(frames[0], "GIF", save_all=True, append_images=frames[1:], loop=0, comment=words)
+    assert words in photo
+
+    clean = metadata.strip_location(photo)
+
+    assert words not in clean
+    assert clean == plain("GIF")
+    assert pixels_of(clean) == pixels_of(photo)
+
+
+def exif_with_thumbnail(thumbnail: bytes) -> bytes:
+    """A little-endian EXIF block: IFD0 naming the camera, IFD1 pointing at `thumbnail`."""
+    make = b"Pixel 9\x00"
+    ifd0 = 8
+    ifd1 = ifd0 + 2 + 12 + 4
+    data = ifd1 + 2 + 2 * 12 + 4
+    thumb = data + len(make)
+    block = b"II*\x00" + struct.pack("<I", ifd0)
+    block += struct.pack("<H", 1) + struct.pack("<HHII", 0x0110, 2, len(make), data)
+    block += struct.pack("<I", ifd1)
+    block += struct.pack("<H", 2)
+    block += struct.pack("<HHII", 0x0201, 4, 1, thumb)
+    block += struct.pack("<HHII", 0x0202, 4, 1, len(thumbnail))
+    block += struct.pack("<I", 0) + make + thumbnail
+    return b"Exif\x00\x00" + block
+
+
+def test_a_jpegs_thumbnail_loses_the_place_its_own_exif_holds():
+    thumbnail = saved(picture().resize((16, 12)), "JPEG", exif=gps_exif(), xmp=XMP)
+    photo = saved(picture(), "JPEG", exif=exif_with_thumbnail(thumbnail))
+    at = photo.index(thumbnail)
+    assert gps_of(photo[at:]), "the thumbnail holds a place"
+
+    clean = metadata.strip_location(photo)
+
+    stored_thumbnail = clean[at : at + len(thumbnail)]  # in place: every offset stays
+    assert len(clean) == len(photo)
+    assert gps_of(stored_thumbnail) == {} and b"GPSLatitude" not in clean
+    with Image.open(io.BytesIO(stored_thumbnail)) as img:
+        img.load()  # still a JPEG a reader decodes
+    assert pixels_of(stored_thumbnail) == pixels_of(thumbnail)
+    assert pixels_of(clean) == pixels_of(photo)
+    assert b"Pixel 9" in clean  # IFD0 stays
