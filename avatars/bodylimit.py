@@ -194,15 +194,26 @@ class BodyLimit:
             deadline = _slowest(int(length) if length is not None else limit)
         rule = Rule(limit, too_large, deadline, page)
         if counted:
-            await self._run_upload(scope, receive, send, rule, headers)
+            await self._run_upload(scope, receive, send, rule, headers, api=api)
         else:
             await self._run_counting(scope, receive, send, rule)
 
     async def _run_upload(
-        self, scope: Scope, receive: Receive, send: Send, rule: Rule, headers: dict[str, str]
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        rule: Rule,
+        headers: dict[str, str],
+        *,
+        api: bool,
     ) -> None:
         """Read and serve an upload once it is let in (avatars/upload_bodies.py), else 503."""
-        async with upload_bodies.admitted() as admitted:
+        if api:
+            person = await _as_a_request(token_user)(headers.get("authorization", ""))
+        else:
+            person = await _as_a_request(session_user)(headers.get("cookie", ""))
+        async with upload_bodies.admitted(str(person)) as admitted:
             if admitted:
                 await self._run_counting(scope, receive, send, rule)
             else:
@@ -298,11 +309,23 @@ def signed_in(cookie_header: str) -> bool:
     Only whether one is signed in: Django's own middleware checks the session in full
     (its user, its password hash) before any view sees the request.
     """
+    return session_user(cookie_header) is not None
+
+
+def session_user(cookie_header: str) -> str | None:
+    """Return the user the request's session says is signed in (their key), or None."""
     key = parse_cookie(cookie_header).get(settings.SESSION_COOKIE_NAME)
     if not key:
-        return False
+        return None
     store = import_module(settings.SESSION_ENGINE).SessionStore(key)
-    return store.get(SESSION_KEY) is not None
+    user = store.get(SESSION_KEY)
+    return None if user is None else str(user)
+
+
+def token_user(authorization_header: str) -> str | None:
+    """Return the user the request's API token stands for (their key), or None."""
+    token = token_for_header(authorization_header)
+    return None if token is None else str(token.user_id)
 
 
 async def _answer_failure(send: Send, scope: Scope, exc: Exception) -> None:

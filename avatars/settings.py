@@ -130,6 +130,9 @@ AVATARS_UPLOADS_AT_ONCE = env_int("AVATARS_UPLOADS_AT_ONCE", 2, minimum=1)
 # Upload bodies a web process receives at once (each may be spooled to a temporary file,
 # up to AVATARS_MAX_BODY_BYTES); more wait unread, then 503 (avatars/upload_bodies.py).
 AVATARS_UPLOAD_BODIES_AT_ONCE = env_int("AVATARS_UPLOAD_BODIES_AT_ONCE", 8, minimum=1)
+# Of those, how many one person (a signed-in session's user, a token's) holds at once: one
+# person's trickled uploads may not keep every other person's photos waiting.
+AVATARS_UPLOAD_BODIES_A_PERSON = env_int("AVATARS_UPLOAD_BODIES_A_PERSON", 4, minimum=1)
 
 # Request bodies other than files stay small (JSON, forms); files are capped at
 # AVATARS_MAX_IMAGE_BYTES while they stream in, held in memory (studio.uploads). The ASGI

@@ -165,7 +165,8 @@ def test_a_signed_in_upload_not_let_in_gets_a_page_saying_to_send_it_again(cooki
     test_upload_bodies.py waits over uvicorn)."""
 
     @contextlib.asynccontextmanager
-    async def no_place() -> AsyncIterator[bool]:
+    async def no_place(person: str) -> AsyncIterator[bool]:
+        assert person != "None", "a signed-in upload is someone's"
         yield False
 
     monkeypatch.setattr(upload_bodies, "admitted", no_place)

@@ -28,7 +28,11 @@ BOUNDARY = "photo-boundary"
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory, template: Template):
-    env = {"AVATARS_UPLOAD_BODIES_AT_ONCE": str(AT_ONCE), "AVATARS_BODY_IDLE_SECONDS": str(IDLE)}
+    env = {
+        "AVATARS_UPLOAD_BODIES_AT_ONCE": str(AT_ONCE),
+        "AVATARS_UPLOAD_BODIES_A_PERSON": str(AT_ONCE),  # one person holds every place here
+        "AVATARS_BODY_IDLE_SECONDS": str(IDLE),
+    }
     with limited(tmp_path_factory.mktemp("bodies"), template, **env) as served:
         yield served
 
@@ -193,3 +197,54 @@ def test_a_body_sent_with_a_read_takes_no_place(served):
 
     assert head.startswith("HTTP/1.1 201 "), head + body
     assert took < IDLE, f"the photo waited {took:.1f} s behind bodies sent with a GET"
+
+
+OTHER_PERSON = """
+from django.contrib.auth.models import User
+from studio.api.auth import issue_token
+result = issue_token(user=User.objects.create_user("bo", password="y" * 12))
+"""
+SHARE = 2  # AVATARS_UPLOAD_BODIES_A_PERSON for the server below, of AT_ONCE + 1 places
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory: pytest.TempPathFactory, template: Template):
+    env = {
+        "AVATARS_UPLOAD_BODIES_AT_ONCE": str(AT_ONCE + 1),
+        "AVATARS_UPLOAD_BODIES_A_PERSON": str(SHARE),
+        "AVATARS_BODY_IDLE_SECONDS": str(IDLE),
+    }
+    with limited(tmp_path_factory.mktemp("shared"), template, **env) as served:
+        yield served, served[1].django(OTHER_PERSON)
+
+
+def test_one_person_holds_no_more_than_their_share_of_the_places(shared):
+    """Found by a review: one member's uploads, trickled at the slowest rate allowed (43
+    minutes each), held every place, and every other person's photo waited, then was told
+    to come back. Their next upload now waits for one of their own places instead."""
+    (web, _stack, _spool, token, subject_id), other = shared
+    big = form(b"\0" * (6 * MB))
+    photo = form(png_bytes(80))
+    with (
+        held_open(web, upload_head(subject_id, token, len(big)), big),
+        held_open(web, upload_head(subject_id, token, len(big)), big),
+    ):
+        time.sleep(0.5)
+        with socket.create_connection(("127.0.0.1", web.port), timeout=30) as third:
+            sent = time.monotonic()  # its start alone: let in, it would hold a place too
+            third.sendall(upload_head(subject_id, token, len(big)) + big[:1024])
+            with socket.create_connection(("127.0.0.1", web.port), timeout=30) as theirs:
+                started = time.monotonic()
+                theirs.sendall(upload_head(subject_id, other, len(photo)) + photo)
+                answered, said = answer_of(theirs)
+                took = time.monotonic() - started
+            held = spooled(web.proc.pid)
+            head, body = answer_of(third)
+            waited = time.monotonic() - sent
+
+    assert answered.startswith("HTTP/1.1 201 "), answered + said
+    assert took < IDLE - 1, f"another person's photo waited {took:.1f} s behind one person's"
+    assert held <= SHARE, f"{held} bodies spooled for one person (their share is {SHARE})"
+    assert head.startswith("HTTP/1.1 503 "), head
+    assert json.loads(body)["error"]["code"] == "busy"
+    assert IDLE - 0.5 < waited < IDLE + 5, f"answered after {waited:.1f} s (it waits {IDLE} s)"
