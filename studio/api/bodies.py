@@ -8,6 +8,7 @@ saying what was wrong; a body without a Content-Type is still read as JSON.
 """
 
 import json
+import sys
 from typing import Any
 
 from django.http import HttpRequest
@@ -21,6 +22,10 @@ NOT_AN_OBJECT = "The request body must be a JSON object."
 UNSTORABLE = "Text in the request must not contain NUL characters or unpaired surrogates."
 NAMED_TWICE = "The request body names {key} twice in one object."
 NOT_A_NUMBER = "The request body holds {constant}, which JSON has no number for."
+# Python reads no longer a whole number (its guard against a quadratic conversion); a
+# review's valid 2.4-million-digit number was answered as if it were not JSON.
+MOST_DIGITS = sys.get_int_max_str_digits() or 4300
+TOO_MANY_DIGITS = "The request body holds a number of {digits:,} digits; at most {most:,} are read."
 NOT_JSON_TYPE = (
     "The request body must be JSON, sent as Content-Type: application/json "
     "(this one was sent as {media_type})."
@@ -35,7 +40,9 @@ def read_object(request: HttpRequest) -> dict[str, Any]:
     except UnicodeDecodeError:
         raise ApiError(400, "invalid_json", NOT_UTF8) from None
     try:
-        body = json.loads(text, object_pairs_hook=_object, parse_constant=_no_constant)
+        body = json.loads(
+            text, object_pairs_hook=_object, parse_constant=_no_constant, parse_int=_whole
+        )
     except RecursionError:  # a body nested thousands deep is not a request
         raise ApiError(400, "invalid_json", TOO_DEEP) from None
     except ValueError:
@@ -68,6 +75,14 @@ def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
             raise ApiError(400, "invalid_json", NAMED_TWICE.format(key=shown))
         found[key] = value
     return found
+
+
+def _whole(digits: str) -> int:
+    count = len(digits.lstrip("-"))
+    if count > MOST_DIGITS:
+        said = TOO_MANY_DIGITS.format(digits=count, most=MOST_DIGITS)
+        raise ApiError(400, "invalid_request", said)
+    return int(digits)
 
 
 def _no_constant(constant: str) -> Any:

@@ -430,8 +430,14 @@ def test_a_result_named_as_a_reference_photo_is_refused_saying_what_it_is(api, s
         ('{"name": "Ada"}'.encode("utf-16"), "application/json", 400, "must be JSON in UTF-8."),
         (b'{"name": "Ada"}', "text/plain", 415, 'this one was sent as "text/plain"'),
         (b'{"name": "Ada"}', "application/x-www-form-urlencoded", 415, "application/json"),
+        (  # valid JSON: a review's 2.4 million digits were answered "not valid JSON"
+            b'{"name": "Ada", "n": ' + b"9" * 2_400_000 + b"}",
+            "application/json",
+            400,
+            "The request body holds a number of 2,400,000 digits; at most 4,300 are read.",
+        ),
     ],
-    ids=["nan", "infinity", "key-twice", "utf-16", "text-plain", "form"],
+    ids=["nan", "infinity", "key-twice", "utf-16", "text-plain", "form", "digits"],
 )
 def test_it_refuses_a_body_that_is_not_json_said_as_json(api, body, content_type, status, message):
     """Found by a review over uvicorn: each of these was read as JSON and a subject made."""
