@@ -104,6 +104,20 @@ def test_on_a_phone_every_tick_field_and_button_of_the_form_is_a_fingers_size(ph
     fits_the_screen(phone)
 
 
+def test_on_a_phone_the_candidate_counts_line_up_in_one_column(phone: Page):
+    """Found by a review at 390 x 844: each count sat after its provider's name and model,
+    at a different place on each line."""
+    sign_in(phone)
+    go(phone, "New batch")
+    boxes = phone.locator("input.candidates")
+    expect(boxes).not_to_have_count(0)
+
+    lefts = [round((boxes.nth(i).bounding_box() or {"x": -1})["x"]) for i in range(boxes.count())]
+
+    assert max(lefts) - min(lefts) <= 1, f"the counts start at {lefts} px"
+    fits_the_screen(phone)
+
+
 def test_it_disables_the_button_and_says_what_it_is_doing_once_pressed(person: Page):
     fill_batch(person, prompt="Bo, pressed once", candidates=3)
     # Hold the form here after the page's own handler ran, to look at the button.
