@@ -159,3 +159,22 @@ def test_a_photo_sent_after_the_sign_in_expired_leads_back_to_its_subject(
     sign_in_again(page)
     expect(page).to_have_url(subject)
     expect(page.get_by_text("late.png")).to_have_count(0)
+
+
+def test_the_sign_in_boxes_stand_apart_each_under_its_name(person: Page):
+    """Found by a review: the boxes sat 6 px from the next one's name, narrower than the
+    button below them."""
+    person.goto("/accounts/login/")
+    username, password = person.get_by_label("Username"), person.get_by_label("Password")
+    button = person.get_by_role("button", name="Sign in")
+    boxes = {
+        name: b.bounding_box() or {}
+        for name, b in [("username", username), ("password", password), ("button", button)]
+    }
+    label = person.locator("label", has=password).bounding_box() or {}
+
+    gap = label["y"] - (boxes["username"]["y"] + boxes["username"]["height"])
+    assert gap >= 12, f"the username box ends {gap:.0f} px above the password's name"
+    widths = {name: round(box["width"]) for name, box in boxes.items()}
+    assert len(set(widths.values())) == 1, f"widths differ (px): {widths}"
+    fits_the_screen(person)
