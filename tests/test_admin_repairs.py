@@ -138,7 +138,7 @@ def test_many_skipped_tasks_are_said_in_one_message_a_state(admin_client, subjec
 
     assert said(response) == [
         "16 selected queued tasks skipped; a queued task is not reconcilable (only "
-        "uncertain, history_missing, copy_failed, and done with a send whose answer was lost)."
+        "uncertain, history_missing, copy_failed, and done with an earlier send not looked for)."
     ]
 
 

@@ -149,7 +149,7 @@ def test_the_command_says_a_task_is_not_reconcilable_and_exits_non_zero(subject,
     assert failed.value.returncode == 1
     assert out.getvalue() == (
         f"{done.pk} done: not reconcilable (only uncertain, history_missing and copy_failed "
-        "are, and done with a send whose answer was lost); left as it is\n"
+        "are, and done with an earlier send not looked for); left as it is\n"
     )
     assert not route.called
 

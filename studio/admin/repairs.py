@@ -51,7 +51,7 @@ def task_name(task: Task) -> str:
 # The repairs a task's page offers, by what the task is now. For the page only: each
 # action judges the task again when it runs, and its service has the last word.
 OFFERED: dict[str, Callable[[Task], bool]] = {
-    # A done task with a send whose answer was lost too: its reconcile names what Ember holds.
+    # A done task with an earlier send not looked for too: its reconcile names what Ember holds.
     "reconcile_tasks": reconcilable,
     "retry_copy": lambda task: task.state == TaskState.COPY_FAILED,
     # A clip sent under its current key may already be with Ember: it goes on.
@@ -158,7 +158,7 @@ class TaskRepairs(VersionedAdmin):
             [task for task in tasks if task not in taken],
             lambda state: (
                 f"a {state} task is not reconcilable (only {', '.join(RECONCILABLE)}, "
-                "and done with a send whose answer was lost)."
+                "and done with an earlier send not looked for)."
             ),
         )
         self._reconcile_each(request, taken)
@@ -219,7 +219,7 @@ class TaskRepairs(VersionedAdmin):
                 else "the worker will copy the original from Ember's answer."
             )
             self.report(request, task, f"{before} → copying; {then}", messages.SUCCESS)
-        elif task.state == TaskState.DONE:  # a send whose answer was lost, looked up
+        elif task.state == TaskState.DONE:  # an earlier send, looked up
             self.report(request, task, f"done; {lost_said(task)}", messages.INFO)
         else:
             self.report(request, task, f"still {task.state}: {task.phase}.", messages.WARNING)

@@ -65,8 +65,9 @@ class LeftInEmberFilter(admin.SimpleListFilter):
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
         return [
             ("yes", "Paid originals left in Ember"),
-            # Not looked for yet: a done task's send whose answer was lost (lost_sends.py).
-            ("lost", "Done, a send's answer lost (reconcile to look)"),
+            # Not looked for yet: a done task's earlier send, whose answer was lost or whose
+            # job finished late (lost_sends.py).
+            ("lost", "Done, an earlier send not looked for (reconcile to look)"),
         ]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:

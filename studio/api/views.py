@@ -43,7 +43,7 @@ RECONCILE_FORBIDDEN = (
 )
 NOT_RECONCILABLE = (
     "This task is {state}: only uncertain, history_missing and copy_failed tasks are "
-    "reconciled, and done ones with a send whose answer was lost. Ember was not asked."
+    "reconciled, and done ones with an earlier send not looked for. Ember was not asked."
 )
 IMAGE_TYPES = ("image/png", "image/jpeg", "image/webp", "image/gif")
 

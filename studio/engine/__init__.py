@@ -8,7 +8,7 @@ never change task state themselves. One module per concern:
 - `validation` and `planning`: reading a request, and writing its batch (docs/design.md §5);
 - `cancel`: cancelling while nothing may be with Ember (docs/design.md §9);
 - `recovery`: reconcile and resubmit, a person's ways out of `uncertain` (docs/design.md §8),
-  and `lost_sends`, a done task's send whose answer was lost, which a reconcile looks up;
+  and `lost_sends`, a done task's earlier send not looked for, which a reconcile looks up;
 - `requeue`: queuing again a failed task nothing was paid for, after a repair;
 - `adoption`: the worker's own bounded search of Ember's history for lost image submits;
 - `sets`: choosing assets and publishing (docs/design.md §10).

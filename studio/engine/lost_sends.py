@@ -1,15 +1,18 @@
-"""A done task's sends whose answers were lost (docs/operations.md, "Resubmitting").
+"""A done task's earlier sends whose paid originals nobody has looked for (docs/operations.md,
+"Resubmitting").
 
 After a person resubmits an uncertain task and the new send is done, the send before it
-may still have reached Ember and made a paid original, which Ember keeps protected and
-Avatars never copies as this task's. Nothing looks for it by itself: the worker's history
-search stops once the task leaves `uncertain`, and a reconcile of the task, which names
-such originals on it, took only tasks that need a person (a review). A reconcile now
-takes such a done task too: it reads Ember's history, records each job on the attempt
-that sent it, and names any other paid original on the task, which stays `done`.
+may still have made a paid original, which Ember keeps protected and Avatars never copies
+as this task's: a send whose answer was lost (it may have reached Ember after all), or a
+job Ember accepted that did not finish within the poll bound and finished after the
+resubmit (a kill review's). Nothing looks for them by itself: the worker stops following
+a task once it leaves `uncertain`. A reconcile takes such a done task too: it reads
+Ember's history (a lost answer's job) and asks Ember about each job it knows of, records
+each on the attempt that sent it, and names any other paid original on the task, which
+stays `done`.
 """
 
-from django.db.models import QuerySet
+from django.db.models import Exists, OuterRef, QuerySet
 
 from studio.models import RECONCILABLE, Attempt, Task, TaskState
 from studio.phrases import LEFT_IN_EMBER
@@ -19,35 +22,54 @@ NOTHING_YET = (
     "reached Ember, or Ember has not written its row yet. Reconcile it again later."
 )
 NOTHING_ELSE = "Ember's history names every send of it: no other paid original is left there."
+STILL_RUNNING = "Ember has not said that {jobs} of this task finished: reconcile it again later."
+# On an attempt whose job's original a reconcile named on its task: looked for, found.
+NAMED = "Its paid original is named on the task, left in Ember."
 
 
 def lost_sends(task: Task) -> bool:
-    """Say whether `task` is done with a send whose answer was lost and whose job no
-    look-up has named since."""
-    return (
-        task.state == TaskState.DONE
-        and task.attempts.filter(outcome=Attempt.Outcome.UNKNOWN, ember_job_id="").exists()
-    )
+    """Say whether `task` is done with an earlier send nobody has looked for: one whose
+    answer was lost, or a job Ember accepted whose original is neither copied nor named."""
+    if task.state != TaskState.DONE:
+        return False
+    lost = task.attempts.filter(outcome=Attempt.Outcome.UNKNOWN, ember_job_id="")
+    return lost.exists() or unlooked(task).exists()
+
+
+def unlooked(task: Task) -> QuerySet[Attempt]:
+    """Return the attempts of `task` whose job Ember accepted, not the task's own job, whose
+    original no reconcile has named yet (nor found failed)."""
+    return _unlooked(task.attempts.all(), task.ember_job_id)
+
+
+def _unlooked(attempts: QuerySet[Attempt], own_job: object) -> QuerySet[Attempt]:
+    accepted = attempts.filter(outcome=Attempt.Outcome.ACCEPTED).exclude(ember_job_id="")
+    return accepted.exclude(ember_job_id=own_job).exclude(error__contains=NAMED)
 
 
 def reconcilable(task: Task) -> bool:
-    """Say whether a reconcile takes `task`: one that needs a person, or one done with a
-    send whose answer was lost (the admin, the command, the API and the engine alike)."""
+    """Say whether a reconcile takes `task`: one that needs a person, or one done with an
+    earlier send nobody has looked for (the admin, the command, the API and the engine)."""
     return task.state in RECONCILABLE or lost_sends(task)
 
 
 def done_with_lost_sends(tasks: QuerySet[Task]) -> QuerySet[Task]:
     """Return those of `tasks` that `lost_sends` would name."""
-    return tasks.filter(
-        state=TaskState.DONE,
-        attempts__outcome=Attempt.Outcome.UNKNOWN,
-        attempts__ember_job_id="",
-    ).distinct()
+    lost = Attempt.objects.filter(
+        task=OuterRef("pk"), outcome=Attempt.Outcome.UNKNOWN, ember_job_id=""
+    )
+    left = _unlooked(Attempt.objects.filter(task=OuterRef("pk")), OuterRef("ember_job_id"))
+    return tasks.filter(state=TaskState.DONE).filter(Exists(lost) | Exists(left))
 
 
 def said(task: Task) -> str:
-    """Say, for an operator, what a reconcile of a done task found in Ember's history."""
+    """Say, for an operator, what a reconcile of a done task found."""
     start = task.error.find(LEFT_IN_EMBER)
-    if start >= 0:
-        return task.error[start:]
-    return NOTHING_YET if lost_sends(task) else NOTHING_ELSE
+    parts = [task.error[start:] if start >= 0 else ""]
+    running = list(unlooked(task).values_list("ember_job_id", flat=True))
+    if running:
+        jobs = ", ".join(f"job {job}" for job in running)
+        parts.append(STILL_RUNNING.format(jobs=jobs))
+    if task.attempts.filter(outcome=Attempt.Outcome.UNKNOWN, ember_job_id="").exists():
+        parts.append(NOTHING_YET)
+    return " ".join(filter(None, parts)) or NOTHING_ELSE

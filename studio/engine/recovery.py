@@ -19,10 +19,12 @@ from studio.ember.client import (
     EmberClient,
     EmberError,
     EmberUnknownOutcome,
+    Job,
     check_result,
     is_safe_id,
     shown_id,
 )
+from studio.engine import earlier_jobs
 from studio.engine.errors import RESUBMIT_STALE, RESUBMIT_TOO_EARLY, ResubmitRefused
 from studio.engine.lost_sends import reconcilable
 from studio.models import Asset, Attempt, Kind, Task, TaskState
@@ -106,8 +108,11 @@ async def _reconcile(task: Task, client: EmberClient | None) -> Reconciled:
         )
     own_client = client is None
     client = client or EmberClient()
+    jobs: list[Job] = []
     try:
         rows = await client.history(str(task.pk))
+        if done:
+            jobs = await earlier_jobs.look_up(task, client)
     except EmberBadAnswer as exc:
         if done:  # its phase says it is done: the caller says why nothing was learnt
             return Reconciled(task, exc)
@@ -122,19 +127,27 @@ async def _reconcile(task: Task, client: EmberClient | None) -> Reconciled:
     finally:
         if own_client:
             await client.aclose()
-    record = _name_lost_sends if done else _record_history
-    return Reconciled(await sync_to_async(record)(task, rows))
+    if done:
+        return Reconciled(await sync_to_async(_name_lost_sends)(task, rows, jobs))
+    return Reconciled(await sync_to_async(_record_history)(task, rows))
 
 
-def _name_lost_sends(task: Task, rows: list[dict[str, Any]]) -> Task:
-    """Name on a done task the other paid originals Ember's history shows (lost_sends.py):
-    each job on the attempt that sent it, and the originals on its error; it stays done."""
+def _name_lost_sends(task: Task, rows: list[dict[str, Any]], jobs: list[Job]) -> Task:
+    """Name on a done task the other paid originals Ember shows (lost_sends.py): in its
+    history, each job on the attempt that sent it; of the earlier jobs asked about
+    (`jobs`), those that succeeded; the originals on its error. It stays done."""
     carried = not_held(task, [row for row in rows if _carries(row, task)])
     usable = _one_each([row for row in carried if _usable(row)])
     with transaction.atomic():
         _learn_attempts(task, usable)
         own = _pick_row(task, usable)
-        note = _others_note([row for row in usable if row is not own])
+        found = {row.get("job_id") for row in usable}
+        asked = [row for row in earlier_jobs.settle(task, jobs) if row["job_id"] not in found]
+        told = earlier_jobs.named(task)
+        others = [row for row in usable + asked if row is not own]
+        others = [row for row in others if row.get("job_id") not in told]
+        earlier_jobs.mark_named(task, {str(row.get("job_id")) for row in others})
+        note = _others_note(others)
         if not note or note in task.error:
             return task
         return update(task, expected=task.version, error=f"{task.error} {note}".strip())

@@ -200,7 +200,7 @@ def test_it_answers_409_to_a_reconcile_of_a_task_that_needs_none_and_asks_ember_
     assert error(response) == {
         "code": "not_reconcilable",
         "message": f"This task is {state}: only uncertain, history_missing and copy_failed "
-        "tasks are reconciled, and done ones with a send whose answer was lost. Ember was not "
+        "tasks are reconciled, and done ones with an earlier send not looked for. Ember was not "
         "asked.",
     }
     assert len(ember.calls) == 0

@@ -46,7 +46,7 @@ class Command(BaseCommand):
         for task in refused:
             self.stdout.write(
                 f"{task.pk} {task.state}: not reconcilable (only uncertain, history_missing "
-                "and copy_failed are, and done with a send whose answer was lost); left as it is"
+                "and copy_failed are, and done with an earlier send not looked for); left as it is"
             )
         counts = Counter(self._reconcile(task) for task in found if task not in refused)
         gone = counts.pop(GONE, 0)

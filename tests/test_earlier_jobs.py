@@ -1,0 +1,88 @@
+"""A done task's earlier job that Ember accepted and finished late: a reconcile names its
+paid original (studio/engine/earlier_jobs.py).
+
+Found by a kill review: a job that did not finish within the poll bound sent its task to
+`uncertain`; a person resubmitted it, the new job was copied and the task done. The first
+job then succeeded, and its paid original stayed protected in Ember, never copied, named
+by nothing, on no list, and `reconcile` refused the done task.
+"""
+
+import io
+
+import pytest
+from django.core.management import call_command
+
+from studio import engine
+from studio.engine.lost_sends import NOTHING_ELSE, STILL_RUNNING
+from studio.models import Attempt, Task, TaskState
+from studio.store import update
+from tests.admin_pages import changelist
+from tests.factories import ember_result, history_route, history_row, resubmitted_and_done
+from tests.task_rows import row_of
+
+pytestmark = pytest.mark.django_db
+
+JOB = "/api/v1/api-generators/jobs/job_1"
+TIMED_OUT = "Ember's job job_1 did not finish within 1800 seconds"
+
+
+def timed_out_then_resubmitted(subject) -> Task:
+    """A done task whose first job Ember accepted and did not finish in time; a person's
+    resubmit (job_2) made the original the archive holds."""
+    task = resubmitted_and_done(subject)
+    first = task.attempts.get(number=1)
+    update(first, ember_job_id="job_1", outcome=Attempt.Outcome.ACCEPTED, error=TIMED_OUT)
+    return row_of(task)
+
+
+def own_row_only(ember, task: Task) -> None:
+    """Ember's history holds the resubmit's row alone (the first job's not written yet)."""
+    own = history_row(task, job_id="job_2", image_id="img_1", history_id="hist_1")
+    history_route(ember, task, [own])
+
+
+def test_a_reconcile_names_the_late_jobs_paid_original_and_the_task_stays_done(
+    admin_client, subject, ember
+):
+    task = timed_out_then_resubmitted(subject)
+    own_row_only(ember, task)
+    asked = ember.get(JOB).respond(
+        200, json={"id": "job_1", "status": "succeeded", "result": ember_result("img_9", "h9")}
+    )
+    listed = admin_client.get(changelist(Task), {"left_in_ember": "lost"}).content.decode()
+    assert str(task.pk) in listed and engine.lost_sends(task)
+
+    engine.reconcile(task=task)
+
+    saved = row_of(task)
+    assert (saved.state, saved.asset_id) == (TaskState.DONE, task.asset_id)
+    assert (
+        "another paid original of this task, still protected in Ember: job job_1, image img_9"
+    ) in saved.error
+    shown = admin_client.get(changelist(Task), {"left_in_ember": "yes"}).content.decode()
+    assert str(task.pk) in shown
+    assert not engine.lost_sends(saved)  # named now: not listed again, not asked again
+    again = engine.reconcile(task=saved)
+    assert (again.error, again.version, asked.call_count) == (saved.error, saved.version, 1)
+
+
+def test_a_job_still_under_way_is_said_so_and_one_that_failed_is_recorded(subject, ember):
+    task = timed_out_then_resubmitted(subject)
+    own_row_only(ember, task)
+    ember.get(JOB).respond(200, json={"id": "job_1", "status": "running"})
+    out = io.StringIO()
+
+    call_command("reconcile", str(task.pk), stdout=out)
+
+    assert STILL_RUNNING.format(jobs="job job_1") in out.getvalue(), out.getvalue()
+    assert engine.lost_sends(row_of(task))  # still to be looked for
+    failed = {"code": "provider_error", "message": "The provider gave up."}
+    ember.get(JOB).respond(200, json={"id": "job_1", "status": "failed", "error": failed})
+    out = io.StringIO()
+
+    call_command("reconcile", str(task.pk), stdout=out)
+
+    assert f"{task.pk} done: {NOTHING_ELSE}" in out.getvalue(), out.getvalue()
+    first = row_of(task).attempts.get(number=1)
+    assert first.outcome == Attempt.Outcome.FAILED and "The provider gave up." in first.error
+    assert not engine.lost_sends(row_of(task)) and row_of(task).error == ""
