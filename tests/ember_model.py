@@ -20,6 +20,7 @@ from typing import Any
 
 import httpx
 
+from studio.models import POLL_BOUND
 from tests.factories import png_bytes
 
 JOBS = "/api/v1/api-generators/jobs"
@@ -44,12 +45,14 @@ SUBMIT = (
 JOB = (
     "succeed",
     "slow",  # still running for a few polls
+    "late",  # succeeds a minute past the poll bound: its task has gone uncertain by then
     "fail",
     "no_history",  # succeeded, but Ember could not write its history row
     "same_bytes",  # the same bytes as the previous job's image
     "reference_bytes",  # the bytes of a reference photo
     "not_image",  # bytes that are not an image (and hash to the sha256 Ember names)
 )
+READY_AFTER = {"slow": 3 * POLL_STEP, "late": POLL_BOUND + 60}  # seconds after it was made
 POLL = ("normal", "502", "die")
 FILE = ("normal", "404", "not_image", "die")
 RELEASE = ("normal", "503", "applied_dropped", "die_before", "die_after")
@@ -263,7 +266,7 @@ class EmberModel:
             body=body,
             image=Image(id=f"img_{n}", data=data, task_id=task_id),
             created_at=now,
-            ready_at=now + timedelta(seconds=3 * POLL_STEP if how == "slow" else 0),
+            ready_at=now + timedelta(seconds=READY_AFTER.get(how, 0)),
             fails=how == "fail",
         )
         if how == "no_history":

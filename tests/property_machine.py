@@ -373,12 +373,32 @@ class AvatarsMachine(Decisions, RuleBasedStateMachine):
             self.clock.advance(61)
             self.work(3 * len(self.tasks))
         self.assert_all_rest("after Ember repaired its history and every task was reconciled")
+        # Then a done task with an earlier send nobody looked for: its paid original named.
+        for task_id in self.in_states(TaskState.DONE):
+            if engine.lost_sends(self.task(task_id)):
+                engine.reconcile(task=self.task(task_id), client=self.client)
+        self.every_paid_original_is_held_or_named()
         for task_id in self.in_states(TaskState.HISTORY_MISSING):
             asset = Asset.objects.get(pk=self.task(task_id).asset_id)
             rows = [j for j in self.ember.jobs.values() if j.image.id == asset.ember_image_id]
             assert not any(j.history_id for j in rows), (
                 f"task {task_id} is still history_missing although Ember repaired the history "
                 f"row of its image {asset.ember_image_id}"
+            )
+
+    def every_paid_original_is_held_or_named(self) -> None:
+        """Every original Ember made for a task is in the archive, or named on its task (a
+        kill review's job, finished after its task was resubmitted, was neither), or its
+        task waits for a person."""
+        now = self.clock.now()
+        for job in self.ember.jobs.values():
+            if job.fails or job.task_id not in self.tasks or not job.finished(now):
+                continue
+            task = self.task(job.task_id)
+            held = Asset.objects.filter(ember_image_id=job.image.id).exists()
+            assert held or job.image.id in task.error or task.state in RECONCILABLE, (
+                f"{job.id}'s paid original {job.image.id} is neither held nor named on its "
+                f"{task.state} task {task.pk}"
             )
 
     def assert_all_rest(self, when: str) -> None:
