@@ -35,6 +35,7 @@ from studio.ember.errors import EmberError
 from studio.engine.lost_sends import reconcilable
 from studio.engine.recovery import history_unread
 from studio.models import Asset, AvatarSet, Batch, BatchKey, Subject, Task
+from studio.store import Conflict
 
 # A year: an original never changes under its URL (it is named by its hash).
 ORIGINAL_CACHE_CONTROL = "private, max-age=31536000, immutable"
@@ -219,6 +220,11 @@ def task_reconcile(request: HttpRequest, task_id: str) -> dict[str, Any]:
         return task_json(engine.reconcile(task=task))
     except EmberError as exc:  # nothing learned: the task is as it was
         raise ApiError(503, "ember_unavailable", history_unread(exc)) from None
+    except Conflict:
+        # Another reconcile, the worker or a person moved it while Ember was asked: the task
+        # as it now is, as a cancel answers (a review's 409 was retried into "not
+        # reconcilable" once the winner had sent the task on).
+        return task_json(find(Task.objects.all(), task_id))
 
 
 @api.get("/assets/{asset_id}", response={200: AssetOut, **READ}, url_name="asset")

@@ -168,23 +168,24 @@ def test_it_lets_a_user_allowed_to_change_tasks_reconcile_without_being_staff(su
     assert Task.objects.get(pk=task.pk).state == TaskState.COPYING
 
 
-def test_it_answers_409_when_the_worker_moves_a_task_during_its_reconcile(
+def test_it_answers_the_task_as_it_now_is_when_another_moved_it_during_its_reconcile(
     staff_api, subject, monkeypatch
 ):
+    """Found by a review: three reconciles of one task at once got one 200 and two 409
+    `conflict`s, which API.md does not name; retried as the message said, they were told
+    the task was not reconcilable (the first had sent it on to be copied)."""
     task = uncertain(a_task(subject))
 
-    def worker_won_the_race(*, task: Task) -> Task:
+    def another_won_the_race(*, task: Task) -> Task:
+        move(task, TaskState.COPYING, phase="Copying the original from Ember")
         raise Conflict(f"Task {task.pk} moved past version {task.version}")
 
-    monkeypatch.setattr(engine, "reconcile", worker_won_the_race)
+    monkeypatch.setattr(engine, "reconcile", another_won_the_race)
 
     response = staff_api.post(f"{API}/tasks/{task.pk}/reconcile")
 
-    assert response.status_code == 409
-    assert error(response) == {
-        "code": "conflict",
-        "message": "The row changed while this request was served; read it again and retry.",
-    }
+    assert response.status_code == 200, response.content
+    assert response.json()["state"] == "copying"
 
 
 @pytest.mark.parametrize("state", [TaskState.DONE, TaskState.QUEUED, TaskState.CANCELLED])
