@@ -11,6 +11,7 @@ import random
 import uuid
 from collections import Counter
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,7 +20,7 @@ from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 
 from studio import engine
-from studio.models import Batch, Kind, Task, TaskState
+from studio.models import RECONCILABLE, Asset, Batch, Kind, Task, TaskState
 from studio.worker import Worker
 from tests.ember_model import FILE, JOB, POLL, RELEASE, SUBMIT, Clock, Death, EmberModel
 
@@ -130,6 +131,22 @@ AVOIDED = {
     6: {("submit", "busy_0")},
     12: {("save", "file_fsync_fails"), ("save", "dir_fsync_fails")},
 }
+
+
+def every_paid_original_is_held_or_named(ember: EmberModel, now: datetime) -> None:
+    """Check that every original Ember made for a task is in the archive, or named on its
+    task, or that the task waits for a person (a kill review's job, finished after its task
+    was resubmitted, was neither)."""
+    found = []
+    for job in ember.jobs.values():
+        if job.fails or not job.finished(now):
+            continue
+        task = Task.objects.filter(pk=job.task_id).first()
+        if task is None or task.state in RECONCILABLE or job.image.id in task.error:
+            continue
+        if not Asset.objects.filter(ember_image_id=job.image.id).exists():
+            found.append(f"{job.id} ({job.image.id}) of {task.state} task {task.pk}")
+    assert not found, f"paid originals neither held nor named on their task: {found}"
 
 
 def drawable(route: str, behaviours: tuple[str, ...]) -> st.SearchStrategy[str]:

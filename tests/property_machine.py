@@ -28,7 +28,8 @@ from hypothesis.stateful import (
 from studio import engine, originals
 from studio.ember.answers import MAX_RETRY_AFTER
 from studio.ember.client import EmberClient, EmberError
-from studio.models import ACTIVE, RECONCILABLE, Asset, AvatarSet, Origin, Task, TaskState
+from studio.engine.lost_sends import reconcilable
+from studio.models import ACTIVE, Asset, AvatarSet, Origin, Task, TaskState
 from studio.worker import Worker
 from tests.ember_model import HISTORY, Clock, Death, EmberModel
 from tests.factories import EMBER, png_bytes
@@ -45,6 +46,7 @@ from tests.machine_parts import (
     Disk,
     ProbedWorker,
     drawable,
+    every_paid_original_is_held_or_named,
     seeded_ids,
 )
 
@@ -182,9 +184,9 @@ class AvatarsMachine(Decisions, RuleBasedStateMachine):
     @precondition(lambda self: self.tasks)
     @rule(data=st.data())
     def a_person_reconciles_a_task(self, data: st.DataObject) -> None:
-        # And a done task with a send whose answer was lost (a resubmit's earlier one).
-        done = [t for t in self.in_states(TaskState.DONE) if engine.lost_sends(self.task(t))]
-        candidates = self.in_states(*RECONCILABLE) + done
+        # And a done task with an earlier send nobody looked for (a resubmit's earlier one).
+        candidates = [t for t in self.tasks if reconcilable(self.task(t))]
+        done = [t for t in candidates if self.task(t).state == TaskState.DONE]
         if candidates:
             task_id = data.draw(st.sampled_from(candidates), label="task")
             self.script(data, {"history": HISTORY})
@@ -366,39 +368,21 @@ class AvatarsMachine(Decisions, RuleBasedStateMachine):
         self.assert_all_rest("with Ember healthy for an hour and three minutes")
         self.ember.repair_history(stale_nested=stale_nested)
         # Twice: a copy_failed task is copied from its saved answer first, and only a
-        # second reconcile asks the history for the row that answer lacked.
+        # second reconcile asks the history for the row that answer lacked. A done task
+        # with an earlier send nobody looked for too: its paid original is named on it.
         for _ in range(2):
-            for task_id in self.in_states(*RECONCILABLE):
+            for task_id in [t for t in self.tasks if reconcilable(self.task(t))]:
                 engine.reconcile(task=self.task(task_id), client=self.client)
             self.clock.advance(61)
             self.work(3 * len(self.tasks))
         self.assert_all_rest("after Ember repaired its history and every task was reconciled")
-        # Then a done task with an earlier send nobody looked for: its paid original named.
-        for task_id in self.in_states(TaskState.DONE):
-            if engine.lost_sends(self.task(task_id)):
-                engine.reconcile(task=self.task(task_id), client=self.client)
-        self.every_paid_original_is_held_or_named()
+        every_paid_original_is_held_or_named(self.ember, self.clock.now())
         for task_id in self.in_states(TaskState.HISTORY_MISSING):
             asset = Asset.objects.get(pk=self.task(task_id).asset_id)
             rows = [j for j in self.ember.jobs.values() if j.image.id == asset.ember_image_id]
             assert not any(j.history_id for j in rows), (
                 f"task {task_id} is still history_missing although Ember repaired the history "
                 f"row of its image {asset.ember_image_id}"
-            )
-
-    def every_paid_original_is_held_or_named(self) -> None:
-        """Every original Ember made for a task is in the archive, or named on its task (a
-        kill review's job, finished after its task was resubmitted, was neither), or its
-        task waits for a person."""
-        now = self.clock.now()
-        for job in self.ember.jobs.values():
-            if job.fails or job.task_id not in self.tasks or not job.finished(now):
-                continue
-            task = self.task(job.task_id)
-            held = Asset.objects.filter(ember_image_id=job.image.id).exists()
-            assert held or job.image.id in task.error or task.state in RECONCILABLE, (
-                f"{job.id}'s paid original {job.image.id} is neither held nor named on its "
-                f"{task.state} task {task.pk}"
             )
 
     def assert_all_rest(self, when: str) -> None:
