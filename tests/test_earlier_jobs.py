@@ -11,13 +11,21 @@ import io
 
 import pytest
 from django.core.management import call_command
+from django.utils import timezone
 
 from studio import engine
 from studio.engine.lost_sends import NOTHING_ELSE, STILL_RUNNING
 from studio.models import Attempt, Task, TaskState
-from studio.store import update
+from studio.store import move, update
 from tests.admin_pages import changelist
-from tests.factories import ember_result, history_route, history_row, resubmitted_and_done
+from tests.factories import (
+    a_task,
+    ember_result,
+    history_route,
+    history_row,
+    resubmitted_and_done,
+    stored_asset,
+)
 from tests.task_rows import row_of
 
 pytestmark = pytest.mark.django_db
@@ -86,3 +94,27 @@ def test_a_job_still_under_way_is_said_so_and_one_that_failed_is_recorded(subjec
     first = row_of(task).attempts.get(number=1)
     assert first.outcome == Attempt.Outcome.FAILED and "The provider gave up." in first.error
     assert not engine.lost_sends(row_of(task)) and row_of(task).error == ""
+
+
+def test_an_ordinary_done_task_and_one_whose_earlier_job_failed_are_not_listed(
+    admin_client, subject
+):
+    ordinary = a_task(subject)
+    Attempt.objects.create(
+        task=ordinary,
+        number=1,
+        submitted_at=timezone.now(),
+        ember_job_id="job_5",
+        outcome=Attempt.Outcome.ACCEPTED,
+    )
+    ordinary = move(ordinary, TaskState.RUNNING, ember_job_id="job_5", phase="Ember is generating")
+    move(ordinary, TaskState.DONE, asset=stored_asset(5, task=ordinary), phase="Complete")
+    failed_first = timed_out_then_resubmitted(subject)
+    update(failed_first.attempts.get(number=1), outcome=Attempt.Outcome.FAILED)
+    late = timed_out_then_resubmitted(subject)
+
+    listed = admin_client.get(changelist(Task), {"left_in_ember": "lost"}).content.decode()
+
+    assert str(late.pk) in listed
+    assert str(ordinary.pk) not in listed and str(failed_first.pk) not in listed
+    assert not engine.lost_sends(row_of(ordinary)) and not engine.lost_sends(row_of(failed_first))
