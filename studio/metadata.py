@@ -99,8 +99,10 @@ def _png(data: bytes) -> bytes:
             if replacement is not None:
                 kept.replace(pos, end, replacement)
         elif kind == b"IEND":
-            if end < size:
-                kept.replace(end, size)
+            # Its 12 bytes, whatever length it claims: readers ignore it, and a re-review's
+            # IEND claiming 2 GB kept an eXIf after it whole.
+            if pos + 12 < size:
+                kept.replace(pos + 12, size)
             break
         pos = end
     return bytes(kept.upto(len(data))) if kept.replaced else data

@@ -10,6 +10,7 @@ were stored as they came, where a JPEG's go.
 
 import io
 import struct
+import time
 import zlib
 
 import pytest
@@ -103,20 +104,23 @@ def test_a_gif_loses_its_comments():
     assert pixels_of(clean) == pixels_of(photo)
 
 
-def exif_with_thumbnail(thumbnail: bytes) -> bytes:
-    """A little-endian EXIF block: IFD0 naming the camera, IFD1 pointing at `thumbnail`."""
+def exif_with_thumbnail(*thumbnails: bytes) -> bytes:
+    """A little-endian EXIF block: IFD0 naming the camera, IFD1 pointing at each of
+    `thumbnails` under a thumbnail offset entry of its own (readers follow one of them)."""
     make = b"Pixel 9\x00"
     ifd0 = 8
     ifd1 = ifd0 + 2 + 12 + 4
-    data = ifd1 + 2 + 2 * 12 + 4
-    thumb = data + len(make)
+    entries = 2 * len(thumbnails)
+    data = ifd1 + 2 + entries * 12 + 4
     block = b"II*\x00" + struct.pack("<I", ifd0)
     block += struct.pack("<H", 1) + struct.pack("<HHII", 0x0110, 2, len(make), data)
-    block += struct.pack("<I", ifd1)
-    block += struct.pack("<H", 2)
-    block += struct.pack("<HHII", 0x0201, 4, 1, thumb)
-    block += struct.pack("<HHII", 0x0202, 4, 1, len(thumbnail))
-    block += struct.pack("<I", 0) + make + thumbnail
+    block += struct.pack("<I", ifd1) + struct.pack("<H", entries)
+    at = data + len(make)
+    for thumbnail in thumbnails:
+        block += struct.pack("<HHII", 0x0201, 4, 1, at)
+        block += struct.pack("<HHII", 0x0202, 4, 1, len(thumbnail))
+        at += len(thumbnail)
+    block += struct.pack("<I", 0) + make + b"".join(thumbnails)
     return b"Exif\x00\x00" + block
 
 
@@ -136,3 +140,51 @@ def test_a_jpegs_thumbnail_loses_the_place_its_own_exif_holds():
     assert pixels_of(stored_thumbnail) == pixels_of(thumbnail)
     assert pixels_of(clean) == pixels_of(photo)
     assert b"Pixel 9" in clean  # IFD0 stays
+
+
+def test_every_thumbnail_an_exif_block_names_loses_its_place():
+    """Found by a re-review: of two thumbnail offsets, only the last was blanked; exiftool
+    follows the first."""
+    first = saved(picture().resize((16, 12)), "JPEG", exif=gps_exif())
+    second = saved(picture().resize((12, 8)), "JPEG", exif=gps_exif())
+    photo = saved(picture(), "JPEG", exif=exif_with_thumbnail(first, second))
+
+    clean = metadata.strip_location(photo)
+
+    for thumbnail in (first, second):
+        at = photo.index(thumbnail)
+        assert gps_of(clean[at : at + len(thumbnail)]) == {}
+    assert b"GPSLatitude" not in clean and pixels_of(clean) == pixels_of(photo)
+
+
+@pytest.mark.parametrize("claimed", [0x7FFFFFFF, 12 + 8 + 200], ids=["2 GB", "the next chunk"])
+def test_what_follows_an_iend_claiming_a_length_goes_too(claimed):
+    """Found by a re-review: an IEND claiming a length kept what followed it, an eXIf with
+    GPS among it; readers ignore the length."""
+    picture_alone = plain("PNG")
+    iend = picture_alone[-12:]
+    lying = picture_alone[:-12] + struct.pack(">I", claimed) + iend[4:]
+    photo = lying + png_chunk(b"eXIf", gps_exif().tobytes()[6:])
+
+    clean = metadata.strip_location(photo)
+
+    assert clean == lying, f"{len(clean) - len(lying)} bytes kept past IEND"
+
+
+def test_a_thumbnail_of_millions_of_empty_segments_costs_no_more_than_a_plain_one():
+    """Found by a re-review: a PNG's EXIF thumbnail of 6.3 million empty segments cost
+    3.5 s of CPU to strip. Past a bound no thumbnail comes near, it is zeroed whole."""
+    segments = 2_000_000
+    thumbnail = b"\xff\xd8" + b"\xff\xe0\x00\x02" * segments + b"\xff\xd9"
+    exif = exif_with_thumbnail(thumbnail)[6:]
+    picture_alone = plain("PNG")
+    photo = picture_alone[:33] + png_chunk(b"eXIf", exif) + picture_alone[33:]
+
+    started = time.process_time()
+    clean = metadata.strip_location(photo)
+    spent = time.process_time() - started
+
+    assert spent < 0.3, f"{spent:.2f} s of CPU to strip {segments:,} empty segments"
+    at = photo.index(thumbnail)
+    assert clean[at : at + len(thumbnail)] == bytes(len(thumbnail))  # zeroed in place
+    assert pixels_of(clean) == pixels_of(photo)
