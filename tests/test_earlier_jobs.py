@@ -14,7 +14,7 @@ from django.core.management import call_command
 from django.utils import timezone
 
 from studio import engine
-from studio.engine.lost_sends import NOTHING_ELSE, STILL_RUNNING
+from studio.engine.lost_sends import NOTHING_ELSE, STILL_RUNNING, unlooked
 from studio.models import Attempt, Task, TaskState
 from studio.store import move, update
 from tests.admin_pages import changelist
@@ -118,3 +118,20 @@ def test_an_ordinary_done_task_and_one_whose_earlier_job_failed_are_not_listed(
     assert str(late.pk) in listed
     assert str(ordinary.pk) not in listed and str(failed_first.pk) not in listed
     assert not engine.lost_sends(row_of(ordinary)) and not engine.lost_sends(row_of(failed_first))
+
+
+def test_a_done_task_that_does_not_know_its_own_job_takes_its_latest_send_for_it(
+    admin_client, subject
+):
+    """Found by a re-review: a done task with no job id of its own had its own finished job
+    listed as an earlier send, said at every reconcile to be unfinished."""
+    alone = timed_out_then_resubmitted(subject)
+    alone.attempts.get(number=1).delete()  # its own send alone, under job_2
+    alone = update(row_of(alone), ember_job_id="")
+    late = update(timed_out_then_resubmitted(subject), ember_job_id="")
+
+    listed = admin_client.get(changelist(Task), {"left_in_ember": "lost"}).content.decode()
+
+    assert str(alone.pk) not in listed and not engine.lost_sends(row_of(alone))
+    assert str(late.pk) in listed  # its first job, job_1, is still an earlier one
+    assert [a.ember_job_id for a in unlooked(row_of(late))] == ["job_1"]

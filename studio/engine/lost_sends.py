@@ -12,7 +12,7 @@ each on the attempt that sent it, and names any other paid original on the task,
 stays `done`.
 """
 
-from django.db.models import Exists, OuterRef, QuerySet
+from django.db.models import Exists, OuterRef, Q, QuerySet, Subquery
 
 from studio.models import RECONCILABLE, Attempt, Task, TaskState
 from studio.phrases import LEFT_IN_EMBER
@@ -38,13 +38,21 @@ def lost_sends(task: Task) -> bool:
 
 def unlooked(task: Task) -> QuerySet[Attempt]:
     """Return the attempts of `task` whose job Ember accepted, not the task's own job, whose
-    original no reconcile has named yet (nor found failed)."""
-    return _unlooked(task.attempts.all(), task.ember_job_id)
+    original no reconcile has named yet (nor found failed).
+
+    A task that does not know its own job (a re-review made one) takes its latest send's
+    for its own, as a reconcile does: it is never said to be an earlier one.
+    """
+    attempts = _accepted_unnamed(task.attempts.all())
+    if task.ember_job_id:
+        return attempts.exclude(ember_job_id=task.ember_job_id)
+    latest = task.attempts.exclude(outcome=Attempt.Outcome.FAILED).order_by("-number")
+    return attempts.exclude(number__in=latest.values("number")[:1])
 
 
-def _unlooked(attempts: QuerySet[Attempt], own_job: object) -> QuerySet[Attempt]:
+def _accepted_unnamed(attempts: QuerySet[Attempt]) -> QuerySet[Attempt]:
     accepted = attempts.filter(outcome=Attempt.Outcome.ACCEPTED).exclude(ember_job_id="")
-    return accepted.exclude(ember_job_id=own_job).exclude(error__contains=NAMED)
+    return accepted.exclude(error__contains=NAMED)
 
 
 def reconcilable(task: Task) -> bool:
@@ -58,8 +66,20 @@ def done_with_lost_sends(tasks: QuerySet[Task]) -> QuerySet[Task]:
     lost = Attempt.objects.filter(
         task=OuterRef("pk"), outcome=Attempt.Outcome.UNKNOWN, ember_job_id=""
     )
-    left = _unlooked(Attempt.objects.filter(task=OuterRef("pk")), OuterRef("ember_job_id"))
-    return tasks.filter(state=TaskState.DONE).filter(Exists(lost) | Exists(left))
+    theirs = _accepted_unnamed(Attempt.objects.filter(task=OuterRef("pk")))
+    left = theirs.exclude(ember_job_id=OuterRef("ember_job_id"))
+    latest = (
+        Attempt.objects.filter(task=OuterRef("task"))
+        .exclude(outcome=Attempt.Outcome.FAILED)
+        .order_by("-number")
+        .values("number")[:1]
+    )
+    left_unknown_own = theirs.exclude(number=Subquery(latest))
+    return tasks.filter(state=TaskState.DONE).filter(
+        Exists(lost)
+        | (~Q(ember_job_id="") & Exists(left))
+        | (Q(ember_job_id="") & Exists(left_unknown_own))
+    )
 
 
 def said(task: Task) -> str:
