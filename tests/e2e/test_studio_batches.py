@@ -76,6 +76,9 @@ def test_it_says_beside_the_button_what_the_server_would_refuse_as_the_person_ty
     person.get_by_label("image", exact=True).check()
     boxes.fill(str(MAX_CANDIDATES + 1))
     audit(person)
+    person.reload()  # the draft puts the count back: said again (a re-review's went unsaid)
+    expect(start_button(person)).to_have_text(f"Start {MAX_CANDIDATES + 1} paid jobs")
+    expect(said).to_have_text(f"At most {MAX_CANDIDATES} candidates a provider.")
 
     start_button(person).click()  # the server answers in the same words
     expect(

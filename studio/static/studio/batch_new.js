@@ -58,10 +58,19 @@
     return "";
   }
 
+  // Counts the person typed, or the browser or the draft put back (Back, a reload): said
+  // about as if typed just now (a re-review's restored 9 went unsaid).
+  function counted() {
+    return Array.prototype.some.call(form.querySelectorAll("input.candidates"), function (box) {
+      var text = box.value.trim();
+      return text !== "" && text !== "0";
+    });
+  }
+
   function recount() {
     var c = count();
     if (refusal) {
-      var why = typed ? refused(c) : "";
+      var why = typed || counted() ? refused(c) : "";
       if (refusal.textContent !== why) refusal.textContent = why;
       refusal.hidden = !why;
       if (why) button.setAttribute("aria-describedby", refusal.id);
