@@ -45,8 +45,8 @@ NO_ROW_LATE_PHASE = (
     "whether to resubmit"
 )
 # The start of reconcile's note of paid originals of a task it did not take, left protected
-# in Ember. A task keeps it once done: a done task is not reconciled again, and nothing
-# else says those originals are there (a review's `done` had wiped it).
+# in Ember. A task keeps it once done: nothing else says those originals are there (a
+# review's `done` had wiped it), and a later reconcile only adds what it did not name yet.
 LEFT_IN_EMBER = "Ember's history also holds "
 
 
