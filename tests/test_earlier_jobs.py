@@ -8,18 +8,25 @@ by nothing, on no list, and `reconcile` refused the done task.
 """
 
 import io
+import time
 
+import httpx
 import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
 from studio import engine
+from studio.ember.client import EmberClient
+from studio.ember.simulator import Simulator
 from studio.engine.lost_sends import NOTHING_ELSE, STILL_RUNNING, unlooked
 from studio.models import Attempt, Task, TaskState
 from studio.store import move, update
+from studio.worker import Worker
 from tests.admin_pages import changelist
 from tests.factories import (
     a_task,
+    batch_request,
+    drain,
     ember_result,
     history_route,
     history_row,
@@ -135,3 +142,35 @@ def test_a_done_task_that_does_not_know_its_own_job_takes_its_latest_send_for_it
     assert str(alone.pk) not in listed and not engine.lost_sends(row_of(alone))
     assert str(late.pk) in listed  # its first job, job_1, is still an earlier one
     assert [a.ember_job_id for a in unlooked(row_of(late))] == ["job_1"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_real_worker_and_simulator_a_late_job_is_named_after_the_resubmit(subject, settings):
+    """The review's steps end to end, with the poll bound shrunk to half a second: the job
+    outlives it, a person resubmits, the new job is copied, the first one then succeeds."""
+    sim = Simulator(port=0, job_seconds=2.0).start()
+    try:
+        settings.EMBER_URL, settings.EMBER_TOKEN = sim.url, "dev-token"
+        task = engine.generate(request=batch_request(subject)).tasks.get()
+        drain(Worker(client=EmberClient(), tick=0, poll_interval=0.05, poll_bound=0.5))
+        waited = row_of(task)
+        assert waited.state == TaskState.UNCERTAIN, (waited.state, waited.phase)
+        with httpx.Client(base_url=sim.url) as control:
+            control.post("/_sim/config", json={"job_seconds": 0}).raise_for_status()
+            engine.resubmit(task=waited, seen_version=waited.version, confirmed_not_received=True)
+            drain(Worker(client=EmberClient(), tick=0, poll_interval=0.05))
+            time.sleep(2.0)  # the first job's two seconds run out: it succeeds
+            engine.reconcile(task=row_of(task))
+            images = control.get("/_sim/images").json()["items"]
+            charges = control.get("/_sim/charges").json()["charges"]
+    finally:
+        sim.stop()
+
+    done = row_of(task)
+    first = done.attempts.get(number=1)
+    held = [i for i in images if i["id"] == done.asset.ember_image_id]
+    other = [i for i in images if i["id"] != done.asset.ember_image_id]
+    assert done.state == TaskState.DONE and charges == {str(task.pk): 2}  # a person's choice
+    assert len(held) == 1 and len(other) == 1, images
+    assert f"job {first.ember_job_id}, image {other[0]['id']}" in done.error, done.error
+    assert other[0]["protected"], "Ember let go of an original Avatars never copied"
