@@ -10,7 +10,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.core.management import CommandError, call_command
-from django.db import connection
+from django.db import OperationalError, connection
 from django.test import Client
 from django.utils import timezone
 
@@ -205,6 +205,25 @@ def test_it_records_when_a_token_was_last_used_at_most_once_a_minute(db):
     ApiToken.objects.update(last_used_at=timezone.now() - timedelta(minutes=2))
     client.get(f"{API}/subjects")
     assert ApiToken.objects.get().last_used_at > first_use
+
+
+@pytest.mark.django_db(transaction=True)  # a request's writes are in autocommit, as served
+def test_a_read_is_answered_when_noting_the_tokens_use_fails(caplog):
+    """Found by a full-disk review: the once-a-minute note of a token's use failed every API
+    call, reads included, while the studio's pages still answered."""
+    client = bearing(new_token())
+
+    def full_disk(execute, sql, params, many, context):  # type: ignore[no-untyped-def]
+        if sql.lstrip().upper().startswith("UPDATE") and "apitoken" in sql.lower():
+            raise OperationalError("database or disk is full")
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(full_disk):
+        response = client.get(f"{API}/subjects")
+
+    assert response.status_code == 200, response.content
+    assert ApiToken.objects.get().last_used_at is None  # noted at a later use
+    assert "when it was last used could not be noted: database or disk is full" in caplog.text
 
 
 # --- manage.py api_token --------------------------------------------------------

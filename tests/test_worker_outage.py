@@ -3,12 +3,14 @@ PostgreSQL restarted under it): the task goes on first once it is back, and the 
 so in one line a task instead of two tracebacks.
 """
 
+import asyncio
 import logging
 import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from asgiref.sync import async_to_sync
 
 from studio.models import Task, TaskState
 from studio.worker import Worker, loop, steps
@@ -134,3 +136,32 @@ def test_the_database_retry_waits_at_most_8_s(subject, ember, monkeypatch):
 
     retries = [w for w in waits if w >= loop.DB_RETRY_DELAY]
     assert retries[:7] == [1.0, 2.0, 4.0, 8.0, 8.0, 8.0, 8.0], waits
+
+
+def test_a_task_the_database_stopped_waits_its_turn_before_it_is_driven_again(
+    subject, ember, monkeypatch, tmp_path: Path
+):
+    """Found by a full-disk review: such a task was read as due again by the next pass and
+    driven again at once, over and over (2,000 log lines a second for 8-16 s) until the
+    heartbeat's own write failed and the loop's back-off began."""
+    FakeEmber(ember)
+    [task] = plan(subject)
+    exc = sqlite_error(tmp_path, "cannot open")
+    driven: list[int] = []
+
+    def out_of_reach(*_args: object, **_kwargs: object) -> None:
+        driven.append(1)
+        raise exc
+
+    monkeypatch.setattr(steps, "record_asset", out_of_reach)
+    worker = Worker(client=None, workers=1, poll_interval=0, tick=30.0, fetch_retry_delay=0)
+
+    async def passes(count: int) -> None:
+        for _ in range(count):
+            await worker.pump()
+            await asyncio.gather(*worker.in_hand.values(), return_exceptions=True)
+
+    async_to_sync(passes)(20)
+
+    assert len(driven) == 1, f"driven {len(driven)} times in 20 passes within its 30 s wait"
+    assert str(task.pk) in worker.interrupted  # it goes on first once its wait is over

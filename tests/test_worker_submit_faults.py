@@ -17,6 +17,7 @@ from studio.worker import (
     RECONCILE_PHASE,
     Worker,
     steps,
+    transitions,
 )
 from tests.factories import drain, plan
 from tests.fake_ember import JOBS, FakeEmber
@@ -198,6 +199,34 @@ def test_it_repairs_a_task_left_submitting_while_the_worker_lives(
 
     task.refresh_from_db()
     assert (task.state, task.ember_job_id) == (TaskState.RUNNING, "job_1")  # the job it was told
+    assert [a.outcome for a in task.attempts.all()] == [Attempt.Outcome.ACCEPTED]
+    assert fake.submit_route.call_count == 1
+
+
+def test_it_keeps_embers_answer_until_a_sweep_has_settled_its_task(
+    subject, ember, worker, monkeypatch
+):
+    """Found by a full-disk review: the sweep's own write failed too, yet Ember's answer was
+    dropped, and the next sweep woke the task as "may have reached Ember", its paid job
+    known to the log alone (and a resubmit offered) until the history search found it."""
+    fake = FakeEmber(ember)
+    [task] = plan(subject)
+    monkeypatch.setattr(steps, "_record_accepted", database_error)
+    monkeypatch.setattr(steps, "_settle_unrecorded", database_error, raising=False)
+    monkeypatch.setattr(transitions, "_record_accepted", database_error)
+
+    async def three_passes() -> None:
+        await worker.pump()
+        await asyncio.gather(*worker.in_hand.values(), return_exceptions=True)
+        worker.request_stop()  # start nothing new: these passes only sweep
+        await worker.pump()  # its write fails again: the disk is still full
+        monkeypatch.undo()  # the database is back
+        await worker.pump()
+
+    async_to_sync(three_passes)()
+
+    task.refresh_from_db()
+    assert (task.state, task.ember_job_id) == (TaskState.RUNNING, "job_1"), task.phase
     assert [a.outcome for a in task.attempts.all()] == [Attempt.Outcome.ACCEPTED]
     assert fake.submit_route.call_count == 1
 

@@ -262,7 +262,7 @@ def test_a_task_whose_settling_fails_does_not_keep_the_others_stranded(monkeypat
 
     monkeypatch.setattr(transitions, "_wake", fails_for_the_first)
 
-    counts = transitions._wake_stranded(in_hand=[], answers={})
+    counts = transitions._wake_stranded(in_hand=[], answers={}, unsettled=set())
 
     first.refresh_from_db()
     second.refresh_from_db()

@@ -124,7 +124,7 @@ class Worker(Steps):
     def recover(self) -> dict[str, int]:
         """Apply the wake-up table to tasks a dead worker left mid-step; return counts."""
         counts = {"temp_files": leftovers.remove_stale_temp_files()}
-        counts.update(_wake_stranded(in_hand=[], answers={}))
+        counts.update(_wake_stranded(in_hand=[], answers={}, unsettled=set()))
         # `running` resumes polling its job id; `copying` runs finish() again: before any
         # task not yet sent, so what Ember finished is collected first.
         counts["paid_first"] = resume.paid_first(timezone.now())
@@ -236,7 +236,8 @@ class Worker(Steps):
         chosen = self._resumed(room)
         taken = {i for i, _row in chosen}
         fresh = time.monotonic() - self._ahead_at < self.tick
-        ahead = [r for r in self._ahead if str(r.pk) not in self.in_hand] if fresh else []
+        waiting = {**self.in_hand, **self.interrupted}
+        ahead = [r for r in self._ahead if str(r.pk) not in waiting] if fresh else []
         ahead = [r for r in ahead if str(r.pk) not in taken]
         more = room - len(chosen)
         chosen += [(str(r.pk), r if r.state == TaskState.QUEUED else None) for r in ahead[:more]]
@@ -276,13 +277,19 @@ class Worker(Steps):
             return
         self._swept_at = now
         answers = dict(self.unrecorded)
+        unsettled: set[str] = set()
         try:
-            counts = await db(_wake_stranded)(in_hand=list(self.in_hand), answers=answers)
+            counts = await db(_wake_stranded)(
+                in_hand=list(self.in_hand), answers=answers, unsettled=unsettled
+            )
         except Exception:
             log.exception("sweeping tasks left mid-step failed; trying again next tick")
             return
+        # Ember's answer is kept until its task is settled: dropped with its write failed, a
+        # later sweep woke the task as "may have reached Ember", its paid job known only to
+        # the log (a review's full database disk).
         for task_id in answers:
-            if task_id not in self.in_hand:
+            if task_id not in self.in_hand and task_id not in unsettled:
                 self.unrecorded.pop(task_id, None)
         if any(counts.values()):
             log.warning("settled tasks left mid-step: %s", counts)
@@ -333,8 +340,14 @@ class Worker(Steps):
         return list(self._due_query(timezone.now())[:limit])
 
     def _due_query(self, now: datetime) -> "QuerySet[Task]":
-        """Return the pump's query: due ACTIVE tasks not in hand (served by `task_due_idx`)."""
-        return Task.objects.due(now).exclude(pk__in=list(self.in_hand))
+        """Return the pump's query: due ACTIVE tasks not in hand, nor waiting to go on after
+        the database stopped them mid-step (served by `task_due_idx`).
+
+        Such a task goes on from `_resumed` once its wait is over: read again here, it was
+        driven again at once, over and over, while the database refused writes (a review
+        counted 2,000 lines a second).
+        """
+        return Task.objects.due(now).exclude(pk__in=[*self.in_hand, *self.interrupted])
 
     def _reap(self) -> None:
         """Forget coroutines that ended, logging the ones that raised."""

@@ -422,11 +422,14 @@ STRANDED = (TaskState.PREPARING, TaskState.SUBMITTING)  # states that only a cor
 NOT_SENT_PHASE = "Ember did not take it; will try again"
 
 
-def _wake_stranded(*, in_hand: list[str], answers: dict[str, Answer]) -> dict[str, int]:
+def _wake_stranded(
+    *, in_hand: list[str], answers: dict[str, Answer], unsettled: set[str]
+) -> dict[str, int]:
     """Settle each task mid-step that no coroutine holds; return counts by state.
 
     `answers` holds what Ember answered to submits whose recording failed: an answer
-    that proves nothing was accepted must not read as "may have reached Ember".
+    that proves nothing was accepted must not read as "may have reached Ember". A task
+    whose write fails again goes into `unsettled`: its answer is still needed.
     """
     counts = {"preparing": 0, "submitting": 0}
     for task in Task.objects.filter(state__in=STRANDED).exclude(pk__in=in_hand):
@@ -442,6 +445,7 @@ def _wake_stranded(*, in_hand: list[str], answers: dict[str, Answer]) -> dict[st
             # One task whose write fails must not keep the others stranded: the next
             # sweep tries it again.
             log.exception("task=%s could not be settled; trying again next tick", task.pk)
+            unsettled.add(str(task.pk))
             continue
         counts[state] += 1
     return counts
@@ -491,10 +495,5 @@ def _wake(task: Task, *, detail: str = "", resend: bool = True) -> None:
         if task.kind == Kind.CLIP and resend:
             move(task, TaskState.QUEUED, expected=expected, phase="Re-sending under the same key")
         else:
-            move(
-                task,
-                TaskState.UNCERTAIN,
-                expected=expected,
-                phase=RECONCILE_PHASE,
-                error=MAY_HAVE_REACHED,
-            )
+            phase, error = RECONCILE_PHASE, MAY_HAVE_REACHED
+            move(task, TaskState.UNCERTAIN, expected=expected, phase=phase, error=error)
