@@ -32,8 +32,12 @@ def lost_sends(task: Task) -> bool:
     answer was lost, or a job Ember accepted whose original is neither copied nor named."""
     if task.state != TaskState.DONE:
         return False
-    lost = task.attempts.filter(outcome=Attempt.Outcome.UNKNOWN, ember_job_id="")
-    return lost.exists() or unlooked(task).exists()
+    return _answer_lost(task.attempts.all()).exists() or unlooked(task).exists()
+
+
+def _answer_lost(attempts: QuerySet[Attempt]) -> QuerySet[Attempt]:
+    """Return those of `attempts` whose answer was lost and whose job no look-up named."""
+    return attempts.filter(outcome=Attempt.Outcome.UNKNOWN, ember_job_id="")
 
 
 def unlooked(task: Task) -> QuerySet[Attempt]:
@@ -63,9 +67,7 @@ def reconcilable(task: Task) -> bool:
 
 def done_with_lost_sends(tasks: QuerySet[Task]) -> QuerySet[Task]:
     """Return those of `tasks` that `lost_sends` would name."""
-    lost = Attempt.objects.filter(
-        task=OuterRef("pk"), outcome=Attempt.Outcome.UNKNOWN, ember_job_id=""
-    )
+    lost = _answer_lost(Attempt.objects.filter(task=OuterRef("pk")))
     theirs = _accepted_unnamed(Attempt.objects.filter(task=OuterRef("pk")))
     left = theirs.exclude(ember_job_id=OuterRef("ember_job_id"))
     latest = (
@@ -90,6 +92,6 @@ def said(task: Task) -> str:
     if running:
         jobs = ", ".join(f"job {job}" for job in running)
         parts.append(STILL_RUNNING.format(jobs=jobs))
-    if task.attempts.filter(outcome=Attempt.Outcome.UNKNOWN, ember_job_id="").exists():
+    if _answer_lost(task.attempts.all()).exists():
         parts.append(NOTHING_YET)
     return " ".join(filter(None, parts)) or NOTHING_ELSE
