@@ -110,9 +110,12 @@ class KeyReused(Exception):
 class StorageRefused(Exception):
     """The disk (or the database's) would not take an upload: full, read-only, over quota."""
 
-    def __init__(self, cause: str) -> None:
+    PHOTOS = "the disk Avatars stores photos on"
+    DATABASE = "the disk Avatars keeps its database on"
+
+    def __init__(self, cause: str, disk: str = PHOTOS) -> None:
         super().__init__(
-            f"The photo was not kept: the disk Avatars stores photos on refused it ({cause}). "
+            f"The photo was not kept: {disk} refused it ({cause}). "
             "Try again once an operator has seen to that disk."
         )
 

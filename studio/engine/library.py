@@ -117,7 +117,7 @@ def upload_reference(*, subject: Subject, data: bytes, file_name: str) -> Upload
         # row names, which check_originals reports and a later upload takes again).
         if not dbfaults.disk_refused(exc):
             raise
-        raise StorageRefused(" ".join(str(exc).split())) from exc
+        raise StorageRefused(" ".join(str(exc).split()), StorageRefused.DATABASE) from exc
 
 
 def _stored_reference(subject: Subject, data: bytes, stored: bytes, file_name: str) -> Upload:
