@@ -326,6 +326,13 @@ class BatchKey(models.Model):
         return f"key {self.key!r} of {self.user_id} → batch {self.batch_id}"
 
 
+class AttemptQuerySet(models.QuerySet["Attempt"]):
+    def sends(self) -> "AttemptQuerySet":
+        """The sends that may have made an original, latest first: a failed job made none
+        (a person's resubmit that failed leaves the send before it as the task's own)."""
+        return self.exclude(outcome=Attempt.Outcome.FAILED).order_by("-number")
+
+
 class Attempt(Versioned):
     class Outcome(models.TextChoices):
         ACCEPTED = "accepted"  # 202: Ember has the job
@@ -343,6 +350,8 @@ class Attempt(Versioned):
     answered_at = models.DateTimeField(null=True, blank=True)
     outcome = models.CharField(max_length=12, choices=Outcome.choices)
     error = models.TextField(blank=True, default="")
+
+    objects = AttemptQuerySet.as_manager()
 
     class Meta:
         ordering = ["task", "number"]

@@ -94,11 +94,7 @@ def lost_submits() -> Any:  # a QuerySet of Task, annotated (the stubs cannot se
     with `lost_attempt` and `looked_at` (the last search of it, or the submit itself): the
     ones the worker searches Ember's history for, now or later."""
     # A failed resubmit is not the send in question: the one before it is (recovery.py).
-    latest = (
-        Attempt.objects.filter(task=OuterRef("pk"))
-        .exclude(outcome=Attempt.Outcome.FAILED)
-        .order_by("-number")
-    )
+    latest = Attempt.objects.filter(task=OuterRef("pk")).sends()
     lost = (
         Task.objects.filter(
             state=TaskState.UNCERTAIN, kind=Kind.IMAGE, ember_job_id="", asset__isnull=True

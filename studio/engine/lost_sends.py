@@ -50,8 +50,7 @@ def unlooked(task: Task) -> QuerySet[Attempt]:
     attempts = _accepted_unnamed(task.attempts.all())
     if task.ember_job_id:
         return attempts.exclude(ember_job_id=task.ember_job_id)
-    latest = task.attempts.exclude(outcome=Attempt.Outcome.FAILED).order_by("-number")
-    return attempts.exclude(number__in=latest.values("number")[:1])
+    return attempts.exclude(number__in=task.attempts.sends().values("number")[:1])
 
 
 def _accepted_unnamed(attempts: QuerySet[Attempt]) -> QuerySet[Attempt]:
@@ -70,12 +69,7 @@ def done_with_lost_sends(tasks: QuerySet[Task]) -> QuerySet[Task]:
     lost = _answer_lost(Attempt.objects.filter(task=OuterRef("pk")))
     theirs = _accepted_unnamed(Attempt.objects.filter(task=OuterRef("pk")))
     left = theirs.exclude(ember_job_id=OuterRef("ember_job_id"))
-    latest = (
-        Attempt.objects.filter(task=OuterRef("task"))
-        .exclude(outcome=Attempt.Outcome.FAILED)
-        .order_by("-number")
-        .values("number")[:1]
-    )
+    latest = Attempt.objects.filter(task=OuterRef("task")).sends().values("number")[:1]
     left_unknown_own = theirs.exclude(number=Subquery(latest))
     return tasks.filter(state=TaskState.DONE).filter(
         Exists(lost)

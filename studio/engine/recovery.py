@@ -316,7 +316,7 @@ def _pick_row(task: Task, rows: list[dict[str, Any]]) -> dict[str, Any] | None:
 def latest_send(task: Task) -> Attempt | None:
     """Return the task's latest send: a failed resubmit is not it, the one before it is
     (as in `_unclaimed`)."""
-    return task.attempts.exclude(outcome=Attempt.Outcome.FAILED).order_by("-number").first()
+    return task.attempts.sends().first()
 
 
 def _latest_job(task: Task) -> str:
