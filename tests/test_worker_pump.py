@@ -1,9 +1,12 @@
 """The worker's pump: its tasks side by side, its limit, its heartbeat (docs/design.md §6.4)."""
 
+import os
+import time
 from datetime import timedelta
 
 import pytest
 from asgiref.sync import async_to_sync
+from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
@@ -90,6 +93,8 @@ def test_it_records_a_heartbeat_so_people_know_a_worker_is_running(subject, embe
     assert WorkerHeartbeat.status().startswith("worker stopped for ")
     WorkerHeartbeat.objects.update(stopped=False, seen_at=timezone.now())
     assert WorkerHeartbeat.status() == "worker running"
-    # A worker killed mid-run marks nothing: its last beat goes stale.
+    # A worker killed mid-run marks nothing: its last beat goes stale, and its file's time.
     WorkerHeartbeat.objects.update(seen_at=timezone.now() - timedelta(minutes=5))
+    five_minutes_ago = time.time() - 300
+    os.utime(settings.AVATARS_DATA_DIR / WorkerHeartbeat.ALIVE_FILE, (five_minutes_ago,) * 2)
     assert WorkerHeartbeat.status().startswith("no worker seen for ")

@@ -33,7 +33,7 @@ from studio.models import ACTIVE, POLL_BOUND, Task, TaskState
 from studio.ownership import LOCK_LOST, NotOwner, Ownership, OwnershipLost
 from studio.worker import resume, room, turns
 from studio.worker.heartbeat import beat as _beat
-from studio.worker.heartbeat import record_stop
+from studio.worker.heartbeat import record_stop, touch
 from studio.worker.pacing import Pacing
 from studio.worker.steps import FETCH_RETRY_DELAY, Steps
 from studio.worker.transitions import Answer, _wake_stranded, db
@@ -194,6 +194,7 @@ class Worker(Steps):
         loop = asyncio.get_running_loop()
         if loop.time() - self._last_beat >= HEARTBEAT_INTERVAL:
             # One small write every few seconds, not one per task.
+            touch()  # first: said even when the database refuses the row
             await db(_beat)(started_at)
             self._last_beat = loop.time()
         if self._ownership.can_be_lost and loop.time() - self._last_verified >= self.tick:

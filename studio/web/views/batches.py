@@ -13,7 +13,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from studio import engine
-from studio.models import Attempt, Batch, Task, TaskState, WorkerHeartbeat
+from studio.models import CANNOT_WRITE, Attempt, Batch, Task, TaskState, WorkerHeartbeat
 from studio.web import progress
 from studio.web.forms import BatchForm
 from studio.web.views.common import login_required, login_required_htmx, page_of, posted, user_of
@@ -214,6 +214,7 @@ def _progress_context(request: HttpRequest, batch: Batch) -> dict[str, Any]:
 def _worker_words(worker: str, tasks: list[Task], outcome: progress.Outcome) -> dict[str, Any]:
     """Return what the page says of the worker (`worker`, its status) and of Ember."""
     running = worker == "worker running"
+    stuck = worker.startswith(CANNOT_WRITE)  # runs, its writes refused (a full disk)
     away = progress.ember_away(tasks)
     return {
         # Said while something waits for a worker that does not run.
@@ -228,7 +229,8 @@ def _worker_words(worker: str, tasks: list[Task], outcome: progress.Outcome) -> 
         # Beside the paid requests, only what the worker is, in words as long as "worker
         # running": how long it has been gone is said in the note (a longer line wrapped on
         # a phone and moved the page down).
-        "worker_short": worker.split(" for ", 1)[0],
+        "worker_short": "worker cannot write" if stuck else worker.split(" for ", 1)[0],
+        "worker_stuck": stuck,
     }
 
 
