@@ -3,6 +3,8 @@
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from studio import originals
+
 MISSING = "missing"
 CORRUPT = "corrupt"
 NO_ROW = "no row"
@@ -36,3 +38,21 @@ class Finding:
     def repair_line(self) -> str:
         verdict = "repaired" if self.repaired else "not repaired"
         return f"{verdict}: {self.name} ({self.outcome})"
+
+
+class ArchiveRefused(Exception):
+    """The archive's disk would not take an original a repair put back (full, read-only):
+    the backup or Ember that had it is not to blame, and no other is needed."""
+
+
+def put_back(finding: Finding, data: bytes) -> None:
+    """Put `data` back as `finding`'s original; raise ArchiveRefused when its disk refuses."""
+    try:
+        originals.put_back(data, sha256=finding.sha256, mime=finding.mime)
+    except OSError as exc:
+        if exc.errno not in originals.DISK_REFUSED:
+            raise
+        raise ArchiveRefused(
+            f"the archive's disk refused it ({exc.strerror}): see to that disk, then run "
+            "check_originals --repair again"
+        ) from None

@@ -9,6 +9,7 @@ name that this call put there: nothing may be acknowledged after it.
 """
 
 import contextlib
+import errno
 import hashlib
 import io
 import os
@@ -40,6 +41,8 @@ FORMATS = {
 ALIASES = {"MPO": "JPEG"}
 EXTENSIONS = {ext for _mime, ext in FORMATS.values()}
 TEMP_SUFFIX = ".tmp"
+# What a disk that will not take a file says: full, over its quota, read-only.
+DISK_REFUSED = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS})
 NAMING_LOCK = "originals.lock"  # in the data dir, beside originals/ (`naming`)
 MAX_SIDE = 16_384  # pixels; a 1 x 100000 strip is within the pixel cap but no photo
 CHECKSUM_FAILED = "Stored original failed its checksum."

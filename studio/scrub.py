@@ -22,7 +22,7 @@ from pathlib import Path
 
 from django.utils import timezone
 
-from studio import leftovers, originals, renamed
+from studio import findings, leftovers, originals, renamed
 from studio.ember.client import EmberClient
 from studio.ember.errors import EmberBadAnswer, EmberError, EmberNotFound, EmberRejected
 from studio.findings import (
@@ -370,10 +370,11 @@ def from_link(finding: Finding, path: Path) -> tuple[bool, str] | None:
 def from_backup(finding: Finding, backup: Path) -> tuple[bool, str]:
     """Put one original back from a backup folder; say whether it worked, and how or why not."""
     try:
-        data = originals.read_regular(backup / "originals" / finding.name)
-        originals.put_back(data, sha256=finding.sha256, mime=finding.mime)
+        findings.put_back(finding, originals.read_regular(backup / "originals" / finding.name))
     except FileNotFoundError:
         return False, f"not in the backup {backup} either"
+    except findings.ArchiveRefused as exc:
+        return False, str(exc)
     except (
         originals.ChecksumFailed,
         originals.NotAnImage,
@@ -417,12 +418,14 @@ def repair_one(
     for image_id in dict.fromkeys(finding.image_ids):
         try:
             data, _type = runner.run(client.fetch(image_id, sha256=finding.sha256))
-            originals.put_back(data, sha256=finding.sha256, mime=finding.mime)
+            findings.put_back(finding, data)
         except EmberNotFound:
             refusals.append(f"Ember no longer has image {image_id}")
         except EmberError as exc:
             unasked = unasked or not isinstance(exc, EMBER_SAYS_NO)
             refusals.append(f"{exc.message.rstrip('.')} (image {image_id})")
+        except findings.ArchiveRefused as exc:
+            return False, f"fetched from Ember, image {image_id}, but {exc}"
         except (originals.ChecksumFailed, originals.NotAnImage, OSError) as exc:
             refusals.append(f"{exc} (image {image_id})")
         else:

@@ -1,6 +1,5 @@
 """Subjects and their reference photos."""
 
-import errno
 import logging
 import re
 import secrets
@@ -19,7 +18,6 @@ from studio.models import Asset, Origin, Subject, stored_facts
 log = logging.getLogger(__name__)
 
 # What a disk says when it will not take a write: full, over quota, read-only.
-DISK_REFUSED = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS})
 SUBJECT_NAME_MAX = 120  # characters
 SLUG_TRIES = 3  # numbered slugs tried before a random suffix; a concurrent create costs one
 
@@ -108,7 +106,7 @@ def upload_reference(*, subject: Subject, data: bytes, file_name: str) -> Upload
     try:
         return _stored_reference(subject, data, stored, file_name)
     except OSError as exc:
-        if exc.errno not in DISK_REFUSED:
+        if exc.errno not in originals.DISK_REFUSED:
             raise
         raise StorageRefused(exc.strerror or str(exc)) from exc
     except DatabaseError as exc:

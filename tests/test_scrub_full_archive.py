@@ -1,0 +1,70 @@
+"""A repair whose archive disk refuses the original it puts back (full, read-only).
+
+Found by a review that filled the archive's disk: the repair fetched the original from
+Ember and then advised "restore it from a backup", and one from a backup said the
+backup's copy was "corrupt"; freeing room and running the repair again was all it took.
+"""
+
+import errno
+
+import pytest
+
+from studio import originals
+from tests.scrub_parts import a_backup_holding, check, ember_sends, file_of, generated, uploaded
+
+pytestmark = pytest.mark.django_db
+
+REFUSED = (
+    "the archive's disk refused it ({cause}): see to that disk, then run check_originals "
+    "--repair again"
+)
+
+
+def the_archive_refuses(monkeypatch, number: int, cause: str) -> None:
+    def refused(*_args: object, **_kwargs: object) -> None:
+        raise OSError(number, cause)
+
+    monkeypatch.setattr(originals, "write_temp", refused)
+
+
+@pytest.mark.parametrize(
+    ("number", "cause"),
+    [(errno.ENOSPC, "No space left on device"), (errno.EROFS, "Read-only file system")],
+)
+def test_an_original_fetched_from_ember_that_the_disk_refuses_asks_for_the_disk(
+    ember, monkeypatch, number, cause
+):
+    asset = generated(7)
+    data = file_of(asset).read_bytes()
+    file_of(asset).unlink()
+    fetched = ember_sends(ember, data)
+    the_archive_refuses(monkeypatch, number, cause)
+
+    code, out = check("--repair")
+
+    assert code == 1
+    assert fetched.call_count == 1
+    said = f"fetched from Ember, image img_7, but {REFUSED.format(cause=cause)}"
+    assert f"not repaired: {file_of(asset).name} ({said})" in out, out
+    assert "restore it from a backup" not in out
+
+
+def test_an_upload_from_a_whole_backup_that_the_disk_refuses_does_not_blame_the_backup(
+    ember, monkeypatch, tmp_path
+):
+    asset = uploaded(1)
+    backup = a_backup_holding(tmp_path, asset)
+    file_of(asset).unlink()
+    the_archive_refuses(monkeypatch, errno.ENOSPC, "No space left on device")
+
+    code, out = check("--repair", "--from-backup", str(backup))
+
+    assert code == 1
+    said = REFUSED.format(cause="No space left on device")
+    assert f"not repaired: {file_of(asset).name} ({said})" in out, out
+    assert "corrupt in the backup" not in out
+    assert not ember.calls
+
+    monkeypatch.undo()  # room again: the same repair puts it back
+    assert check("--repair", "--from-backup", str(backup))[0] == 0
+    assert originals.file_sha256(file_of(asset)) == asset.sha256
