@@ -13,7 +13,7 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
-from studio.clock import how_long
+from studio import worker_seen
 
 if TYPE_CHECKING:
     from studio.originals import Original
@@ -328,8 +328,7 @@ class BatchKey(models.Model):
 
 class AttemptQuerySet(models.QuerySet["Attempt"]):
     def sends(self) -> "AttemptQuerySet":
-        """The sends that may have made an original, latest first: a failed job made none
-        (a person's resubmit that failed leaves the send before it as the task's own)."""
+        """The sends that may have made an original (a failed job made none), latest first."""
         return self.exclude(outcome=Attempt.Outcome.FAILED).order_by("-number")
 
 
@@ -440,10 +439,6 @@ class ApiToken(models.Model):
         return self.scope == self.Scope.READ_WRITE
 
 
-# The worker runs (its file in the data dir is fresh) but its heartbeat row is not written.
-CANNOT_WRITE = "worker cannot write to the database"
-
-
 class WorkerHeartbeat(models.Model):
     """The one row the worker refreshes every few seconds, so people know why tasks wait."""
 
@@ -454,10 +449,8 @@ class WorkerHeartbeat(models.Model):
     host = models.CharField(max_length=255)
     stopped = models.BooleanField(default=False)  # a clean stop sets it; seen_at is then when
 
-    # seconds without a beat after which the worker counts as gone
-    STALE_AFTER = 15
-    # In the data dir: touched by the worker at each pass, beside its row (worker/heartbeat.py)
-    ALIVE_FILE = "worker.alive"
+    STALE_AFTER = worker_seen.STALE_AFTER  # seconds without a beat: gone
+    ALIVE_FILE = worker_seen.ALIVE_FILE  # in the data dir, touched beside the row
 
     def __str__(self) -> str:
         return f"worker {self.pid}@{self.host}, seen {self.seen_at:%Y-%m-%d %H:%M:%S}"
@@ -465,28 +458,7 @@ class WorkerHeartbeat(models.Model):
     @classmethod
     def status(cls) -> str:
         """Say, for people, whether a worker is driving tasks right now."""
-        beat = cls.objects.filter(pk=1).first()
-        now = timezone.now()
-        if beat is None:
-            # One that started on a full disk has never written its row.
-            return CANNOT_WRITE if cls._alive_on_disk(now) else "no worker seen yet"
-        if not beat.stopped and (now - beat.seen_at).total_seconds() <= cls.STALE_AFTER:
-            return "worker running"
-        # How long first: a family reads "for 5 minutes" at once, whatever their time zone.
-        gone = "worker stopped" if beat.stopped else "no worker seen"
-        if not beat.stopped and cls._alive_on_disk(now):
-            gone = CANNOT_WRITE  # its row refused (a full disk), its file's time not
-        since = timezone.localtime(beat.seen_at)  # in the studio's zone, named
-        return f"{gone} for {how_long(beat.seen_at, now)} (since {since:%Y-%m-%d %H:%M:%S %Z})"
-
-    @classmethod
-    def _alive_on_disk(cls, now: datetime) -> bool:
-        """Say whether a worker touched its file in the data dir within STALE_AFTER."""
-        try:
-            touched = (settings.AVATARS_DATA_DIR / cls.ALIVE_FILE).stat().st_mtime
-        except OSError:
-            return False  # never touched here (a worker on another machine), or unreadable
-        return abs(now.timestamp() - touched) <= cls.STALE_AFTER
+        return worker_seen.status(cls.objects.filter(pk=1).first())
 
 
 class ScrubReport(models.Model):

@@ -13,10 +13,11 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from studio import engine
-from studio.models import CANNOT_WRITE, Attempt, Batch, Task, TaskState, WorkerHeartbeat
+from studio.models import Attempt, Batch, Task, TaskState, WorkerHeartbeat
 from studio.web import progress
 from studio.web.forms import BatchForm
 from studio.web.views.common import login_required, login_required_htmx, page_of, posted, user_of
+from studio.worker_seen import CANNOT_WRITE, RUNNING
 
 BATCHES_PAGE = 20
 THUMBS_PER_BATCH = 4
@@ -171,7 +172,7 @@ def _progress_context(request: HttpRequest, batch: Batch) -> dict[str, Any]:
     worker = WorkerHeartbeat.status()
     # A send is "being sent" only while a worker runs: one a dead worker left may not have
     # reached Ember (a re-review read "2 being sent" under "No worker seen for 16 s").
-    sending = counts["sending"] if worker == "worker running" else 0
+    sending = counts["sending"] if worker == RUNNING else 0
     # Looked for only when a task is uncertain: the summary polls every 2 s.
     uncertain = counts[TaskState.UNCERTAIN.value]
     checking = progress.checked_itself(batch.tasks.all()) if uncertain else set()
@@ -213,7 +214,7 @@ def _progress_context(request: HttpRequest, batch: Batch) -> dict[str, Any]:
 
 def _worker_words(worker: str, tasks: list[Task], outcome: progress.Outcome) -> dict[str, Any]:
     """Return what the page says of the worker (`worker`, its status) and of Ember."""
-    running = worker == "worker running"
+    running = worker == RUNNING
     stuck = worker.startswith(CANNOT_WRITE)  # runs, its writes refused (a full disk)
     away = progress.ember_away(tasks)
     return {
