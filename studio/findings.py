@@ -41,18 +41,20 @@ class Finding:
 
 
 class ArchiveRefused(Exception):
-    """The archive's disk would not take an original a repair put back (full, read-only):
-    the backup or Ember that had it is not to blame, and no other is needed."""
+    """The archive would not take an original a repair put back (its disk full, read-only,
+    its folder not writable): the backup or Ember that had it is not to blame."""
 
 
 def put_back(finding: Finding, data: bytes) -> None:
-    """Put `data` back as `finding`'s original; raise ArchiveRefused when its disk refuses."""
+    """Put `data` back as `finding`'s original; raise ArchiveRefused when the archive refuses.
+
+    The bytes are read by then: any error writing them is the archive's (a review's
+    unwritable folder had a good backup called corrupt).
+    """
     try:
         originals.put_back(data, sha256=finding.sha256, mime=finding.mime)
     except OSError as exc:
-        if exc.errno not in originals.DISK_REFUSED:
-            raise
         raise ArchiveRefused(
-            f"the archive's disk refused it ({exc.strerror}): see to that disk, then run "
+            f"the archive's disk refused it ({exc.strerror or exc}): see to that disk, then run "
             "check_originals --repair again"
         ) from None

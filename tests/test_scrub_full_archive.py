@@ -1,16 +1,19 @@
-"""A repair whose archive disk refuses the original it puts back (full, read-only).
+"""A repair whose archive refuses the original it puts back (full, read-only, unwritable).
 
 Found by a review that filled the archive's disk: the repair fetched the original from
 Ember and then advised "restore it from a backup", and one from a backup said the
-backup's copy was "corrupt"; freeing room and running the repair again was all it took.
+backup's copy was "corrupt"; freeing room and running the repair again was all it took
+(another made the folder immutable: the same words, a good backup called corrupt).
 """
 
 import errno
 
 import pytest
 
-from studio import originals
+from studio import originals, scrub
+from studio.models import ScrubReport
 from tests.scrub_parts import a_backup_holding, check, ember_sends, file_of, generated, uploaded
+from tests.sqlite_errors import sqlite_error
 
 pytestmark = pytest.mark.django_db
 
@@ -29,7 +32,11 @@ def the_archive_refuses(monkeypatch, number: int, cause: str) -> None:
 
 @pytest.mark.parametrize(
     ("number", "cause"),
-    [(errno.ENOSPC, "No space left on device"), (errno.EROFS, "Read-only file system")],
+    [
+        (errno.ENOSPC, "No space left on device"),
+        (errno.EROFS, "Read-only file system"),
+        (errno.EPERM, "Operation not permitted"),  # a review's immutable folder
+    ],
 )
 def test_an_original_fetched_from_ember_that_the_disk_refuses_asks_for_the_disk(
     ember, monkeypatch, number, cause
@@ -68,3 +75,29 @@ def test_an_upload_from_a_whole_backup_that_the_disk_refuses_does_not_blame_the_
     monkeypatch.undo()  # room again: the same repair puts it back
     assert check("--repair", "--from-backup", str(backup))[0] == 0
     assert originals.file_sha256(file_of(asset)) == asset.sha256
+
+
+@pytest.mark.parametrize("how", ["read-only", "full"])
+def test_what_a_repair_did_is_said_when_the_database_refuses_its_record(
+    ember, monkeypatch, tmp_path, how
+):
+    """Found by a review: only the database's sentence was printed, the repair made unsaid."""
+    asset = generated(7)
+    data = file_of(asset).read_bytes()
+    file_of(asset).unlink()
+    ember_sends(ember, data)
+    refused = sqlite_error(tmp_path, how)
+
+    def record(_result: object) -> None:
+        raise refused
+
+    monkeypatch.setattr(scrub, "record", record)
+
+    code, out = check("--repair")
+
+    assert code == 1, out
+    assert f"repaired: {file_of(asset).name} (fetched again from Ember, image img_7)" in out
+    assert "Checked 1 original: 1 missing; repaired 1." in out, out
+    assert "This check was not kept for the admin's page: the database refused it (" in out
+    assert originals.file_sha256(file_of(asset)) == asset.sha256
+    assert not ScrubReport.objects.exists()

@@ -4,6 +4,7 @@ from pathlib import Path
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import OperationalError
 
 from studio import scrub
 from studio.management.ready import require_migrated
@@ -48,12 +49,16 @@ class Command(BaseCommand):
         # Not into a folder made anew where a disk is not mounted: its files would hide.
         gone = options["repair"] and result.folder_gone is not None
         gone = gone and not (result.folder_empty and options["into_empty"])
-        if options["repair"] and not gone:
-            scrub.repair(result, backup=backup)
-        scrub.record(result)
-        for line in result.lines():
-            self.stdout.write(line)
-        self.stdout.write(result.summary())
+        try:
+            if options["repair"] and not gone:
+                scrub.repair(result, backup=backup)
+        finally:
+            # Said before it is recorded: a database that refuses the record (a full or
+            # read-only disk) lost every line, the repairs made too (a review).
+            for line in result.lines():
+                self.stdout.write(line)
+            self.stdout.write(result.summary())
+        unrecorded = _record(result)
         if gone:
             new_disk = (
                 " If it is meant to be empty (a new disk for the originals), run this with "
@@ -63,10 +68,25 @@ class Command(BaseCommand):
             )
             raise CommandError(
                 f"Nothing was repaired: the folder {result.folder_gone} {result.folder_state}. "
-                f"Put it back (mount its disk), then run this again.{new_disk}",
+                f"Put it back (mount its disk), then run this again.{new_disk}{unrecorded}",
                 returncode=1,
             )
         if not result.passed:
             raise CommandError(
-                "Some originals are missing or corrupt (see docs/operations.md).", returncode=1
+                f"Some originals are missing or corrupt (see docs/operations.md).{unrecorded}",
+                returncode=1,
             )
+        if unrecorded:
+            raise CommandError(unrecorded.strip(), returncode=1)
+
+
+def _record(result: scrub.Scrub) -> str:
+    """Keep the result for the admin's page; return why it was not kept ("" when it was)."""
+    try:
+        scrub.record(result)
+    except OperationalError as exc:
+        return (
+            f" This check was not kept for the admin's page: the database refused it "
+            f"({str(exc).rstrip('.')}); free space on its disk or let it be written."
+        )
+    return ""
