@@ -66,3 +66,6 @@ UNREACHABLE = "Ember could not be reached"
 # back once a poll is answered again after a trouble (a review's batch page said "Ember
 # could not be reached" for the rest of a long job after Ember was back).
 GENERATING_PHASE = "Ember is generating"
+# A task that waits because Ember refused our credentials (401/403): a queued one's phase,
+# and a copy's (`worker/credentials.py`), which a worker started anew makes due at once.
+AUTH_PHASE = "Ember refused our credentials; check EMBER_TOKEN"

@@ -31,7 +31,7 @@ from studio.ember.client import EmberClient
 from studio.engine.adoption import adopt_due
 from studio.models import ACTIVE, POLL_BOUND, Task, TaskState
 from studio.ownership import LOCK_LOST, NotOwner, Ownership, OwnershipLost
-from studio.worker import resume, room, turns
+from studio.worker import credentials, resume, room, turns
 from studio.worker.heartbeat import beat as _beat
 from studio.worker.heartbeat import record_stop, touch
 from studio.worker.pacing import Pacing
@@ -127,6 +127,8 @@ class Worker(Steps):
         counts.update(_wake_stranded(in_hand=[], answers={}, unsettled=set()))
         # `running` resumes polling its job id; `copying` runs finish() again: before any
         # task not yet sent, so what Ember finished is collected first.
+        # A token read anew: what waited on Ember refusing the last one is due now.
+        counts["credentials_again"] = credentials.wake(timezone.now())
         counts["paid_first"] = resume.paid_first(timezone.now())
         return counts
 

@@ -20,6 +20,7 @@ from django.utils import timezone
 
 from studio import dbfaults, originals
 from studio.ember.client import (
+    EmberAuthError,
     EmberClient,
     EmberError,
     EmberNotFound,
@@ -31,7 +32,7 @@ from studio.ember.client import (
 from studio.models import ACTIVE, Asset, Attempt, Task, TaskState
 from studio.phrases import COPYING_PHASE, GENERATING_PHASE, GONE_PHASE, QUEUED_PHASE
 from studio.store import Conflict, move, update
-from studio.worker import archive, room, troubles, turns
+from studio.worker import archive, credentials, room, troubles, turns
 from studio.worker.pacing import Pacing
 from studio.worker.transitions import (
     COPY_FAILED_PHASE,
@@ -103,6 +104,8 @@ class Steps:
                         return
                 else:
                     await self.finish(task)
+                    if task.state == TaskState.COPYING:
+                        return  # it waits: Ember refused our token (credentials.py)
         except Conflict:
             log.info("task=%s moved under us; leaving it to the other writer", task_id)
         except Exception as exc:
@@ -398,6 +401,8 @@ class Steps:
         except EmberUnsafeId as exc:
             # Nothing was fetched; an original nobody can name safely is not "failed".
             await db(_rest_unsafe)(task, exc)
+        except EmberAuthError as exc:
+            await db(credentials.wait)(task, exc)  # the token's fault, not the image's
         except (EmberError, originals.NotAnImage, originals.ChecksumFailed, OSError) as exc:
             await db(move)(
                 task,
@@ -430,7 +435,7 @@ class Steps:
                 if over is not None:
                     raise
                 return await self._archived(task, image, gone)
-            except (EmberTooLarge, EmberUnsafeId, originals.NotDurable):
+            except (EmberTooLarge, EmberUnsafeId, EmberAuthError, originals.NotDurable):
                 # The image is gone, too large, or cannot be named safely, or the disk
                 # did not confirm the write: asking again gets the same answer, and a
                 # second fsync proves nothing (the kernel may have dropped the pages it

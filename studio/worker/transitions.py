@@ -33,10 +33,10 @@ from studio.ember.client import (
 from studio.models import ACTIVE, Asset, Attempt, Kind, Origin, Task, TaskState
 from studio.store import Conflict, fitted, move, update
 from studio.worker import named_twice, turns
+from studio.worker.credentials import AUTH_BACKOFF
 from studio.worker.pacing import resend_delay
 
 UNREACHABLE_BACKOFF = 10.0  # seconds before re-sending after nothing reached Ember
-AUTH_BACKOFF = 300.0  # seconds; wrong credentials will not fix themselves quickly
 CRASH_BACKOFF = 60.0  # seconds before a task whose step raised is tried again
 
 MAY_HAVE_REACHED = phrases.MAY_HAVE_REACHED
@@ -213,7 +213,7 @@ def _not_accepted(exc: EmberError) -> tuple[float, str] | None:
         # counts down from next_attempt_at instead.
         return exc.retry_after, "Ember is busy; will try again"
     if isinstance(exc, EmberAuthError):
-        return AUTH_BACKOFF, "Ember refused our credentials; check EMBER_TOKEN"
+        return AUTH_BACKOFF, phrases.AUTH_PHASE
     return None
 
 
