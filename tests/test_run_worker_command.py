@@ -4,10 +4,11 @@ import io
 import sys
 
 import pytest
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 
 from studio.worker.loop import SWITCH_INTERVAL
 from tests.processes import run_snippet
+from tests.sqlite_errors import sqlite_error
 
 # The worker's database thread runs on its own connection: real commits, no test transaction.
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -110,3 +111,31 @@ def test_a_sigterm_during_djangos_start_up_is_noted_not_a_crash(tmp_path, comman
     assert said in output, output
     assert done.stdout.splitlines()[-1] == code, output
     assert not (tmp_path / "backup" / "manifest.json").exists()
+
+
+def test_once_gives_up_with_a_sentence_when_the_database_keeps_refusing_it(monkeypatch, tmp_path):
+    """Found by a review: `run_worker --once` on a read-only database retried for ever (a
+    run from cron never ended, and the next ones piled up behind it)."""
+    from studio.worker import loop
+
+    refused = sqlite_error(tmp_path, "read-only")
+    tries: list[int] = []
+
+    def beat(*_args: object) -> None:
+        tries.append(1)
+        raise refused
+
+    async def no_wait(self: object, seconds: float) -> None:
+        return None
+
+    monkeypatch.setattr(loop, "_beat", beat)
+    monkeypatch.setattr(loop.Worker, "_sleep", no_wait)  # the back-off's waits, skipped
+
+    with pytest.raises(CommandError) as refusal:
+        call_command("run_worker", "--once", stdout=io.StringIO())
+
+    assert len(tries) == loop.ONCE_DB_TRIES == 5, tries
+    assert str(refusal.value) == (
+        f"The database refused the worker 5 times in a row ({refused}): --once stopped "
+        "before the tasks reached a resting point. Nothing is lost; the next run goes on."
+    )

@@ -53,6 +53,13 @@ ADOPT_CHECK = 5.0  # seconds between looks for lost submits due a history search
 SWITCH_INTERVAL = 0.0005  # seconds
 # What a locked, restarting or unreachable database raises; it passes, so the pump waits.
 DB_ERRORS = (OperationalError, InterfaceError)
+# `--once` stops after this many database errors in a row (1 + 2 + 4 + 8 s of waits):
+# one run from cron on a read-only database never ended (a review), and runs piled up.
+ONCE_DB_TRIES = 5
+
+
+class OnceGaveUp(Exception):
+    """`--once` stopped short of a resting point: the database kept refusing it."""
 
 
 class Worker(Steps):
@@ -137,10 +144,9 @@ class Worker(Steps):
     async def run(self, *, once: bool = False) -> None:
         """Recover, then pump until stopped (or, with `once`, until nothing is due or in hand).
 
-        Only the database's owner runs: call `lock()` first (NotOwner otherwise).
-        A database that fails (locked, restarting, unreachable) is waited out with
-        back-off; losing the lock stops the worker at once (OwnershipLost).
-        """
+        Only the database's owner runs: call `lock()` first (NotOwner otherwise). A failing
+        database is waited out with back-off (`--once` gives up: OnceGaveUp); losing the
+        lock stops the worker at once (OwnershipLost)."""
         if not self._ownership.held:
             raise NotOwner()
         restoring.unfinished()  # a half-restored install may hold tasks not yet held back
@@ -150,7 +156,7 @@ class Worker(Steps):
         counts = await db(self.recover)()
         log.info("worker started workers=%s recovered=%s", self.workers, counts)
         started_at = timezone.now()
-        delay = self.db_retry_delay
+        delay, failures = self.db_retry_delay, 0
         # A stop asked for, --once done or the lock lost: the heartbeat says "stopped" (a
         # crash leaves it to go stale). Only this process's row is marked: a new owner's stays.
         say_stopped = False
@@ -159,6 +165,9 @@ class Worker(Steps):
                 try:
                     started = await self._pass(started_at)
                 except DB_ERRORS as exc:
+                    failures += 1
+                    if once and failures >= ONCE_DB_TRIES:
+                        raise OnceGaveUp(_gave_up(failures, exc)) from None
                     log.warning("database error: %s; retrying in %g s", exc, delay)
                     await db(_drop_connection)()
                     await self._sleep(delay)
@@ -169,7 +178,7 @@ class Worker(Steps):
                     self._stop_now()
                     say_stopped = True
                     raise
-                delay = self.db_retry_delay  # the database answers again
+                delay, failures = self.db_retry_delay, 0  # the database answers again
                 if once and not self.in_hand and started == 0 and not await self._adopted():
                     break
                 await self._idle()
@@ -461,3 +470,11 @@ def _recyclable() -> bool:
 
 def _nothing() -> None:
     """Return at once: awaited on the database thread, it waits for the call ahead of it."""
+
+
+def _gave_up(failures: int, exc: Exception) -> str:
+    said = " ".join(str(exc).split()).rstrip(".")
+    return (
+        f"The database refused the worker {failures} times in a row ({said}): --once stopped "
+        "before the tasks reached a resting point. Nothing is lost; the next run goes on."
+    )

@@ -16,7 +16,7 @@ from studio.management.ready import require_migrated
 from studio.ownership import AlreadyRunning, NotDurable, OwnershipLost, stand_by
 from studio.restoring import RestoreUnfinished
 from studio.worker import Worker
-from studio.worker.loop import tune_interpreter
+from studio.worker.loop import OnceGaveUp, tune_interpreter
 
 STOPPED_STANDING_BY = "Stopped while standing by: this worker never owned the database."
 STOPPED_STARTING = "Stopped while starting: nothing was sent to Ember."
@@ -65,7 +65,7 @@ class Command(BaseCommand):
             connection.close()
             tune_interpreter()
             asyncio.run(self._run(worker, once=options["once"], asked=asked))
-        except (OwnershipLost, RestoreUnfinished) as exc:
+        except (OwnershipLost, RestoreUnfinished, OnceGaveUp) as exc:
             # A non-zero exit: the lock is gone, or a restore must be finished first.
             raise CommandError(str(exc)) from None
         finally:
