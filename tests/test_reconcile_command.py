@@ -192,3 +192,19 @@ def test_a_copy_whose_original_is_back_in_the_archive_is_no_alert(subject, ember
     assert ended is None, str(ended)
     assert said.splitlines()[-1].startswith("1 task: 1 handed back to the worker"), said
     assert row_of(gone).state == TaskState.COPYING
+
+
+def test_once_ember_cannot_be_asked_it_asks_about_none_of_the_rest(subject, ember):
+    """Found by a review: against an Ember that never answered, `--all` waited out each
+    question's deadline in turn (30 s a task; 15 minutes for 30 tasks)."""
+    tasks = [uncertain(a_task(subject)) for _ in range(3)]
+    asked = ember.get(HISTORY).mock(side_effect=httpx.ReadTimeout("no answer"))
+
+    said, ended = run_reconcile("--all")
+
+    assert asked.call_count == 1, f"{asked.call_count} questions to an Ember that hangs"
+    assert ended is not None and ended.returncode == 1
+    assert "Ember could not be asked about 3 tasks" in str(ended)
+    assert "Ember was not asked about the other 2 tasks, left as they are." in said, said
+    assert said.splitlines()[-1].endswith("3 Ember could not be asked about.")
+    assert {row_of(task).state for task in tasks} == {TaskState.UNCERTAIN}
