@@ -87,6 +87,7 @@ class Restored:
     database: str  # what was filled: the SQLite file, or the PostgreSQL database's name
     restored: int = 0
     held_back: int = 0  # tasks the lost install may have sent after the snapshot, now `uncertain`
+    taken: str = ""  # when the backup was taken, as its manifest says (ISO 8601)
     problems: list[str] = field(default_factory=list)
     # Only the backup's own files: an original that is a link is reported, not followed.
     placer: Placer = field(default_factory=lambda: Placer(follow=False))
@@ -112,7 +113,19 @@ def restore(src: Path, *, data_dir: Path | None = None, database: Path | None = 
                 f"A restore into this data dir is running now ({data_dir / LOCK} is held): "
                 "let it finish, or stop it and run the same restore again. Nothing was changed."
             )
+        _no_worker(data_dir)
         return restore_alone(src, data_dir, database)
+
+
+def _no_worker(data_dir: Path) -> None:
+    """Refuse a data dir a worker runs on: it drives the files a restore replaces (a
+    review's went on against the database deleted under it, and held the restored one)."""
+    with flocks.held(data_dir / "worker.lock", wait=False) as free:
+        if not free:
+            raise BackupError(
+                f"A worker runs on this data dir ({data_dir / 'worker.lock'} is held): stop "
+                "it, then run the restore again. Nothing was changed."
+            )
 
 
 def restore_alone(src: Path, data_dir: Path, database: Path | None) -> Restored:
@@ -132,7 +145,10 @@ def restore_alone(src: Path, data_dir: Path, database: Path | None) -> Restored:
         raise BackupError(pg_restore_howto(src))
     marker = data_dir / MARKER
     check_target(src, data_dir, database, marker)
-    result = Restored(database=str(database or connection.settings_dict["NAME"]))
+    result = Restored(
+        database=str(database or connection.settings_dict["NAME"]),
+        taken=str(manifest.get("created_at", "")),
+    )
     target = data_dir / "originals"
     with contextlib.ExitStack() as finishing:
         try:

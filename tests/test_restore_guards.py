@@ -4,16 +4,19 @@ The same guards over real processes, with a stale WAL, a second run, a kill and 
 are in tests/e2e/test_restore_guards.py.
 """
 
+import json
 import os
 import signal
 import sqlite3
 from contextlib import closing
+from datetime import datetime
 from pathlib import Path
 
 import pytest
+from django.utils import timezone
 
 from studio import backups, flocks, originals, restoring
-from tests.backup_parts import restore_into, run, sqlite_only, stored
+from tests.backup_parts import restore_into, run, run_restore, sqlite_only, stored
 
 # The backup reads the database through a connection of its own: rows must be committed.
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -86,6 +89,28 @@ def test_a_restore_is_refused_at_once_while_another_runs_into_the_data_dir(tmp_p
             restoring.restore(tmp_path / "backup", data_dir=target, database=database)
 
     assert str(refused.value).startswith("A restore into this data dir is running now")
+    assert not (target / "originals").exists() and not (target / restoring.MARKER).exists()
+    again = restoring.restore(tmp_path / "backup", data_dir=target, database=database)
+    assert (again.restored, again.problems) == (1, [])
+
+
+@sqlite_only
+def test_a_restore_is_refused_while_a_worker_runs_on_the_data_dir(tmp_path):
+    """Found by a review: the worker went on against the database deleted under it, and
+    then held the restored one (the restore's own "Next: run_worker" was refused)."""
+    stored(1)
+    run("backup", str(tmp_path / "backup"))
+    target, database = restore_into(tmp_path)
+
+    with flocks.held(target / "worker.lock") as held:  # what a running worker holds
+        assert held
+        with pytest.raises(backups.BackupError) as refused:
+            restoring.restore(tmp_path / "backup", data_dir=target, database=database)
+
+    assert str(refused.value) == (
+        f"A worker runs on this data dir ({target / 'worker.lock'} is held): stop it, then "
+        "run the restore again. Nothing was changed."
+    )
     assert not (target / "originals").exists() and not (target / restoring.MARKER).exists()
     again = restoring.restore(tmp_path / "backup", data_dir=target, database=database)
     assert (again.restored, again.problems) == (1, [])
@@ -221,3 +246,22 @@ def test_a_sigterm_in_a_restores_last_step_lets_it_finish(tmp_path, monkeypatch)
     assert restored.restored == 1
     assert (target / restoring.DONE).is_file()
     assert not (target / restoring.MARKER).exists()
+
+
+@sqlite_only
+def test_the_restore_says_what_was_done_after_the_backup_is_not_in_it(tmp_path):
+    """Found by a review: a batch paid for after the backup was gone from the restored
+    install with no word, its originals on the lost install's disk only."""
+    stored(1)
+    run("backup", str(tmp_path / "backup"))
+    manifest = json.loads((tmp_path / "backup" / "manifest.json").read_text())
+    taken = timezone.localtime(datetime.fromisoformat(manifest["created_at"]))
+    target, database = restore_into(tmp_path)
+
+    code, out = run_restore(tmp_path / "backup", target, database)
+
+    assert code == 0, out
+    assert (
+        f"What was planned or paid for after this backup (at {taken:%Y-%m-%d %H:%M %Z}) is "
+        "not in it: keep the lost install's data dir if it is still there."
+    ) in out, out

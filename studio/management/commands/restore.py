@@ -1,9 +1,11 @@
 """`manage.py restore SRC`: a backup into a new data dir (docs/operations.md)."""
 
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
+from django.utils import timezone
 
 from studio import backups, restoring
 from studio.backups import STOPPED_BY, cause
@@ -57,6 +59,7 @@ class Command(NotingSigterm):
                 f"the poll bound ({POLL_BOUND / 60:.0f} minutes) has passed: a send of the lost "
                 "install may still be running."
             )
+        self.stdout.write(_since(result.taken))
         self.stdout.write(NEXT)
         if result.problems:
             raise CommandError(
@@ -65,3 +68,21 @@ class Command(NotingSigterm):
                 "them from another backup).",
                 returncode=1,
             )
+
+
+def _since(taken: str) -> str:
+    """Say that what was done after the backup is not in it, and where its originals are.
+
+    A review restored a backup and lost, with no word, a batch paid for after it: its
+    originals were on the lost install's disk only, and Ember had let go of its copies.
+    """
+    try:
+        when = f"at {timezone.localtime(datetime.fromisoformat(taken)):%Y-%m-%d %H:%M %Z}"
+    except ValueError:
+        when = "when it was taken"
+    return (
+        f"What was planned or paid for after this backup ({when}) is not in it: keep the "
+        "lost install's data dir if it is still there. Its originals/ holds the originals "
+        "paid for since, which no restored row names (check_originals --repair "
+        "--from-backup takes only those the restored rows name)."
+    )
