@@ -287,3 +287,30 @@ def test_frames_of_null_are_the_default_as_any_optional_field_of_null_is(subject
     batch = engine.generate(request=request)
 
     assert {task.frame for task in batch.tasks.all()} == {"image"}
+
+
+URL = "https://example.org/" + "a/very/long/path/" * 6
+
+
+@pytest.mark.parametrize(
+    ("prompt", "title"),
+    [
+        (
+            "A warm watercolour portrait of grandma Edith sitting in her rose garden with "
+            "the afternoon sun behind her and a cup of tea",
+            "A warm watercolour portrait of grandma Edith sitting in her rose garden with\u2026",
+        ),
+        # No word ends in it: cut where the limit falls, and said to be cut.
+        (URL, URL[:79] + "\u2026"),
+        ("Bo " * 26 + "Bo", "Bo " * 26 + "Bo"),  # 80 characters: whole, no "…"
+    ],
+)
+def test_a_title_cut_from_a_long_prompt_ends_after_a_word_and_says_it_was_cut(
+    subject, prompt, title
+):
+    """Found by a review: "…rose garden with the" read as a whole title, and a web
+    address was cut mid-word, with nothing saying either was cut."""
+    batch = engine.generate(request=batch_request(subject, title=None, prompt=prompt))
+
+    assert batch.title == title
+    assert len(batch.title) <= 80

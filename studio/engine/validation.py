@@ -60,9 +60,16 @@ def _title_from(prompt: str) -> str:
     """Return a batch's title made of its prompt's start: a name, at most TITLE_CUT long.
 
     It is cleaned as any name is (a review's prompt gave a title with a bell and a
-    direction override in it), and cut between two things that show (`names.cut`).
+    direction override in it), and cut between two things that show (`names.cut`). A
+    prompt longer than that is cut after a word where one ends in its second half, and
+    ends in "…" (a review read a title cut mid-phrase as the whole of it).
     """
-    return names.cut(names.cleaned(prompt), TITLE_CUT)
+    whole = names.cleaned(prompt)
+    if len(whole) <= TITLE_CUT:
+        return whole
+    start = names.cut(whole, TITLE_CUT - 1)
+    words = start[: start.rfind(" ")].rstrip(" ,;:.-") if " " in start else ""
+    return f"{words if len(words) > TITLE_CUT // 2 else start}\u2026"
 
 
 def validate(request: object) -> dict[str, Any]:

@@ -5,6 +5,8 @@ The pages are reached as a person reaches them, so the walk also seeds what the 
 show: a batch with a result, a set chosen from it, and that set published.
 """
 
+import re
+
 import pytest
 from playwright.sync_api import Page, expect
 
@@ -55,6 +57,10 @@ def test_it_passes_the_audit_on_every_studio_page(
     check(page, "subject")
     go(page, "Gallery")
     check(page, "gallery")
+    # Each image's tick is named by its caption: "Choose Bo · …", not "Choose : Bo · …"
+    # (a review's screen reader read the hidden colon, a space before it).
+    expect(page.get_by_role("checkbox", name=re.compile(r"^Choose Bo"))).not_to_have_count(0)
+    expect(page.get_by_role("checkbox", name=re.compile(r"^Choose ?:"))).to_have_count(0)
 
     page.goto(batch_url)
     page.locator("[data-testid=results] input[name=assets]").first.check()

@@ -8,9 +8,20 @@
 // - a batch's live progress says when it cannot reach the studio, and is said aloud as
 //   tasks come to rest;
 // - a form that sends the person back to a place on a page (#task-...) puts focus there;
-// - the new-batch form's draft goes once a batch was planned from it.
+// - the new-batch form's draft goes once a batch was planned from it;
+// - a page a form's answer drew takes the form's place in the tab's history.
 (function () {
   "use strict";
+
+  // --- a page a form's answer drew (the form's errors, its second question, a refused
+  // photo) -------------------------------------------------------------------------------
+  // Back or Forward onto it showed Chromium's "Confirm Form Resubmission" ("…repeat any
+  // action this page previously performed"), which a family read as paying twice (a
+  // review). Put in the form's place, the entry is the page's address: going back loads
+  // it afresh, and the new-batch form comes back from its draft.
+  if (document.body && document.body.hasAttribute("data-answers-a-form") && history.replaceState) {
+    history.replaceState(history.state, "", location.href);
+  }
 
   // --- ticking, in order, and across pages -------------------------------------------
   // A bar marked data-keep="name" keeps its ticks in this tab (sessionStorage) while the
