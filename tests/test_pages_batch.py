@@ -13,7 +13,7 @@ from studio.models import Attempt, Task, TaskState, WorkerHeartbeat
 from studio.phrases import MAY_HAVE_REACHED
 from studio.store import move, update
 from tests.factories import a_batch, a_clip_sent_once, sent_once_under_its_key, stored_asset
-from tests.studio_pages import messages_of, text
+from tests.studio_pages import messages_of, part, text
 
 pytestmark = pytest.mark.django_db
 
@@ -458,3 +458,21 @@ def test_a_job_that_failed_at_ember_says_it_may_have_been_paid_and_what_to_do(
     said = "Ember took this job and it failed there, so it may have been paid for."
     assert page.count(said) == 1, page  # not for the request Ember turned away
     assert "a new batch asks for it again, paid again" in page
+
+
+def test_ember_turning_sends_away_is_said_above_the_rows(signed_in: Client, subject):
+    """Found by a phone review: the summary said "2 in progress" under a full bar while
+    Ember turned every send away; only the rows, screens below, said so."""
+    batch = a_batch(subject, candidates=2)
+    for task in batch.tasks.all():
+        wait_out(task, 40)
+    now = timezone.now()
+    WorkerHeartbeat.objects.create(started_at=now, seen_at=now, pid=1, host="here")
+
+    said = part(signed_in.get(f"/batches/{batch.pk}/"), r'data-testid="ember-busy"[^>]*>[^<]*')
+
+    assert "Ember is busy just now and turned images away" in said, said
+    assert "a send Ember turned away is not paid for" in said
+    for task in batch.tasks.all():
+        move(task, TaskState.SUBMITTING, phase="Sending to Ember")
+    assert 'data-testid="ember-busy"' not in signed_in.get(f"/batches/{batch.pk}/").content.decode()

@@ -121,6 +121,7 @@ CLASS_NAME = re.compile(r"\s*\((?:[A-Z][a-z0-9]+){2,}\)")
 # proves nothing was accepted): Ember's own words beside it ("retry later") read as if the
 # person had to (a review). They stay on the task, for the API and the admin.
 RETRIES_ITSELF = "; will try again"
+BUSY = "Ember is busy"  # the phase a task Ember turned away as busy waits with
 # Sent again, from the start: an error left from the try before is no longer what happens
 # (a review saw "Sending to Ember" beside "Ember is busy; retry later").
 TRIED_AFRESH = (TaskState.PREPARING, TaskState.SUBMITTING)
@@ -284,6 +285,11 @@ def turn_words(tasks: list[Task], *, worker_running: bool, away: bool) -> str:
 def ember_away(tasks: list[Task]) -> bool:
     """Say whether the last request of a task still under way could not reach Ember."""
     return any(t.state in STOPPABLE and t.phase.startswith(UNREACHABLE) for t in tasks)
+
+
+def ember_busy(tasks: list[Task]) -> bool:
+    """Say whether a task waits to be sent because Ember said it was busy (429/503)."""
+    return any(t.state == TaskState.QUEUED and t.phase.startswith(BUSY) for t in tasks)
 
 
 def next_try(task: Task, now: datetime) -> str:

@@ -223,6 +223,9 @@ def _worker_words(worker: str, tasks: list[Task], outcome: progress.Outcome) -> 
         # Not while no worker runs: "Avatars keeps trying by itself" beside "nothing here
         # moves until it runs again" (a review); the rows keep what their last try met.
         "ember_away": away and running,
+        # Said above the rows too: on a phone they are screens below (a review's summary
+        # said "2 in progress" and nothing more while Ember turned every send away).
+        "ember_busy": running and not away and progress.ember_busy(tasks),
         # The words each queued row waiting its turn shows: the poll sends them again when
         # they change (Ember away, the worker stopped), without swapping the rows.
         "turn": progress.turn_words(tasks, worker_running=running, away=away),
