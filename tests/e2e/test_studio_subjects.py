@@ -60,6 +60,7 @@ def test_it_asks_before_removing_a_photo_and_a_subject_at_phone_size(phone: Page
     remove_photo.click()
     page.get_by_role("button", name="Remove dee.png").click()
     expect(page.get_by_text("Removed dee.png.")).to_be_visible()
+    expect(page.locator("#said")).to_be_focused()  # not the page's top (a review's phone)
     expect(page.get_by_text("No reference photos yet.")).to_be_visible()
 
     page.get_by_text("Rename or remove Dee").click()

@@ -273,7 +273,9 @@ def photo_remove(request: HttpRequest, subject_id: int, asset_id: int) -> HttpRe
         messages.success(
             request, f"Removed {photo.file_name} from {found.name}'s photos; {_kept(removal)}."
         )
-    return redirect(_subject_url(found, request))
+    # To what was said, with the focus: a review's phone came back at the page's top, its
+    # place in a long grid of photos lost.
+    return redirect(_subject_url(found, request) + "#said")
 
 
 def _kept(removal: curation.PhotoRemoval) -> str:
