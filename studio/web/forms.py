@@ -180,9 +180,10 @@ class BatchForm(forms.Form):
 
     def job_factors(self) -> tuple[int, int]:
         """Return the candidates (over every provider) and frames the form asks for, as typed."""
-        if not self.is_bound:
-            return 0, len(self.fields["frames"].initial)
         providers = settings.AVATARS_PROVIDERS
+        if not self.is_bound:  # as filled in (asking a batch's failed images again), or empty
+            asked = sum(int(self.initial.get(f"candidates_{k}") or 0) for k in providers)
+            return asked, len(self.initial.get("frames", self.fields["frames"].initial))
         candidates = sum(max(0, _whole(self.data.get(f"candidates_{k}"))) for k in providers)
         getlist = getattr(self.data, "getlist", None)
         frames = getlist("frames") if getlist else self.data.get("frames") or []

@@ -14,7 +14,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from studio import engine
 from studio.models import Attempt, Batch, Task, TaskState, WorkerHeartbeat
-from studio.web import progress
+from studio.web import ask_again, progress
 from studio.web.forms import BatchForm
 from studio.web.views.common import login_required, login_required_htmx, page_of, posted, user_of
 from studio.worker_seen import CANNOT_WRITE, RUNNING
@@ -70,7 +70,9 @@ def batch_new(request: HttpRequest) -> HttpResponse:
     Before anything is paid, the form asks again when it repeats a batch this person
     started minutes ago, or when it starts more jobs than AVATARS_CONFIRM_JOBS_ABOVE.
     """
-    form = BatchForm(*posted(request))
+    again = ask_again.batch_asked_again(request)
+    filled, failed = ask_again.initial(again) if again is not None else ({}, 0)
+    form = BatchForm(*posted(request), initial=filled)
     # Enter in a field submits through the form's first button (`enter`), never the one
     # that names the spend: the form comes back saying so, and nothing is planned. So
     # does a press of the button while it named another number than the form asks for
@@ -101,6 +103,8 @@ def batch_new(request: HttpRequest) -> HttpResponse:
         "confirm_above": settings.AVATARS_CONFIRM_JOBS_ABOVE,
         "left_today": left_today(request),
         "daily_cap": settings.AVATARS_DAILY_TASK_CAP,
+        "again": again if failed else None,
+        "again_failed": failed,
     }
     return render(request, "studio/batch_new.html", context, status=status)
 
