@@ -215,6 +215,21 @@ def test_it_gives_the_worker_heartbeat_age_once_a_worker_was_seen(client: Client
 
 
 @pytest.mark.django_db
+def test_it_says_when_the_running_worker_cannot_write_its_heartbeat(client: Client):
+    """Found by a full-disk review: reads answered (database_up 1), and the worker whose
+    every write was refused looked like one stopped."""
+    seen = timezone.now() - timedelta(minutes=2)
+    WorkerHeartbeat.objects.create(started_at=seen, seen_at=seen, pid=1, host="here")
+    assert figure(scrape(client), "avatars_worker_cannot_write") == 0  # gone, its file too
+
+    (settings.AVATARS_DATA_DIR / WorkerHeartbeat.ALIVE_FILE).touch()  # it passes, unheard
+
+    assert figure(scrape(client), "avatars_worker_cannot_write") == 1
+    WorkerHeartbeat.objects.update(seen_at=timezone.now())
+    assert figure(scrape(client), "avatars_worker_cannot_write") == 0  # its row written again
+
+
+@pytest.mark.django_db
 def test_it_counts_paid_requests_by_provider_and_outcome(client: Client, ember: respx.Router):
     before = scrape(client)
     answers = iter(

@@ -25,7 +25,10 @@ from prometheus_client.mmap_dict import MmapedDict
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
-from studio import metrics  # noqa: F401  (checks the multiprocess mode is on)
+from studio import (
+    metrics,  # noqa: F401  (checks the multiprocess mode is on)
+    worker_seen,
+)
 from studio.models import Task, TaskState, WorkerHeartbeat
 
 log = logging.getLogger("studio.metrics")
@@ -155,6 +158,15 @@ class StudioCollector(Collector):
                 "Seconds since the worker last wrote its heartbeat.",
                 figures["heartbeat"],
             )
+        # Reads still answer on a full disk (database_up 1): a worker whose every write is
+        # refused showed only as an ageing heartbeat, like a worker stopped (a review).
+        stale = figures["heartbeat"] is None or figures["heartbeat"] > worker_seen.STALE_AFTER
+        yield _gauge(
+            "avatars_worker_cannot_write",
+            "1 while the worker runs (it touches its file in the data dir) but its heartbeat "
+            "row is not written: the database refuses its writes (a full disk).",
+            int(stale and worker_seen.alive_on_disk(timezone.now())),
+        )
 
 
 def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:
