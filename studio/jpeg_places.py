@@ -28,6 +28,7 @@ from studio.tiff_places import TIFF_HEADER_SIZE, empty_gps
 
 EXIF_HEADER = b"Exif\x00\x00"
 SOI = b"\xff\xd8"
+EOI = b"\xff\xd9"  # the end-of-image marker a whole picture ends with
 JPEG_APP1 = 0xE1
 JPEG_APP2 = 0xE2
 JPEG_COM = 0xFE  # a comment: any bytes, an XMP packet among them
@@ -83,7 +84,11 @@ def _dropped(data: bytes, header: list[Segment], scan: int) -> bytes:
         # No scan: nothing to follow, bytes as they are (the decoder refuses the file).
         return bytes(kept.upto(len(data))) if kept.replaced else data
     parts, end = _later(data, scan)
-    for start, stop, replacement in _replacements(data, parts, keep_sizes=False):
+    # A picture without its end marker is blanked in place, not cut: there a marker after
+    # the last scan is what ends its compressed data, and one cut out left that scan
+    # running into the file's end (a fuzzed file then no longer decoded).
+    ended = data.startswith(EOI, end - len(EOI))
+    for start, stop, replacement in _replacements(data, parts, keep_sizes=not ended):
         kept.replace(start, stop, replacement)
     if not kept.replaced and end == len(data):
         return data  # the usual photo: nothing to strip, and no copy of its bytes made

@@ -432,3 +432,18 @@ def test_it_empties_the_gps_directory_a_reader_finds_however_it_is_pointed_at(fm
 
     assert gps_of(clean) == {}
     assert pixels_of(clean) == pixels_of(photo)
+
+
+def test_a_jpeg_whose_end_marker_became_a_segment_still_decodes_once_stripped():
+    """Found by the fuzzer above: the end marker's last byte written over made an empty
+    APP0 after the last scan; cut out, nothing ended that scan and the file no longer
+    decoded. A picture without its end marker is blanked in place instead."""
+    jpeg_file = small_files()[0]
+    assert jpeg_file.endswith(b"\xff\xd9")
+    damaged = jpeg_file[:-1] + b"\xe0\x00\x00"
+    before = decoded(damaged)
+    assert before is not None, "Pillow reads the damaged file"
+
+    clean = metadata.strip_location(damaged)
+
+    assert decoded(clean) == (before[0], [{}] * len(before[0]))

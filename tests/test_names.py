@@ -91,10 +91,11 @@ def test_a_prompt_that_shows_nothing_is_empty_and_nothing_is_planned(unseen, mak
     ("prompt", "title"),
     [
         ("a\u0007b\u202eevil", "a bevil"),
-        ("x" * 79 + "e\u0301 and more", "x" * 79 + "\u00e9"),
-        ("x" * 79 + "\U0001f468\u200d\U0001f469 and more", "x" * 79),
-        ("x" * 78 + "\U0001f44b\U0001f3fd and more", "x" * 78 + "\U0001f44b\U0001f3fd"),
-        ("x" * 79 + "\U0001f44b\U0001f3fd and more", "x" * 79),
+        # Cut at 79 characters, then "…" (a longer prompt's title says it was cut).
+        ("x" * 78 + "e\u0301 and more", "x" * 78 + "\u00e9\u2026"),
+        ("x" * 78 + "\U0001f468\u200d\U0001f469 and more", "x" * 78 + "\u2026"),
+        ("x" * 77 + "\U0001f44b\U0001f3fd and more", "x" * 77 + "\U0001f44b\U0001f3fd\u2026"),
+        ("x" * 78 + "\U0001f44b\U0001f3fd and more", "x" * 78 + "\u2026"),
     ],
 )
 def test_a_batch_named_by_its_prompt_gets_a_name_cut_between_letters(prompt, title, subject):

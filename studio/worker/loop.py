@@ -53,9 +53,9 @@ ADOPT_CHECK = 5.0  # seconds between looks for lost submits due a history search
 SWITCH_INTERVAL = 0.0005  # seconds
 # What a locked, restarting or unreachable database raises; it passes, so the pump waits.
 DB_ERRORS = (OperationalError, InterfaceError)
-# `--once` stops after this many database errors in a row (1 + 2 + 4 + 8 s of waits):
-# one run from cron on a read-only database never ended (a review), and runs piled up.
-ONCE_DB_TRIES = 5
+# `--once` stops after this many database errors in a row (about 40 s of waits, past a
+# lock's usual wait): a run from cron on a read-only database never ended (a review).
+ONCE_DB_TRIES = 8
 
 
 class OnceGaveUp(Exception):
