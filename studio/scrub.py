@@ -346,8 +346,8 @@ def repair_finding(
     if backup is None:
         return repair_one(finding, runner, client)
     put, said = from_backup(finding, backup)
-    if put or not finding.image_ids:
-        return put, said
+    if put or not finding.image_ids or said.startswith(findings.ARCHIVE_REFUSED):
+        return put, said  # the archive refusing the backup's good copy would refuse Ember's
     return repair_one(finding, runner, client, instead=said)  # Ember may still have it
 
 

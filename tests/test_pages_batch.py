@@ -471,8 +471,30 @@ def test_ember_turning_sends_away_is_said_above_the_rows(signed_in: Client, subj
 
     said = part(signed_in.get(f"/batches/{batch.pk}/"), r'data-testid="ember-busy"[^>]*>[^<]*')
 
-    assert "Ember is busy just now and turned images away" in said, said
+    assert "Ember is busy just now and turned requests away" in said, said
     assert "a send Ember turned away is not paid for" in said
     for task in batch.tasks.all():
         move(task, TaskState.SUBMITTING, phase="Sending to Ember")
     assert 'data-testid="ember-busy"' not in signed_in.get(f"/batches/{batch.pk}/").content.decode()
+
+
+def test_ember_refusing_the_token_is_said_above_the_rows(signed_in: Client, subject):
+    """Found by a re-review: only the rows, below the fold at both sizes, said to check
+    EMBER_TOKEN, while the summary read "4 in progress · Worker running"."""
+    batch = a_batch(subject, candidates=2)
+    waiting, copying = batch.tasks.order_by("ordinal")
+    later = timezone.now() + timedelta(minutes=5)
+    move(waiting, TaskState.QUEUED, due=later, phase=f"{AUTH} (next try in 5 minutes)")
+    move(copying, TaskState.COPYING, due=later, phase=f"{AUTH}; the copy waits for it")
+    now = timezone.now()
+    WorkerHeartbeat.objects.create(started_at=now, seen_at=now, pid=1, host="here")
+
+    said = part(signed_in.get(f"/batches/{batch.pk}/"), r'data-testid="token-refused"[^>]*>[^<]*')
+
+    assert said.endswith(
+        "Ember refused Avatars' credentials: nothing more is sent or saved until whoever runs "
+        "Avatars here checks its Ember token. Nothing is lost or paid twice meanwhile."
+    ), said
+
+
+AUTH = "Ember refused our credentials; check EMBER_TOKEN"

@@ -101,3 +101,22 @@ def test_what_a_repair_did_is_said_when_the_database_refuses_its_record(
     assert "This check was not kept for the admin's page: the database refused it (" in out
     assert originals.file_sha256(file_of(asset)) == asset.sha256
     assert not ScrubReport.objects.exists()
+
+
+def test_a_generated_original_the_archive_refuses_from_a_backup_is_not_asked_of_ember(
+    ember, monkeypatch, tmp_path
+):
+    """Found by a re-review: after the archive refused the backup's good copy, the repair
+    asked Ember, and then advised "restore it from another backup"."""
+    asset = generated(7)
+    backup = a_backup_holding(tmp_path, asset)
+    file_of(asset).unlink()
+    fetched = ember_sends(ember, backup.joinpath("originals", file_of(asset).name).read_bytes())
+    the_archive_refuses(monkeypatch, errno.EPERM, "Operation not permitted")
+
+    code, out = check("--repair", "--from-backup", str(backup))
+
+    assert code == 1
+    said = REFUSED.format(cause="Operation not permitted")
+    assert f"not repaired: {file_of(asset).name} ({said})" in out, out
+    assert "another backup" not in out and fetched.call_count == 0

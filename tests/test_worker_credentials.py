@@ -12,7 +12,8 @@ import pytest
 from django.utils import timezone
 
 from studio.models import Task, TaskState
-from studio.phrases import AUTH_PHASE
+from studio.phrases import AUTH_PHASE, COPYING_PHASE, QUEUED_PHASE
+from studio.worker import credentials
 from studio.worker.credentials import AUTH_BACKOFF
 from tests.factories import drain, plan
 from tests.fake_ember import FakeEmber
@@ -65,6 +66,12 @@ def test_a_worker_started_anew_copies_what_waited_on_the_token_at_once(subject, 
     [queued] = plan(subject)
     later = timezone.now() + timedelta(seconds=AUTH_BACKOFF)
     Task.objects.filter(pk=queued.pk).update(next_attempt_at=later, phase=AUTH_PHASE)
+
+    assert credentials.wake(timezone.now()) == 2  # as a worker started anew does
+    queued.refresh_from_db()
+    copy.refresh_from_db()
+    assert (queued.phase, copy.phase) == (QUEUED_PHASE, COPYING_PHASE), "no word of the token"
+    assert queued.next_attempt_at <= timezone.now()
 
     drain(worker)  # the worker started again, its token right now
 

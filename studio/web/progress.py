@@ -24,6 +24,7 @@ from studio.models import (
     TaskState,
 )
 from studio.phrases import (
+    AUTH_PHASE,
     GONE_PHASE,
     MAY_HAVE_REACHED,
     NO_ROW_PHASE,
@@ -285,6 +286,11 @@ def turn_words(tasks: list[Task], *, worker_running: bool, away: bool) -> str:
 def ember_away(tasks: list[Task]) -> bool:
     """Say whether the last request of a task still under way could not reach Ember."""
     return any(t.state in STOPPABLE and t.phase.startswith(UNREACHABLE) for t in tasks)
+
+
+def token_refused(tasks: list[Task]) -> bool:
+    """Say whether a task waits because Ember refused Avatars' credentials (EMBER_TOKEN)."""
+    return any(t.state in STOPPABLE and t.phase.startswith(AUTH_PHASE) for t in tasks)
 
 
 def ember_busy(tasks: list[Task]) -> bool:

@@ -13,8 +13,8 @@ from django.db.models import F
 from django.utils import timezone
 
 from studio.ember.errors import EmberAuthError
-from studio.models import ACTIVE, Task, TaskState
-from studio.phrases import AUTH_PHASE
+from studio.models import Task, TaskState
+from studio.phrases import AUTH_PHASE, COPYING_PHASE, GENERATING_PHASE, QUEUED_PHASE
 from studio.store import move
 
 AUTH_BACKOFF = 300.0  # seconds; wrong credentials will not fix themselves quickly
@@ -31,10 +31,22 @@ def wait(task: Task, exc: EmberAuthError) -> Task:
     )
 
 
+# What a task woken from its wait says again, by state.
+AWAKE = {
+    TaskState.QUEUED: QUEUED_PHASE,
+    TaskState.RUNNING: GENERATING_PHASE,
+    TaskState.COPYING: COPYING_PHASE,
+}
+
+
 def wake(now: datetime) -> int:
-    """Make the active tasks that wait on Ember's refusal of our credentials due now;
+    """Make the active tasks that wait on Ember's refusal of our credentials due now, their
+    phase no longer naming EMBER_TOKEN (a re-review's said it until their turn came);
     return how many."""
-    waiting = Task.objects.filter(
-        state__in=ACTIVE, phase__startswith=AUTH_PHASE, next_attempt_at__gt=now
+    waiting = Task.objects.filter(phase__startswith=AUTH_PHASE)
+    return sum(
+        waiting.filter(state=state).update(
+            next_attempt_at=now, phase=phase, version=F("version") + 1
+        )
+        for state, phase in AWAKE.items()
     )
-    return waiting.update(next_attempt_at=now, version=F("version") + 1)

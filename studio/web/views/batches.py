@@ -230,6 +230,7 @@ def _worker_words(worker: str, tasks: list[Task], outcome: progress.Outcome) -> 
         # Said above the rows too: on a phone they are screens below (a review's summary
         # said "2 in progress" and nothing more while Ember turned every send away).
         "ember_busy": running and not away and progress.ember_busy(tasks),
+        "token_refused": running and progress.token_refused(tasks),  # a re-review's too
         # The words each queued row waiting its turn shows: the poll sends them again when
         # they change (Ember away, the worker stopped), without swapping the rows.
         "turn": progress.turn_words(tasks, worker_running=running, away=away),
