@@ -17,6 +17,7 @@ from tests.factories import (
     history_route,
     history_row,
     png_bytes,
+    resubmitted_and_done,
     uncertain,
 )
 from tests.task_rows import row_of
@@ -208,3 +209,18 @@ def test_once_ember_cannot_be_asked_it_asks_about_none_of_the_rest(subject, embe
     assert "Ember was not asked about the other 2 tasks, left as they are." in said, said
     assert said.splitlines()[-1].endswith("3 Ember could not be asked about.")
     assert {row_of(task).state for task in tasks} == {TaskState.UNCERTAIN}
+
+
+def test_an_answer_about_one_task_does_not_stop_the_others_being_asked(subject, ember):
+    """Found by a re-review: an unusable answer about the oldest task (Ember did answer)
+    stopped every run before the others, each saying to run again when Ember answers."""
+    first = resubmitted_and_done(subject)  # done, its first send's answer lost
+    second = uncertain(a_task(subject))
+    ember.get(HISTORY, params={"task_id": str(first.pk)}).respond(200, content=b"not json")
+    history_route(ember, second, [history_row(second)])
+
+    said, ended = run_reconcile(str(first.pk), str(second.pk))
+
+    assert "Ember was not asked about the other" not in said, said
+    assert row_of(second).state == TaskState.COPYING
+    assert ended is not None and "Ember could not be asked about 1 task" in str(ended), said
