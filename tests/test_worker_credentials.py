@@ -83,3 +83,35 @@ def test_a_worker_started_anew_copies_what_waited_on_the_token_at_once(subject, 
     )
     assert fake.charges(str(copy.pk)) == 1, "the copy waited; nothing was sent again"
     assert len(fake.submits) == 2 and fake.release_route.call_count == 2
+
+
+def test_a_poll_refused_for_our_token_waits_and_never_runs_into_the_poll_bound(
+    subject, ember, worker
+):
+    """Found by a re-review: each refused poll counted towards the 30-minute bound, and a
+    job Ember had finished went `uncertain` for a person to reconcile."""
+    fake = FakeEmber(ember)
+    real_poll = fake._poll
+    refusing = [True]
+
+    def poll(request, job_id):
+        return httpx.Response(401, json=REFUSED) if refusing[0] else real_poll(request, job_id)
+
+    fake.poll_route.mock(side_effect=poll)
+    [task] = plan(subject)
+    worker.poll_bound = 0.0  # every poll is past the bound: one refused must not end it
+
+    drain(worker)
+
+    task.refresh_from_db()
+    assert task.state == TaskState.RUNNING, (task.state, task.phase, task.error)
+    assert task.phase == f"{AUTH_PHASE}; the job is asked about again then"
+    assert fake.poll_route.call_count == 1
+
+    refusing[0] = False
+    assert credentials.wake(timezone.now()) == 1  # a worker started with the right token
+    drain(worker)
+
+    task.refresh_from_db()
+    assert task.state == TaskState.DONE, (task.state, task.phase)
+    assert fake.charges(str(task.pk)) == 1

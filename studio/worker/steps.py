@@ -271,6 +271,9 @@ class Steps:
             except EmberNotFound:
                 await db(_rest_unknown)(task)
                 return False
+            except EmberAuthError as exc:
+                await db(credentials.wait)(task, exc)  # the token's fault: no bound counted
+                return False
             except EmberError as exc:
                 task = await self._poll_failed(task, exc)
             else:
