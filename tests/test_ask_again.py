@@ -41,6 +41,8 @@ def test_the_batch_page_leads_to_a_form_asking_again_for_the_failed_images_only(
     assert said == "Ask again for the 3 failed images in a new batch…", said
     href = re.search(r'href="([^"]+)" data-testid="ask-again"', summary.content.decode())
     assert href, "no link"
+    # Each failed row leads there too: the rows are what changes live.
+    assert summary.content.decode().count('data-testid="ask-again-row"') == 3
 
     form = signed_in.get(href.group(1).replace("&amp;", "&"))
     page = form.content.decode()

@@ -1,4 +1,5 @@
-"""A new batch filled in to ask again for a batch's failed images (the batch page links here).
+"""A new batch filled in to ask again for a batch's failed images (the batch page and its
+failed rows link here).
 
 A job that failed at Ember is not sent again by itself (it may have been paid for): a person
 asks again in a new batch, whose button names the spend before anything is paid. A review

@@ -17,7 +17,7 @@ def test_failed_images_are_asked_for_again_from_the_batch_page(page: Page, studi
     finally:
         studio.configure_ember(fail_jobs=0)
 
-    page.get_by_test_id("ask-again").click()
+    page.get_by_test_id("ask-again-row").first.click()  # live, on a failed row
 
     expect(page.get_by_test_id("again")).to_contain_text("ask again for the 2 images")
     expect(page.get_by_label("Prompt", exact=True)).to_have_value("Bo, two of three fail")
