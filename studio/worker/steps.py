@@ -247,8 +247,7 @@ class Steps:
         `sent`: when the submit of a job this coroutine sent (and Ember accepted) went
         out; only those teach the pacing. Poll errors are transient (docs/ember.md) and
         shown on the task. The bound applies only after an answer that does not end the
-        job: a worker back from a long outage asks Ember first, since the job may well
-        have finished.
+        job: a worker back from a long outage asks Ember first (it may well have finished).
         """
         assert task.submitted_at is not None
         start = sent or task.submitted_at
