@@ -40,9 +40,6 @@ class Finding:
         return f"{verdict}: {self.name} ({self.outcome})"
 
 
-ARCHIVE_REFUSED = "the archive's disk refused it"
-
-
 class ArchiveRefused(Exception):
     """The archive would not take an original a repair put back (its disk full, read-only,
     its folder not writable): the backup or Ember that had it is not to blame."""
@@ -58,6 +55,6 @@ def put_back(finding: Finding, data: bytes) -> None:
         originals.put_back(data, sha256=finding.sha256, mime=finding.mime)
     except OSError as exc:
         raise ArchiveRefused(
-            f"{ARCHIVE_REFUSED} ({exc.strerror or exc}): see to that disk, then run "
+            f"the archive's disk refused it ({exc.strerror or exc}): see to that disk, then run "
             "check_originals --repair again"
         ) from None

@@ -298,7 +298,11 @@ def repair(scrub: Scrub, *, backup: Path | None = None) -> None:
     if backup is not None:
         for finding in scrub.findings:
             if finding.kind == UNCOPIED:
-                finding.repaired, finding.outcome = from_backup_as_any_type(finding, backup)
+                try:
+                    finding.repaired, finding.outcome = from_backup_as_any_type(finding, backup)
+                except findings.ArchiveRefused as exc:  # no later backup would do better
+                    finding.repaired, finding.outcome = False, str(exc)
+                    continue
                 finding.outcome += (
                     f"; reconcile task {finding.task} to finish its copy"
                     if finding.repaired
@@ -345,9 +349,12 @@ def repair_finding(
         return found
     if backup is None:
         return repair_one(finding, runner, client)
-    put, said = from_backup(finding, backup)
-    if put or not finding.image_ids or said.startswith(findings.ARCHIVE_REFUSED):
-        return put, said  # the archive refusing the backup's good copy would refuse Ember's
+    try:
+        put, said = from_backup(finding, backup)
+    except findings.ArchiveRefused as exc:  # it would refuse Ember's copy as well
+        return False, str(exc)
+    if put or not finding.image_ids:
+        return put, said
     return repair_one(finding, runner, client, instead=said)  # Ember may still have it
 
 
@@ -368,13 +375,15 @@ def from_link(finding: Finding, path: Path) -> tuple[bool, str] | None:
 
 
 def from_backup(finding: Finding, backup: Path) -> tuple[bool, str]:
-    """Put one original back from a backup folder; say whether it worked, and how or why not."""
+    """Put one original back from a backup folder; say whether it worked, and how or why not.
+
+    findings.ArchiveRefused goes to the caller: the backup is not to blame, and neither
+    another backup nor Ember would get past the archive.
+    """
     try:
         findings.put_back(finding, originals.read_regular(backup / "originals" / finding.name))
     except FileNotFoundError:
         return False, f"not in the backup {backup} either"
-    except findings.ArchiveRefused as exc:
-        return False, str(exc)
     except (
         originals.ChecksumFailed,
         originals.NotAnImage,
