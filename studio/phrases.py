@@ -69,3 +69,12 @@ GENERATING_PHASE = "Ember is generating"
 # A task that waits because Ember refused our credentials (401/403): a queued one's phase,
 # and a copy's (`worker/credentials.py`), which a worker started anew makes due at once.
 AUTH_PHASE = "Ember refused our credentials; check EMBER_TOKEN"
+# How a phase says the worker tries again by itself, after a refusal that proves nothing
+# was accepted: Ember's own words beside it ("retry later") read as if the person had to
+# (a review). The batch page drops it from the row and says when instead.
+RETRIES_ITSELF = "; will try again"
+# A task Ember turned away as busy: the start of its phase, which the batch page notes
+# above the rows too.
+BUSY = "Ember is busy"
+BUSY_PHASE = BUSY + RETRIES_ITSELF
+UNREACHABLE_PHASE = UNREACHABLE + RETRIES_ITSELF

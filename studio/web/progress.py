@@ -25,11 +25,13 @@ from studio.models import (
 )
 from studio.phrases import (
     AUTH_PHASE,
+    BUSY,
     GONE_PHASE,
     MAY_HAVE_REACHED,
     NO_ROW_PHASE,
     RECONCILE_PHASE,
     REFERENCE_CHANGED,
+    RETRIES_ITSELF,
     UNREACHABLE,
 )
 
@@ -118,11 +120,6 @@ DASH = "\u2013"  # an en dash between the progress and the title in the tab
 CLASS_NAME = re.compile(r"\s*\((?:[A-Z][a-z0-9]+){2,}\)")
 
 
-# A phase that says the worker tries again by itself (a back-off after a refusal that
-# proves nothing was accepted): Ember's own words beside it ("retry later") read as if the
-# person had to (a review). They stay on the task, for the API and the admin.
-RETRIES_ITSELF = "; will try again"
-BUSY = "Ember is busy"  # the phase a task Ember turned away as busy waits with
 # Sent again, from the start: an error left from the try before is no longer what happens
 # (a review saw "Sending to Ember" beside "Ember is busy; retry later").
 TRIED_AFRESH = (TaskState.PREPARING, TaskState.SUBMITTING)

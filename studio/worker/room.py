@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 from django.conf import settings
 from django.utils import timezone
 
-from studio import originals
+from studio import originals, phrases
 
 log = logging.getLogger("studio.worker")
 
@@ -121,10 +121,10 @@ def _said(exc: OSError) -> str:
 def held(why: str) -> tuple[str, datetime]:
     """Return a held-back task's phase (what a person reads beside it) and when it is due.
 
-    Ending as every back-off's phase ends ("; will try again"): the batch page works out
+    Ending as every back-off's phase ends (`phrases.RETRIES_ITSELF`): the batch page works out
     how long is left from the due time, as a figure kept in the phase would go stale.
     """
-    phase = f"Not sent: the archive could not keep the image ({why}); will try again"
+    phase = f"Not sent: the archive could not keep the image ({why}){phrases.RETRIES_ITSELF}"
     return phase, timezone.now() + WAIT
 
 

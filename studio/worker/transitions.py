@@ -207,11 +207,11 @@ def _record_refusal(task: Task, exc: EmberError, number: int) -> Task:
 def _not_accepted(exc: EmberError) -> tuple[float, str] | None:
     """Return (seconds to wait, phase) for an answer proving nothing was accepted, else None."""
     if isinstance(exc, EmberUnavailable):
-        return UNREACHABLE_BACKOFF, f"{phrases.UNREACHABLE}; will try again"
+        return UNREACHABLE_BACKOFF, phrases.UNREACHABLE_PHASE
     if isinstance(exc, EmberBusy):
         # No figure: stored text would still say "in 40 s" long after; the batch page
         # counts down from next_attempt_at instead.
-        return exc.retry_after, "Ember is busy; will try again"
+        return exc.retry_after, phrases.BUSY_PHASE
     if isinstance(exc, EmberAuthError):
         return AUTH_BACKOFF, phrases.AUTH_PHASE
     return None
@@ -419,7 +419,7 @@ def _postpone(task_id: str, error: str) -> None:
 # --- the wake-up table (§6.2) ---------------------------------------------------------
 
 STRANDED = (TaskState.PREPARING, TaskState.SUBMITTING)  # states that only a coroutine holds
-NOT_SENT_PHASE = "Ember did not take it; will try again"
+NOT_SENT_PHASE = "Ember did not take it" + phrases.RETRIES_ITSELF
 
 
 def _wake_stranded(
