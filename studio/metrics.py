@@ -7,8 +7,10 @@ server. Figures the database already knows are read at scrape time instead
 (`studio.web.metrics`).
 """
 
+import contextlib
 import errno
 import os
+import sys
 from pathlib import Path
 
 from django.conf import settings
@@ -22,6 +24,11 @@ if not getattr(values.ValueClass, "_multiprocess", False):
         "load Django's settings first."
     )
 
+# The commands whose figures /metrics serves: a web server's and the worker's. Any other
+# `manage.py` command (backup, check_originals, reconcile, restore...) counts alone when its
+# files cannot be made, rather than refuse to start: an operator reaches for them on a
+# full or read-only disk (a review found every one of them refused there).
+SERVED_COMMANDS = frozenset({"run_worker", "demo", "runserver"})
 KINDS = ("counter", "histogram")  # the figure files of one process: `<kind>_<pid>.db`
 ROOM = 1 << 18  # bytes each is given on disk at start-up: over a thousand labelled figures
 
@@ -73,10 +80,32 @@ def give_room() -> None:
         except OSError as exc:
             # A read-only disk too: every command died on it with a traceback (a review).
             fix = "free space on its disk" if exc.errno == errno.ENOSPC else "let it be written"
-            raise ImproperlyConfigured(
-                f"The figures for /metrics cannot be kept in {folder} ({exc.strerror}): "
-                f"{fix}, or set AVATARS_METRICS_DIR to a folder on another disk."
-            ) from None
+            said = f"The figures for /metrics cannot be kept in {folder} ({exc.strerror})"
+            if served(sys.argv):
+                raise ImproperlyConfigured(
+                    f"{said}: {fix}, or set AVATARS_METRICS_DIR to a folder on another disk."
+                ) from None
+            count_alone(folder, said)
+            return
+
+
+def served(argv: list[str]) -> bool:
+    """Whether /metrics serves the figures of the process run as `argv`.
+
+    Anything but a `manage.py` command (uvicorn, a test run) is taken as served.
+    """
+    if Path(argv[0]).name != "manage.py" or len(argv) < 2:
+        return True
+    return argv[1] in SERVED_COMMANDS
+
+
+def count_alone(folder: Path, said: str) -> None:
+    """Let this process's figures live in its memory only, and say so on stderr."""
+    values.ValueClass = values.MutexValue
+    for kind in KINDS:  # one made before the other failed would be named unreadable
+        with contextlib.suppress(OSError):
+            (folder / f"{kind}_{os.getpid()}.db").unlink(missing_ok=True)
+    print(f"{said}: this command's figures are not kept for /metrics.", file=sys.stderr)
 
 
 def room(path: Path) -> None:

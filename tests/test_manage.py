@@ -1,5 +1,6 @@
 """`manage.py` itself: what reaches an operator when a command's database fails mid-way."""
 
+import os
 import runpy
 import signal
 import subprocess
@@ -63,3 +64,49 @@ def test_a_ctrl_c_no_command_had_yet_ends_by_the_signal_with_a_sentence():
 
     assert done.returncode == -signal.SIGINT, (done.returncode, done.stderr)
     assert done.stderr == "Interrupted (Ctrl-C).\n"
+
+
+# The metrics folder's disk full as the process starts: its figure files cannot be given
+# their room (`studio.metrics.give_room`). argv after `-c` names the command.
+FULL_METRICS_DISK = """
+import errno, os, runpy, sys
+def full(fd, offset, length):
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+os.posix_fallocate = full
+sys.argv = ["manage.py", *sys.argv[1:]]
+runpy.run_path("manage.py", run_name="__main__")
+"""
+
+
+def test_an_operators_command_runs_on_a_full_metrics_disk_and_the_worker_refuses(tmp_path):
+    """Found by a review: on a full disk every command refused to start for want of room
+    for its figures, check_originals and backup among them, the tools for that very day.
+    They count alone and say so; the worker, whose figures /metrics serves, still refuses."""
+    folder = tmp_path / "metrics"
+    env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
+    env.update(AVATARS_DATA_DIR=str(tmp_path), AVATARS_METRICS_DIR=str(folder))
+
+    def manage(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-c", FULL_METRICS_DISK, *args],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    said = f"The figures for /metrics cannot be kept in {folder} (No space left on device)"
+    for args in (["migrate"], ["check_originals"]):
+        done = manage(*args)
+        assert done.returncode == 0, (args, done.stdout, done.stderr)
+        assert f"{said}: this command's figures are not kept for /metrics." in done.stderr
+    assert "Checked 0 original" in done.stdout, done.stdout
+    assert list(folder.iterdir()) == [], "a command that counts alone left figure files"
+
+    worker = manage("run_worker", "--once")
+    assert worker.returncode == 1, (worker.stdout, worker.stderr)
+    assert worker.stderr.strip() == (
+        f"Avatars cannot start: {said}: free space on its disk, or set AVATARS_METRICS_DIR "
+        "to a folder on another disk."
+    )
