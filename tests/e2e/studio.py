@@ -189,6 +189,21 @@ def go(page: Page, name: str) -> None:
     page.wait_for_load_state("domcontentloaded")
 
 
+def add_subject(page: Page, name: str) -> None:
+    """Add a subject from the Subjects page, to its own page being shown."""
+    go(page, "Subjects")
+    page.get_by_label("New subject").fill(name)
+    page.get_by_role("button", name="Add subject").click()
+    expect(page.get_by_role("heading", name=name, exact=True)).to_be_visible()
+
+
+def open_subject(page: Page, name: str) -> None:
+    """Open a subject's page from the Subjects page."""
+    go(page, "Subjects")
+    page.get_by_role("link", name=name, exact=True).click()
+    expect(page.get_by_role("heading", name=name, exact=True)).to_be_visible()
+
+
 def portrait_png(path: Path) -> Path:
     img = Image.new("RGB", (320, 240), (236, 214, 190))
     draw = ImageDraw.Draw(img)

@@ -13,6 +13,7 @@ from playwright.sync_api import Page, expect
 from tests.e2e.studio import (
     SLOW,
     Studio,
+    add_subject,
     asset_ids_on,
     go,
     loaded_thumbnails,
@@ -33,10 +34,7 @@ PUBLISH_WAITS = "1 chosen image still lacks Ember history; publishing waits for 
 def test_it_uploads_a_photo_and_watches_a_batch_finish_without_a_reload(page: Page, tmp_path: Path):
     sign_in(page)
 
-    go(page, "Subjects")
-    page.get_by_label("New subject").fill("Ada")
-    page.get_by_role("button", name="Add subject").click()
-    expect(page.get_by_role("heading", name="Ada")).to_be_visible()
+    add_subject(page, "Ada")
     page.get_by_label("Add a reference photo").set_input_files(portrait_png(tmp_path / "ada.png"))
     page.get_by_role("button", name="Upload").click()
     expect(page.get_by_text("Added ada.png to Ada's photos.")).to_be_visible()

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from playwright.sync_api import Page, expect
 
-from tests.e2e.studio import fill_batch, go, sign_in, start_button
+from tests.e2e.studio import fill_batch, go, open_subject, sign_in, start_button
 
 RESUBMIT = re.compile("Confirm Form Resubmission|ERR_CACHE_MISS", re.IGNORECASE)
 
@@ -52,8 +52,7 @@ def test_back_onto_a_refused_photo_is_the_subject_page_not_a_resubmission(
     page: Page, tmp_path: Path
 ):
     sign_in(page)
-    go(page, "Subjects")
-    page.get_by_role("link", name="Bo", exact=True).click()
+    open_subject(page, "Bo")
     subject_url = page.url
     notes = tmp_path / "notes.txt"
     notes.write_text("not a photo")

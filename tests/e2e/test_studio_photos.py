@@ -15,9 +15,9 @@ from playwright.sync_api import Page, expect
 from tests.e2e.studio import (
     PASSWORD,
     USERNAME,
+    add_subject,
     audit,
     fits_the_screen,
-    go,
     screenshot,
     sign_in,
     size,
@@ -37,10 +37,7 @@ def test_several_photos_chosen_at_once_are_each_added_or_refused_in_words(
     person: Page, tmp_path: Path
 ):
     name = f"Fay at {size(person)}"
-    go(person, "Subjects")
-    person.get_by_label("New subject").fill(name)
-    person.get_by_role("button", name="Add subject").click()
-    expect(person.get_by_role("heading", name=name, exact=True)).to_be_visible()
+    add_subject(person, name)
     notes = tmp_path / "notes.png"
     notes.write_text("a shopping list, not a photo")
     shade = len(size(person))  # each size photos of its own: the same bytes are one photo
@@ -74,10 +71,7 @@ def test_photos_sent_after_the_sign_in_ran_out_are_said_not_uploaded(page: Page,
     """Found by a re-review: the script took the sign-in page's redirect for a photo taken,
     and went on sending the rest, each into the same refusal."""
     sign_in(page)
-    go(page, "Subjects")
-    page.get_by_label("New subject").fill("Gus")
-    page.get_by_role("button", name="Add subject").click()
-    expect(page.get_by_role("heading", name="Gus", exact=True)).to_be_visible()
+    add_subject(page, "Gus")
     chosen = [photo(tmp_path / f"{n}.png", (20, 40 * n, 90)) for n in (1, 2)]
     page.context.clear_cookies(name="sessionid")  # the sign-in runs out, the page open
 

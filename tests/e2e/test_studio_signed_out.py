@@ -15,6 +15,7 @@ from tests.e2e.studio import (
     fill_batch,
     fits_the_screen,
     go,
+    open_subject,
     plan_batch,
     portrait_png,
     sign_in,
@@ -148,8 +149,7 @@ def test_a_photo_sent_after_the_sign_in_expired_leads_back_to_its_subject(
     page: Page, tmp_path: Path
 ):
     sign_in(page)
-    go(page, "Subjects")
-    page.get_by_role("link", name="Bo", exact=True).click()
+    open_subject(page, "Bo")
     subject = page.url
     page.get_by_label("Add a reference photo").set_input_files(portrait_png(tmp_path / "late.png"))
     sign_out_behind_their_back(page)

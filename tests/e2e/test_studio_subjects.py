@@ -8,7 +8,15 @@ from pathlib import Path
 
 from playwright.sync_api import Page, expect
 
-from tests.e2e.studio import audit, fits_the_screen, go, portrait_png, screenshot, sign_in
+from tests.e2e.studio import (
+    add_subject,
+    audit,
+    fits_the_screen,
+    open_subject,
+    portrait_png,
+    screenshot,
+    sign_in,
+)
 
 
 def check(page: Page, name: str) -> None:
@@ -38,10 +46,7 @@ def every_target_takes_a_finger(page: Page) -> None:
 def test_it_asks_before_removing_a_photo_and_a_subject_at_phone_size(phone: Page, tmp_path: Path):
     page = phone
     sign_in(page)
-    go(page, "Subjects")
-    page.get_by_label("New subject").fill("Dee")
-    page.get_by_role("button", name="Add subject").click()
-    expect(page.get_by_role("heading", name="Dee", exact=True)).to_be_visible()
+    add_subject(page, "Dee")
     expect(page.get_by_text("up to 25 MB")).to_be_visible()
     page.get_by_label("Add a reference photo").set_input_files(portrait_png(tmp_path / "dee.png"))
     page.get_by_role("button", name="Upload").click()
@@ -88,8 +93,7 @@ def test_it_asks_before_removing_a_photo_and_a_subject_at_phone_size(phone: Page
 def test_a_photo_past_the_limit_gets_a_page_of_the_studio_leading_back(page: Page, tmp_path: Path):
     """Found by a review: a bare text page about "the request body" left the studio."""
     sign_in(page)
-    go(page, "Subjects")
-    page.get_by_role("link", name="Bo", exact=True).click()
+    open_subject(page, "Bo")
     subject_url = page.url
     huge = tmp_path / "huge.png"
     huge.write_bytes(b"\0" * (27 * 1024 * 1024))
@@ -109,10 +113,7 @@ def test_a_refused_photo_is_said_on_its_field_with_the_focus_there(page: Page, t
     """Found by a review: "The file is not a PNG, JPEG, WebP or GIF image." showed under the
     form, the field neither marked invalid nor pointing at it, and the focus on the page."""
     sign_in(page)
-    go(page, "Subjects")
-    page.get_by_label("New subject").fill("Eve")
-    page.get_by_role("button", name="Add subject").click()
-    expect(page.get_by_role("heading", name="Eve", exact=True)).to_be_visible()
+    add_subject(page, "Eve")
     not_a_photo = tmp_path / "notes.png"
     not_a_photo.write_text("a shopping list, not a photo")
 
