@@ -7,11 +7,15 @@ backup's copy was "corrupt"; freeing room and running the repair again was all i
 """
 
 import errno
+import hashlib
 
 import pytest
 
 from studio import originals, scrub
-from studio.models import ScrubReport
+from studio.models import ScrubReport, TaskState
+from studio.phrases import GONE_PHASE
+from studio.store import move
+from tests.factories import a_task, ember_result, png_bytes
 from tests.scrub_parts import a_backup_holding, check, ember_sends, file_of, generated, uploaded
 from tests.sqlite_errors import sqlite_error
 
@@ -120,3 +124,30 @@ def test_a_generated_original_the_archive_refuses_from_a_backup_is_not_asked_of_
     said = REFUSED.format(cause="Operation not permitted")
     assert f"not repaired: {file_of(asset).name} ({said})" in out, out
     assert "another backup" not in out and fetched.call_count == 0
+
+
+def test_a_lost_tasks_original_the_archive_refuses_from_a_backup_asks_for_the_disk_only(
+    subject, ember, monkeypatch, tmp_path
+):
+    """The read-through's twin of the case above, for a task whose copy failed with Ember's
+    image gone: the refusal was followed by ": try a later backup", which no backup helps."""
+    data = png_bytes(9)
+    task = move(
+        a_task(subject),
+        TaskState.COPY_FAILED,
+        ember_job_id="job_9",
+        result=ember_result("img_9", "hist_9", data=data),
+        phase=GONE_PHASE,
+    )
+    name = f"{hashlib.sha256(data).hexdigest()}.png"
+    backup = tmp_path / "backup"
+    (backup / "originals").mkdir(parents=True)
+    (backup / "originals" / name).write_bytes(data)
+    the_archive_refuses(monkeypatch, errno.ENOSPC, "No space left on device")
+
+    code, out = check("--repair", "--from-backup", str(backup))
+
+    said = REFUSED.format(cause="No space left on device")
+    assert f"not repaired: {name} ({said})" in out, out
+    assert "later backup" not in out and f"reconcile task {task.pk}" not in out, out
+    assert not ember.calls and code == 0, out
