@@ -5,7 +5,7 @@ A 24-megapixel JPEG goes through the API over uvicorn (`POST
 stripping, decode with caps, hash, write once with fsync, the row). The floor is
 what any store must do with the same bytes in one process: Pillow's decode,
 SHA-256, write and fsync. Rounds alternate between the two; each upload is a
-new photo (its EXIF description names its round), so none is answered as a repeat.
+new photo (its JFIF density names its round), so none is answered as a repeat.
 """
 
 import hashlib
@@ -71,17 +71,15 @@ def _photo() -> bytes:
 
 
 def _variant(photo: bytes, index: int) -> bytes:
-    """Return the photo with an EXIF description naming the round: new bytes, same pixels.
+    """Return the photo with a JFIF density naming the round: new bytes, same pixels.
 
-    In EXIF, as a camera writes it (no location in it): the upload keeps that block as it
-    is. A comment, as before, is taken out with the location, which left every round's
-    photo the same bytes, and the store checked each once more for having changed.
+    A density is kept by the upload as it is. An EXIF description was, until the location
+    stripping came to keep nothing of EXIF but the orientation; a comment, before that,
+    was taken out too: either left every round's photo the same bytes, answered as a repeat.
     """
-    exif = Image.Exif()
-    exif[0x010E] = f"round {index}"  # ImageDescription
-    body = b"Exif\x00\x00" + exif.tobytes()
-    segment = b"\xff\xe1" + (len(body) + 2).to_bytes(2, "big") + body
-    return photo[:2] + segment + photo[2:]
+    assert photo.startswith(b"\xff\xd8\xff\xe0") and photo[6:11] == b"JFIF\x00", photo[:16]
+    dots = 72 + index  # per inch, across and down
+    return photo[:13] + bytes([1]) + dots.to_bytes(2, "big") * 2 + photo[18:]
 
 
 def _stage(ctx: Context, body: bytes) -> Path:

@@ -1,13 +1,12 @@
 """Stripping a JPEG of what may say where it was taken, losslessly (studio/metadata.py).
 
 Its first picture is walked as Pillow reads its header and as a decoder reads its scans
-(`jpeg.later_parts`), to its end-of-image marker. On the way the GPS directory of its
-first EXIF block is emptied in place (the rest of the block stays valid: orientation,
-camera and date survive); every further EXIF block of its header goes (Pillow joins them
-to the first, and a GPS directory can sit across the two; one between scans, which Pillow
-does not read, only has its GPS emptied); every comment and every application segment
-`JPEG_KEPT` does not name goes whole. What follows the picture (a phone's trailer, a
-motion photo's video, which may say where it was filmed) goes too.
+(`jpeg.later_parts`), to its end-of-image marker. On the way its first EXIF block is cut
+down in place to the orientation (studio/tiff_places.py); every further EXIF block of its
+header goes (Pillow joins them to the first, and a place could sit across the two; one
+between scans, which Pillow does not read, is cut down too); every comment and every
+application segment `JPEG_KEPT` does not name goes whole. What follows the picture (a
+phone's trailer, a motion photo's video, which may say where it was filmed) goes too.
 
 A multi-picture file (an MPO, a phone's depth map or HDR gain map beside the photo) is one
 whose first picture's header holds an index (`studio/mpf.py`; Pillow reads the last) of
@@ -24,7 +23,7 @@ from collections.abc import Iterator
 
 from studio import jpeg, mpf
 from studio.splice import Splice
-from studio.tiff_places import TIFF_HEADER_SIZE, empty_gps
+from studio.tiff_places import keep_orientation
 
 EXIF_HEADER = b"Exif\x00\x00"
 SOI = b"\xff\xd8"
@@ -177,7 +176,7 @@ def _replacements(
     data: bytes | bytearray, segments: list[Segment], *, keep_sizes: bool
 ) -> Iterator[tuple[int, int, bytes]]:
     """Yield (start, end, replacement) for each of `segments` (in order) that changes, as
-    `_replacement` says; only the first EXIF block of those given is kept (its GPS emptied):
+    `_replacement` says; only the first EXIF block of those given is kept (cut down):
     Pillow joins a header's further EXIF segments to it."""
     exif = False
     for marker, start, end in segments:
@@ -197,10 +196,8 @@ def _replacement(
     """
     marker = data[pos + 1]
     if marker == JPEG_APP1 and data.startswith(EXIF_HEADER, pos + 4, end) and not exif_before:
-        if end - pos < 4 + len(EXIF_HEADER) + TIFF_HEADER_SIZE:
-            return None  # no room for a directory: the EXIF reader finds nothing in it
         segment = bytearray(data[pos:end])
-        return bytes(segment) if empty_gps(segment, 4 + len(EXIF_HEADER)) else None
+        return bytes(segment) if keep_orientation(segment, 4 + len(EXIF_HEADER)) else None
     if any(data.startswith(kept, pos + 4, end) for kept in JPEG_KEPT.get(marker, ())):
         return None
     return bytes(data[pos : pos + 4]) + b" " * (end - pos - 4) if keep_sizes else b""
@@ -223,8 +220,8 @@ def _skip_fill(data: bytes | bytearray, pos: int) -> int:
 
 def _searched(rest: bytes) -> bytes:
     """Strip, without moving a byte, the APP1 segments found by searching `rest` (what
-    follows the first picture of a multi-picture file whose index cannot be read): the GPS
-    directory is emptied in place and an XMP packet is overwritten with spaces. The first
+    follows the first picture of a multi-picture file whose index cannot be read): EXIF is
+    cut down in place to the orientation and an XMP packet is overwritten with spaces. The first
     picture's compressed data cannot hold these bytes: within a scan 0xFF is followed by
     0x00 or a restart marker only.
     """
@@ -237,7 +234,7 @@ def _searched(rest: bytes) -> bytes:
         end = min(len(out), start + 2 + int.from_bytes(found[1], "big"))
         if out.startswith(EXIF_HEADER, start + 4):
             segment = out[start:end]
-            if empty_gps(segment, 4 + len(EXIF_HEADER)):
+            if keep_orientation(segment, 4 + len(EXIF_HEADER)):
                 out[start:end] = segment
         elif start + 4 < end:
             out[start + 4 : end] = b" " * (end - start - 4)

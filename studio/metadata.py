@@ -3,25 +3,27 @@
 A phone photo carries where it was taken in its EXIF GPS directory and often again in an
 XMP packet; editors add place names (IPTC) and ImageMagick copies EXIF and XMP into PNG
 text chunks as hex. Reference photos are shown to everyone in the studio and sent to
-Ember, so uploads lose all of these before they are hashed and stored:
+Ember, so uploads lose all of these before they are hashed and stored.
 
-- JPEG (studio/jpeg_places.py): the GPS directory of its EXIF is emptied in place (and
-  every other directory's GPS pointer followed, and the XMP, IPTC or Photoshop block an
-  EXIF tag may hold blanked: studio/tiff_places.py), so every other offset in the block
-  stays valid and orientation, camera and date survive; every further EXIF block, every
-  other APP1 (XMP, and EXIF under a header Pillow ignores), every comment and every
-  application segment that says nothing about the pixels go, before the first scan and
-  between scans, and so does what follows the picture (a motion photo's video). In a
-  multi-picture file nothing before its last picture moves: there what goes is blanked in
-  place, and each picture its index names is looked at as the first;
-- PNG: the GPS directory of `eXIf` (or `exIf`, as older ImageMagick named it) is emptied
-  in place (its CRC recomputed); every text chunk (tEXt, zTXt, iTXt) is dropped whole:
-  they hold XMP packets, ImageMagick's "Raw profile type" copies of EXIF, XMP, IPTC or
-  Photoshop resources and its `exif:GPS…` properties, or any words at all, which a reader
-  may show;
-- WebP: the GPS directory of the `EXIF` chunk is emptied in place; the `XMP ` chunk is
-  dropped whole;
-- GIF: the XMP application extension ("XMP DataXMP") and every comment are dropped whole.
+Every format's parts are kept by an allow-list, not dropped by a list of bad ones: a review
+found a place that exiftool reads through five EXIF routes and seven chunks or extensions
+that a list of bad ones had not named. EXIF, wherever it is, is cut down in place to its
+orientation (studio/tiff_places.py), so a phone's photo still shows upright:
+
+- JPEG (studio/jpeg_places.py): the first EXIF block is cut down; every further EXIF
+  block, every other APP1 (XMP, and EXIF under a header Pillow ignores), every comment and
+  every application segment but those that say how to show the pixels go, before the
+  first scan and between scans, and so does what follows the picture (a motion photo's
+  video). In a multi-picture file nothing before its last picture moves: there what goes
+  is blanked in place, and each picture its index names is looked at as the first;
+- PNG: the chunks `PNG_KEPT` names stay and `eXIf` (or `exIf`, as older ImageMagick named
+  it) is cut down (its CRC recomputed); every other chunk goes: text chunks hold XMP
+  packets, ImageMagick's "Raw profile type" copies of EXIF, XMP, IPTC or Photoshop
+  resources and its `exif:GPS…` properties, or any words at all, which a reader may show;
+- WebP: the chunks `WEBP_KEPT` names stay and `EXIF` is cut down; any other goes (`XMP `,
+  C2PA), and the VP8X flag that announced XMP is cleared;
+- GIF: a frame's graphic control and the application extensions `GIF_KEPT` names stay
+  (looping, a colour profile); every other extension (XMP, C2PA, comments) goes.
 
 Whatever follows the picture's end (a PNG's IEND, the WebP's RIFF container, a GIF's
 trailer) goes too, as it does after a JPEG's: no decoder reads it, and readers of metadata
@@ -50,18 +52,31 @@ from studio.chunks import (
 )
 from studio.jpeg_places import strip_jpeg
 from studio.splice import Splice
-from studio.tiff_places import empty_gps
+from studio.tiff_places import keep_orientation
 
 EXIF_HEADER = b"Exif\x00\x00"
 
-# Text chunks are dropped whole; ICC profiles stay: they carry no place and viewers use them.
-PNG_TEXT_CHUNKS = {b"tEXt", b"zTXt", b"iTXt"}
+# The PNG chunks kept: those that make or say how to show the pixels (an animated PNG's
+# too), and EXIF cut down to its orientation. Any other goes: text (XMP, ImageMagick's
+# copies of EXIF and IPTC, any words), the old `tXMP`, compressed EXIF (`zxIf`), C2PA's
+# `caBX`, a maker's own (a review's exiftool read a place from each of those).
+PNG_KEPT = {
+    *(b"IHDR", b"PLTE", b"IDAT", b"IEND", b"tRNS", b"cHRM", b"gAMA", b"iCCP", b"sBIT"),
+    *(b"sRGB", b"cICP", b"mDCv", b"cLLi", b"bKGD", b"hIST", b"pHYs"),
+    *(b"acTL", b"fcTL", b"fdAT"),
+}
 PNG_EXIF = b"exif"  # the chunk's type, whatever its letters' case: `exIf` was ImageMagick's
+# The WebP chunks kept, likewise: XMP, C2PA and any other go, EXIF is cut down.
+WEBP_KEPT = {b"VP8 ", b"VP8L", b"VP8X", b"ALPH", b"ANIM", b"ANMF", b"ICCP"}
+WEBP_EXIF = b"EXIF"
+VP8X_XMP = 0x04  # the VP8X flag that says an XMP chunk follows
 
 GIF_TRAILER = 0x3B
-GIF_XMP_ID = b"XMP DataXMP"  # application identifier and authentication code
-GIF_XMP = b"\xff\x0b" + GIF_XMP_ID  # after the introducer: label, block size, identifier
-COMMENT = b"\xfe"  # after the introducer, the label of a comment: words a reader shows
+GIF_GRAPHIC_CONTROL = 0xF9  # a frame's delay and transparency
+# The GIF application extensions kept, by label, block size and identifier: looping, and
+# a colour profile (Pillow reads it). Any other (XMP, C2PA, a maker's own), every comment
+# and any plain text go.
+GIF_KEPT = tuple(b"\xff\x0b" + name for name in (b"NETSCAPE2.0", b"ANIMEXTS1.0", b"ICCRGBG1012"))
 GIF_BLOCK = re.compile(rb"[\x21\x2c\x3b]")
 
 
@@ -94,34 +109,34 @@ def _png(data: bytes) -> bytes:
         (length,) = struct.unpack_from(">I", data, pos)
         kind = data[pos + 4 : pos + 8]
         end = pos + 12 + length
-        if kind in PNG_TEXT_CHUNKS or kind.lower() == PNG_EXIF:
-            replacement = _png_chunk(data, pos, end, kind)
-            if replacement is not None:
-                kept.replace(pos, end, replacement)
-        elif kind == b"IEND":
+        if kind == b"IEND":
             # Its 12 bytes, whatever length it claims: readers ignore it, and a re-review's
             # IEND claiming 2 GB kept an eXIf after it whole.
             if pos + 12 < size:
                 kept.replace(pos + 12, size)
             break
+        replacement = _png_chunk(data, pos, end, kind)
+        if replacement is not None:
+            kept.replace(pos, end, replacement)
         pos = end
     return bytes(kept.upto(len(data))) if kept.replaced else data
 
 
 def _png_chunk(data: bytes, pos: int, end: int, kind: bytes) -> bytes | None:
     """Return what replaces the chunk at `data[pos:end]`: b"" drops it, None keeps it."""
-    if kind in PNG_TEXT_CHUNKS:
-        return b""
+    if kind in PNG_KEPT:
+        return None
     if kind.lower() == PNG_EXIF:
         chunk = bytearray(data[pos:end])
         # The chunk holds the TIFF block itself, though some writers put a JPEG-style header first.
         start = 8 + (len(EXIF_HEADER) if chunk.startswith(EXIF_HEADER, 8) else 0)
-        if not empty_gps(chunk, start):
+        whole = end <= len(data)  # a chunk cut short by the file's end has no CRC
+        if not keep_orientation(chunk, start, len(chunk) - 4 if whole else None):
             return None
-        if end <= len(data):  # a whole chunk: its CRC covers type and data
+        if whole:  # its CRC covers type and data
             struct.pack_into(">I", chunk, len(chunk) - 4, zlib.crc32(chunk[4:-4]))
         return bytes(chunk)
-    return None
+    return b""
 
 
 # --- WebP --------------------------------------------------------------------------------
@@ -137,25 +152,23 @@ def _webp(data: bytes) -> bytes:
     kept = Splice(data, pos)
     (riff_size,) = struct.unpack_from("<I", data, 4)
     size = max(pos, min(len(data), 8 + riff_size))  # readers ignore what follows the RIFF
-    dropped_xmp = False
     while pos + 8 <= size:
         kind = data[pos : pos + 4]
         (length,) = struct.unpack_from("<I", data, pos + 4)
         end = min(size, pos + 8 + length + (length & 1))  # padded to an even size
-        if kind == b"XMP ":
-            kept.replace(pos, end)
-            dropped_xmp = True
-        elif kind == b"EXIF":
+        if kind == WEBP_EXIF:
             chunk = bytearray(data[pos:end])
             skip = 8 + (len(EXIF_HEADER) if chunk.startswith(EXIF_HEADER, 8) else 0)
-            if empty_gps(chunk, skip):
+            if keep_orientation(chunk, skip, 8 + length):  # not its padding byte
                 kept.replace(pos, end, chunk)
+        elif kind not in WEBP_KEPT:
+            kept.replace(pos, end)
         pos = end
     chunks = kept.upto(pos)
     # A VP8X too short to hold its flags is left for the decoder to refuse (a review's
     # empty one made this a 500).
-    if dropped_xmp and chunks[:4] == b"VP8X" and len(chunks) > 8:
-        chunks[8] &= ~0x04 & 0xFF  # the "has XMP" flag
+    if chunks[:4] == b"VP8X" and len(chunks) > 8:
+        chunks[8] &= ~VP8X_XMP & 0xFF
     riff = b"RIFF" + struct.pack("<I", 4 + len(chunks)) + b"WEBP"
     return riff + bytes(chunks)
 
@@ -164,8 +177,9 @@ def _webp(data: bytes) -> bytes:
 
 
 def _gif(data: bytes) -> bytes:
-    """Drop XMP application extensions, comments and what follows the trailer, walking the
-    blocks as Pillow reads them.
+    """Drop every extension but a frame's graphic control and the kept application
+    extensions (`GIF_KEPT`), and what follows the trailer, walking the blocks as Pillow
+    reads them.
 
     Pillow skips a byte that starts no block, and a block whose sub-blocks run past the
     end of the file simply ends there; such files decode, so they are walked the same
@@ -181,7 +195,7 @@ def _gif(data: bytes) -> bytes:
         kind = data[pos]
         if kind == GIF_EXTENSION:
             end = _gif_sub_blocks_end(data, pos + 2)  # past the introducer and the label
-            if data.startswith(GIF_XMP, pos + 1) or data[pos + 1 : pos + 2] == COMMENT:
+            if not _gif_kept(data, pos + 1):
                 kept.replace(pos, end)
             pos = end
         elif kind == GIF_IMAGE_SEPARATOR:
@@ -200,6 +214,13 @@ def _gif(data: bytes) -> bytes:
     if swallowed:  # a dropped block ran to the end, trailer and all
         out.append(GIF_TRAILER)
     return bytes(out)
+
+
+def _gif_kept(data: bytes, label: int) -> bool:
+    """Say whether the extension whose label is at `data[label]` is kept."""
+    if data[label : label + 1] == bytes([GIF_GRAPHIC_CONTROL]):
+        return True
+    return data.startswith(GIF_KEPT, label)
 
 
 def _gif_first_block(data: bytes) -> int | None:

@@ -47,10 +47,10 @@ def phone_photo(fmt: str) -> bytes:
     return out.getvalue()
 
 
-def camera_photo(fmt: str) -> bytes:
-    """A photo with camera tags but no location."""
+def upright_photo(fmt: str) -> bytes:
+    """A photo whose EXIF holds its orientation alone, as a phone's does once stripped."""
     exif = Image.Exif()
-    exif[0x0110] = "Pixel 9"
+    exif[0x0112] = 6
     out = io.BytesIO()
     Image.new("RGB", (96, 64), (10, 120, 200)).save(out, fmt, exif=exif)
     return out.getvalue()
@@ -67,7 +67,9 @@ def pixels_of(data: bytes) -> bytes:
 
 
 @pytest.mark.parametrize("fmt", ["JPEG", "PNG", "WEBP"])
-def test_it_strips_gps_and_xmp_and_keeps_the_pixels_and_other_tags(fmt):
+def test_it_strips_gps_and_xmp_and_keeps_the_pixels_and_the_orientation_alone(fmt):
+    """EXIF keeps its orientation (a phone's photo would show on its side) and nothing else:
+    a review found places through routes a stripper of GPS directories did not follow."""
     photo = phone_photo(fmt)
     assert gps_of(photo) and b"GPSLatitude" in photo  # the fixture really carries both
 
@@ -77,7 +79,7 @@ def test_it_strips_gps_and_xmp_and_keeps_the_pixels_and_other_tags(fmt):
     assert b"GPSLatitude" not in clean
     assert pixels_of(clean) == pixels_of(photo)
     with Image.open(io.BytesIO(clean)) as img:
-        assert img.getexif()[0x0112] == 6 and img.getexif()[0x0110] == "Pixel 9"
+        assert dict(img.getexif()) == {0x0112: 6}
         img.load()  # still a whole, decodable image
 
 
@@ -93,7 +95,7 @@ def test_a_jpeg_keeps_its_compressed_scan_byte_for_byte():
 @pytest.mark.parametrize("fmt", ["JPEG", "PNG"])
 def test_a_photo_with_nothing_to_strip_is_passed_on_without_a_copy(fmt):
     # An upload is up to 25 MB: each copy of it cost a 24-megapixel upload ~25 ms.
-    photo = camera_photo(fmt)
+    photo = upright_photo(fmt)
 
     assert metadata.strip_location(photo) is photo, "a photo without location was copied"
     with_location = phone_photo(fmt)
@@ -178,7 +180,7 @@ def test_an_upload_is_checked_again_only_when_its_location_was_taken_out(
     # 24-megapixel JPEG), stripped ones again.
     real, seen = originals.precheck, []
     monkeypatch.setattr(originals, "precheck", lambda data: seen.append(data) or real(data))
-    photo = phone_photo("JPEG") if located else camera_photo("JPEG")
+    photo = phone_photo("JPEG") if located else upright_photo("JPEG")
 
     engine.add_reference(subject=make_subject("Ada"), data=photo, file_name="ada.jpg")
 

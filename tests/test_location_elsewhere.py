@@ -7,11 +7,13 @@ stayed in a PNG.
 """
 
 import struct
+import zlib
 
 import pytest
 from PIL import PngImagePlugin
 
 from studio import metadata
+from tests.hostile import png_chunk
 from tests.location_parts import (
     XMP,
     add_text,
@@ -96,3 +98,68 @@ def test_it_blanks_a_non_standard_exif_header_in_a_later_picture_of_an_mpo_in_pl
     clean = metadata.strip_location(photo)
 
     assert b"GPSLatitude" not in clean and len(clean) == len(photo)
+
+
+# --- parts no list of bad ones named: each container keeps what an allow-list names ------
+
+PLACE = b"GPSLatitude=52.5200N Linden Road"  # what each hidden part below says
+C2PA = b'{"exif:GPSLatitude": "52,31.2N"}'
+
+
+def png_carrying(*chunks: bytes) -> bytes:
+    plain = saved(picture(), "PNG")
+    return plain[:33] + b"".join(chunks) + plain[33:]  # after IHDR
+
+
+def webp_carrying(*chunks: bytes) -> bytes:
+    plain = saved(picture(), "WEBP", lossless=True, exif=b"II*\x00\x08\x00\x00\x00\x00\x00")
+    body = plain[12:] + b"".join(chunks)
+    return b"RIFF" + struct.pack("<I", 4 + len(body)) + b"WEBP" + body
+
+
+def riff_chunk(kind: bytes, body: bytes) -> bytes:
+    return kind + struct.pack("<I", len(body)) + body + b"\x00" * (len(body) & 1)
+
+
+def gif_carrying(identifier: bytes, data: bytes) -> bytes:
+    plain = saved(picture("P"), "GIF")
+    extension = b"\x21\xff\x0b" + identifier + bytes([len(data)]) + data + b"\x00"
+    return plain[:-1] + extension + plain[-1:]  # before the trailer
+
+
+ZIPPED = zlib.compress(PLACE)
+HIDDEN = {  # where, and what it holds: each was read by exiftool
+    "PNG tXMP": (png_carrying(png_chunk(b"tXMP", XMP + PLACE)), PLACE),  # the old XMP chunk
+    "PNG zxIf": (png_carrying(png_chunk(b"zxIf", ZIPPED)), ZIPPED),  # compressed EXIF
+    "PNG eXIf compressed": (png_carrying(png_chunk(b"eXIf", b"\x00" + ZIPPED)), ZIPPED),
+    "PNG caBX": (png_carrying(png_chunk(b"caBX", C2PA)), C2PA),  # C2PA's JUMBF
+    "PNG private": (png_carrying(png_chunk(b"prVt", PLACE)), PLACE),  # a maker's own
+    "WebP XMP\\0": (webp_carrying(riff_chunk(b"XMP\x00", XMP + PLACE)), PLACE),
+    "WebP C2PA": (webp_carrying(riff_chunk(b"C2PA", C2PA)), C2PA),
+    "WebP private": (webp_carrying(riff_chunk(b"prVt", PLACE)), PLACE),
+    "GIF C2PA": (gif_carrying(b"C2PA_GIF", C2PA), C2PA),
+    "GIF other application": (gif_carrying(b"ACME1.0\x00\x00\x00\x00", PLACE), PLACE),
+}
+
+
+@pytest.mark.parametrize("where", list(HIDDEN))
+def test_a_part_no_list_names_goes_with_its_place(where):
+    """Found by a review with exiftool as the reader: each of these held a place and was
+    stored as it came. A container now keeps the parts that make its pixels, and EXIF cut
+    down to the orientation; anything else goes."""
+    photo, held = HIDDEN[where]
+    assert held in photo
+
+    clean = metadata.strip_location(photo)
+
+    assert held not in clean
+    assert pixels_of(clean) == pixels_of(photo)
+
+
+def test_an_animated_gif_keeps_its_looping_and_a_webp_its_profile():
+    frames = [picture("P"), picture("P").rotate(180)]
+    gif = saved(frames[0], "GIF", save_all=True, append_images=frames[1:], loop=0, duration=70)
+    webp = saved(picture(), "WEBP", lossless=True, icc_profile=b"\x00" * 128)
+
+    for photo in (gif, webp):
+        assert metadata.strip_location(photo) == photo, "a part that makes the pixels went"
