@@ -6,6 +6,7 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.core.exceptions import DisallowedHost, RequestDataTooBig
 from django.http import HttpRequest, HttpResponse
+from django.http.multipartparser import MultiPartParserError
 from django.template.loader import render_to_string
 from django.urls import include, path
 from django.views import defaults
@@ -72,6 +73,11 @@ def bad_request(request: HttpRequest, exception: Exception) -> HttpResponse:
         # page named no limit): 413, as the door answers a body too long from its length.
         context = {"message": uploads.fields_too_large(), "back": form_page(request) or "/"}
         return HttpResponse(render_to_string("studio/form_too_large.html", context), status=413)
+    if isinstance(exception, MultiPartParserError) and uploads.LONG_HEADERS in str(exception):
+        # A photo's file name past what Django reads of a part's headers (a review's 5,000
+        # characters was told only that the form could not be read).
+        context = {"reason": uploads.LONG_FILE_NAME, "back": form_page(request)}
+        return HttpResponse(render_to_string("400.html", context), status=400)
     return defaults.bad_request(request, exception)
 
 

@@ -23,6 +23,13 @@ TOO_LARGE = "The file is too large."
 # A studio upload that came with bytes and no file: "This field is required." said otherwise.
 CUT_OFF = "The photo did not arrive whole, so nothing was uploaded. Choose it and upload it again."
 SENT_WITHOUT_A_FILE = 4096  # bytes: the most a form without a file (token, empty part) has
+# What Django's multipart parser says of a part whose headers pass the 1,024 bytes it reads:
+# a long file name is what fills them.
+LONG_HEADERS = "header size exceeded"
+LONG_FILE_NAME = (
+    "The photo's file name is too long to read (about 1,000 characters at most): rename the "
+    "file to something shorter and upload it again."
+)
 MB = 1024 * 1024  # bytes: the sentences' "MB", as in the other limits' sentences
 BODY_TOO_LARGE = "The request body is too large (the limit is {limit:g} MB)."
 FIELDS_TOO_LARGE = (

@@ -98,8 +98,20 @@ pytestmark = pytest.mark.django_db
         ),
         pytest.param(
             {"providers": [{"provider": "openai"}, {"provider": "openai"}]},
-            'Provider "openai" is listed twice.',
+            'Provider "openai" is listed twice with the model "gpt-image-1": give its '
+            "candidates in one row.",
             id="provider-twice",
+        ),
+        pytest.param(
+            {
+                "providers": [
+                    {"provider": "openai", "model": "gpt-image-1"},
+                    {"provider": "openai"},  # its default model: the same row again
+                ]
+            },
+            'Provider "openai" is listed twice with the model "gpt-image-1": give its '
+            "candidates in one row.",
+            id="provider-twice-default-model",
         ),
         pytest.param(
             {"frames": ["portrait"]},

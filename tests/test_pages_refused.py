@@ -139,3 +139,25 @@ def test_the_api_still_answers_405_in_json(subject: Subject):
     assert response["Allow"] == "POST"
     assert response["Content-Type"] == "application/json"
     assert response.json()["error"]["code"] == "method_not_allowed"
+
+
+def test_a_photo_whose_file_name_is_too_long_to_read_is_said_so(signed_in: Client, subject):
+    """Found by a review over uvicorn: a 5,000-character file name got "The form or upload
+    could not be read", which does not say what to change; the API said it already."""
+    name = "a" * 5000 + ".png"  # as a browser sends it (Django's own client cuts it to 255)
+    body = (
+        f'--B\r\nContent-Disposition: form-data; name="photo"; filename="{name}"\r\n'
+        "Content-Type: image/png\r\n\r\n\x89PNG\r\n--B--\r\n"
+    )
+
+    answer = signed_in.post(
+        f"/subjects/{subject.pk}/",
+        body,
+        content_type="multipart/form-data; boundary=B",
+        HTTP_REFERER=f"http://testserver/subjects/{subject.pk}/",
+    )
+
+    assert answer.status_code == 400
+    said = answer.content.decode()
+    assert "The photo&#x27;s file name is too long to read" in said, said
+    assert f'href="/subjects/{subject.pk}/"' in said, "no way back to the photo's form"

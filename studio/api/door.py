@@ -189,7 +189,7 @@ def _bad_upload(request: HttpRequest, exc: Any) -> HttpResponse:
     if isinstance(exc, TooManyFieldsSent):
         limit = settings.DATA_UPLOAD_MAX_NUMBER_FIELDS
         return error_response(400, "invalid_upload", TOO_MANY_FIELDS.format(limit=limit))
-    long_headers = "header size exceeded" in str(exc)
+    long_headers = uploads.LONG_HEADERS in str(exc)
     return error_response(400, "invalid_upload", LONG_PART_HEADERS if long_headers else BAD_UPLOAD)
 
 

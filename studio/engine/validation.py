@@ -247,7 +247,11 @@ def _providers(value: object) -> list[dict[str, Any]]:
         provider = _provider(entry)
         name, model = provider["provider"], provider["model"]
         if any(p["provider"] == name and p["model"] == model for p in providers):
-            raise InvalidRequest(f"Provider {echo(name)} is listed twice.")
+            # Its default model named or not, it is the same row (a review read it as a bug).
+            raise InvalidRequest(
+                f"Provider {echo(name)} is listed twice with the model {echo(model)}: "
+                "give its candidates in one row."
+            )
         providers.append(provider)
     # Rows of one provider split by model still spend that provider's candidates.
     for name in dict.fromkeys(p["provider"] for p in providers):
