@@ -168,18 +168,18 @@ class BodyLimit:
             await _answer(send, scope, 411, "length_required", LENGTH_REQUIRED)
             return
         too_large = uploads.body_too_large(content_type)
-        if declared_past:
-            page = (
-                form_data and not api and await _as_a_request(signed_in)(headers.get("cookie", ""))
-            )
-            await _refuse_too_large(send, scope, too_large, page=page)
+        # A stranger's body is held to the stranger's limit, however long it says it is (a
+        # review's 500 MB was told of the signed-in limit, not that its sender was out).
+        known = api or not has_body or await _as_a_request(signed_in)(headers.get("cookie", ""))
+        if declared_past and known:
+            await _refuse_too_large(send, scope, too_large, page=form_data and not api)
             return
         deadline: float | None = None
-        if has_body and not api and not await _as_a_request(signed_in)(headers.get("cookie", "")):
+        if not known:
             limit = min(limit, settings.AVATARS_ANONYMOUS_BODY_BYTES)
             too_large = SIGN_IN_FIRST.format(kb=limit / 1024)
             deadline = settings.AVATARS_ANONYMOUS_BODY_SECONDS
-            if length is not None and int(length) > limit:
+            if length is not None and (declared_past or int(length) > limit):
                 if form_data:  # a photo sent after its person's sign-in ended: say so
                     signed_out = partial(door_pages.signed_out_page, headers)
                     await _send_page(send, 413, signed_out, too_large)

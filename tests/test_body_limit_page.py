@@ -138,12 +138,26 @@ def test_it_keeps_answering_the_api_in_json(cookie):
     assert json.loads(body)["error"]["code"] == "unauthorized"
 
 
-def test_it_answers_someone_not_signed_in_in_plain_text():
-    status, headers, body, _read = knock("/subjects/7/", {"host": "studio.example"})
+def test_it_answers_someone_not_signed_in_as_signed_out_however_long_their_upload():
+    """Found by a review: a stranger's upload saying 500 MB was told of the signed-in limit
+    (26 MB), one of 100 KB that its sender was not signed in; both are the latter now."""
+    status, headers, body, read = knock(
+        "/subjects/7/", {"host": "studio.example", "referer": "http://studio.example/subjects/7/"}
+    )
+
+    assert status == 413 and read == 0
+    assert headers["content-type"] == "text/html; charset=utf-8"
+    assert "You were signed out, so what you sent was not done" in body
+    assert "too large (the limit is" not in body
+    assert 'href="/accounts/login/?next=%2Fsubjects%2F7%2F"' in body, body
+
+
+def test_it_answers_someone_not_signed_in_sending_a_form_in_plain_text():
+    status, headers, body, _read = knock("/subjects/7/", {"host": "studio.example"}, upload=False)
 
     assert status == 413
     assert headers["content-type"] == "text/plain; charset=utf-8"
-    assert "<" not in body
+    assert "<" not in body and "may carry at most 64 KB" in body
 
 
 def test_it_falls_back_to_the_sentence_when_the_page_cannot_be_drawn(cookie, monkeypatch):
