@@ -5,9 +5,13 @@ and nothing led there; the person typed the whole form again.
 """
 
 import re
+import secrets
+from datetime import timedelta
 
 import pytest
+from django.contrib.auth.models import User
 from django.test import Client
+from django.utils import timezone
 
 from studio.models import Batch, Task, TaskState
 from studio.store import move
@@ -73,3 +77,72 @@ def test_what_names_no_batch_is_the_empty_form(signed_in: Client, wanted):
 
     assert response.status_code == 200
     assert 'data-testid="again"' not in response.content.decode()
+
+
+def asking_again_form(batch: Batch, **overrides: object) -> dict[str, object]:
+    """The form the batch's link fills in, as posted: a fresh one-time token each time, as
+    the page sends after Back (it is never cached) or when the link is followed again."""
+    flux = batch.tasks.filter(state=TaskState.FAILED).count()
+    return batch_form_for(batch, flux, again_of=str(batch.pk), **overrides)
+
+
+def batch_form_for(batch: Batch, flux: int, **overrides: object) -> dict[str, object]:
+    return {
+        "title": f"{batch.title} (again)",
+        "prompt": batch.request["prompt"],
+        "subjects": batch.request["subjects"],
+        "frames": ["image"],
+        "candidates_openai": 0,
+        "candidates_flux": flux,
+        "candidates_google": 0,
+        "token": secrets.token_urlsafe(24),
+        **overrides,
+    }
+
+
+def test_asking_again_for_the_same_failed_images_twice_asks_first_however_long_since(
+    signed_in: Client, subject, person
+):
+    """Found by a review in Chromium: Back to the filled-in form, or the batch's link again,
+    and "Start 2 paid jobs" planned another batch each time: 8 paid jobs for 2 failed
+    images, with no question. The first asking is not taken for a repeat of its batch."""
+    batch = a_batch(subject, candidates=2, providers=("flux",), user=person)
+    failed(batch, "flux", "image", 2)  # every image: this form is that batch's very twin
+
+    first = signed_in.post("/batches/new/", asking_again_form(batch))
+    assert first.status_code == 302 and Batch.objects.count() == 2, "the first asking planned"
+    Batch.objects.filter(pk=batch.pk).update(created_at=timezone.now() - timedelta(hours=4))
+    Batch.objects.exclude(pk=batch.pk).update(created_at=timezone.now() - timedelta(hours=3))
+
+    again = signed_in.post("/batches/new/", asking_again_form(batch))
+
+    assert again.status_code == 200 and Batch.objects.count() == 2, "paid for them again"
+    assert "You started the same batch 180 minutes ago" in text(again), text(again)
+    assert "Start it again on purpose" in text(again)
+    on_purpose = signed_in.post("/batches/new/", asking_again_form(batch, again="on"))
+    assert on_purpose.status_code == 302 and Batch.objects.count() == 3
+
+
+def test_another_person_asking_again_for_the_same_failed_images_is_asked_first(
+    client: Client, signed_in: Client, subject, person
+):
+    batch = a_batch(subject, candidates=2, providers=("flux",), user=person)
+    failed(batch, "flux", "image", 1)
+    assert signed_in.post("/batches/new/", asking_again_form(batch)).status_code == 302
+    other = Client()
+    other.force_login(User.objects.create_user("ada", password="not-a-real-password"))
+
+    answer = other.post("/batches/new/", asking_again_form(batch))
+
+    assert answer.status_code == 200 and Batch.objects.count() == 2
+    assert "You started the same batch less than a minute ago" in text(answer), text(answer)
+
+
+def test_the_form_asking_again_is_titled_after_its_batch(signed_in: Client, subject):
+    batch = a_batch(subject, candidates=2, providers=("flux",), title="Garden")
+    failed(batch, "flux", "image", 1)
+
+    page = signed_in.get(f"/batches/new/?again={batch.pk}").content.decode()
+
+    assert 'value="Garden (again)"' in field(page, "title")
+    assert f'value="{batch.pk}"' in field(page, "again_of")

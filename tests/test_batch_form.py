@@ -49,8 +49,8 @@ def test_a_twin_planned_by_another_tab_just_after_this_forms_look_is_still_asked
     moment, planned four paid batches; each looked for a twin before any had planned."""
     look = engine.recent_twin
 
-    def look_then_the_other_tab_plans(request, user, *, key=""):
-        seen = look(request, user, key=key)
+    def look_then_the_other_tab_plans(request, user, *, key="", asking_again=None):
+        seen = look(request, user, key=key, asking_again=asking_again)
         engine.generate(request=request, user=user, key=secrets.token_urlsafe(24))
         return seen
 

@@ -38,6 +38,7 @@ def generate(
     user: User | None = None,
     key: str = "",
     ask_if_repeated: bool = False,
+    asking_again: Batch | None = None,
 ) -> Batch:
     """Validate `request` and write the batch with all its tasks queued, in one transaction.
 
@@ -47,33 +48,48 @@ def generate(
     raises InvalidRequest; past `user`'s daily cap, SpendCapReached. With
     `ask_if_repeated`, a request of the same intent as a batch `user` planned within
     SAME_BATCH_WINDOW (by another key) raises RepeatedBatch, looked for in the
-    transaction that plans, so two of them sent at once cannot both miss the other.
+    transaction that plans, so two of them sent at once cannot both miss the other;
+    `asking_again` widens that to every batch since it (`recent_twin`).
     Nothing is sent to Ember here: the worker picks the tasks up.
     """
     if key:
         if user is None:
             raise ValueError("An idempotency key belongs to a user.")
-        return _generate_once(request=request, user=user, key=key, ask=ask_if_repeated)
+        return _generate_once(
+            request=request, user=user, key=key, ask=ask_if_repeated, asking_again=asking_again
+        )
     plan = validate(request)
     with transaction.atomic():
-        return _write_plan(plan, user, ask=ask_if_repeated)
+        return _write_plan(plan, user, ask=ask_if_repeated, asking_again=asking_again)
 
 
-def recent_twin(request: dict[str, Any], user: User | None, *, key: str = "") -> Batch | None:
+def recent_twin(
+    request: dict[str, Any],
+    user: User | None,
+    *,
+    key: str = "",
+    asking_again: Batch | None = None,
+) -> Batch | None:
     """Return a batch `user` planned within SAME_BATCH_WINDOW that `request` repeats, or None.
 
     It repeats it when it would make some of the same images again (`repeats`): the same
     batch, or one changed after going Back to its form (a provider added, say). Batches
-    `key` planned are left out: the same key again is answered with its batch.
+    `key` planned are left out: the same key again is answered with its batch. A request
+    `asking_again` for a batch's failed images does not repeat that batch, and repeats any
+    batch since it, however long ago and whoever planned it: a review asked again for two
+    failed images four times over (Back, the link again), each time paying again.
     """
     if user is None:
         return None
     own = BatchKey.objects.filter(user=user, key=key).values("batch")
-    recent = (
-        Batch.objects.filter(created_by=user, created_at__gte=timezone.now() - SAME_BATCH_WINDOW)
-        .exclude(pk__in=own)
-        .order_by("-created_at")
-    )
+    since = timezone.now() - SAME_BATCH_WINDOW
+    recent = Batch.objects.exclude(pk__in=own).order_by("-created_at")
+    if asking_again is None:
+        recent = recent.filter(created_by=user)
+    else:  # whoever asked again first: one family's images
+        since = min(since, asking_again.created_at)
+        recent = recent.exclude(pk=asking_again.pk)
+    recent = recent.filter(created_at__gte=since)
     return next((b for b in recent[:50] if repeats(request, b.request)), None)
 
 
@@ -124,7 +140,9 @@ def _intent(request: dict[str, Any]) -> Intent:
     )
 
 
-def _generate_once(*, request: dict[str, Any], user: User, key: str, ask: bool) -> Batch:
+def _generate_once(
+    *, request: dict[str, Any], user: User, key: str, ask: bool, asking_again: Batch | None
+) -> Batch:
     """Plan `request` unless `key` already did; the plan and the key commit together."""
     body_sha256 = canonical_sha256(request)
     first = _keyed_batch(user=user, key=key, request=request, body_sha256=body_sha256)
@@ -138,7 +156,7 @@ def _generate_once(*, request: dict[str, Any], user: User, key: str, ask: bool) 
             first = _keyed_batch(user=user, key=key, request=request, body_sha256=body_sha256)
             if first is not None:
                 return first
-            batch = _write_plan(plan, user, key=key, ask=ask)
+            batch = _write_plan(plan, user, key=key, ask=ask, asking_again=asking_again)
             _record_key(user=user, key=key, body_sha256=body_sha256, batch=batch)
     except (IntegrityError, SpendCapReached):
         # A concurrent request with this key committed first (the key is unique per
@@ -199,7 +217,12 @@ def _record_key(*, user: User, key: str, body_sha256: str, batch: Batch) -> None
 
 
 def _write_plan(
-    plan: dict[str, Any], user: User | None, *, key: str = "", ask: bool = False
+    plan: dict[str, Any],
+    user: User | None,
+    *,
+    key: str = "",
+    ask: bool = False,
+    asking_again: Batch | None = None,
 ) -> Batch:
     """Write the planned batch and its tasks; call inside the transaction that commits them.
 
@@ -212,7 +235,10 @@ def _write_plan(
         # lock on the user; SQLite's IMMEDIATE transactions already hold the write lock.
         list(User.objects.select_for_update().filter(pk=user.pk).values_list("pk", flat=True))
         _check_daily_cap(user, plan["tasks"])
-        if ask and (twin := recent_twin(plan["request"], user, key=key)) is not None:
+        twin = (
+            recent_twin(plan["request"], user, key=key, asking_again=asking_again) if ask else None
+        )
+        if twin is not None:
             raise RepeatedBatch(twin)
     _check_references_stand(plan["references"])
     now = timezone.now()

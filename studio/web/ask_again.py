@@ -7,6 +7,8 @@ found no way there but typing the whole form again. The form comes filled in wit
 batch's prompt, subjects and photos, the frames where an image failed, and for each
 provider as many candidates as failed in one of those frames: at least as many images as
 failed (a provider is asked for in every frame ticked), and the button says how many.
+Asking again for the same batch once more (Back, the link again, another person) asks
+first, as a batch repeated does (`engine.recent_twin`), however long since.
 """
 
 import uuid
@@ -18,6 +20,9 @@ from django.http import HttpRequest
 
 from studio import engine
 from studio.models import Batch, TaskState
+
+AGAIN = " (again)"  # how a batch asking again is titled: after the batch it asks again
+TITLE = Batch._meta.get_field("title").max_length or 200
 
 
 def batch_asked_again(request: HttpRequest) -> Batch | None:
@@ -37,6 +42,9 @@ def initial(batch: Batch) -> tuple[dict[str, Any], int]:
         return {}, 0
     request = batch.request
     values: dict[str, Any] = {
+        "again_of": batch.pk,
+        # A title of its own: two batches of one title read alike wherever they are named.
+        "title": f"{batch.title.removesuffix(AGAIN)[: TITLE - len(AGAIN)]}{AGAIN}",
         "prompt": request.get("prompt", ""),
         "subjects": request.get("subjects", []),
         "references": request.get("references") or [],

@@ -137,6 +137,10 @@ class BatchForm(forms.Form):
     # they mean to start the same batch again.
     confirm_jobs = forms.IntegerField(required=False, min_value=0, widget=forms.HiddenInput)
     again = forms.BooleanField(required=False, label="Start it again on purpose")
+    # The batch whose failed images this form asks for again (its link filled it in).
+    again_of = forms.ModelChoiceField(
+        queryset=Batch.objects.all(), required=False, widget=forms.HiddenInput
+    )
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -23,5 +23,12 @@ def test_failed_images_are_asked_for_again_from_the_batch_page(page: Page, studi
     expect(page.get_by_label("Prompt", exact=True)).to_have_value("Bo, two of three fail")
     expect(start_button(page)).to_have_text("Start 2 paid jobs")
     start_button(page).click()
-    expect(page.get_by_role("heading", name="Bo, two of three fail")).to_be_visible()
+    expect(page.get_by_role("heading", name="Bo, two of three fail (again)")).to_be_visible()
     expect(page.get_by_test_id("progress-text")).to_have_text("2 ready", timeout=SLOW)
+
+    # Found by a review: Back to the form and its button again paid for them once more.
+    page.go_back()
+    expect(start_button(page)).to_have_text("Start 2 paid jobs")
+    start_button(page).click()
+    expect(page.get_by_test_id("twin")).to_contain_text("You started the same batch")
+    expect(page.get_by_test_id("twin")).to_contain_text("Nothing new was started.")

@@ -134,13 +134,21 @@ def _plan(request: HttpRequest, form: BatchForm) -> HttpResponse | None:
         messages.info(request, FORM_REUSED)
         return _planned(request, started)
     ask = not form.cleaned_data["again"]
+    asking_again = form.cleaned_data["again_of"]
     if ask:  # asked here with the jobs' question; asked again as it plans, for a race
-        _note_twin(form, engine.recent_twin(form.to_request(), user, key=form.key()))
+        twin = engine.recent_twin(
+            form.to_request(), user, key=form.key(), asking_again=asking_again
+        )
+        _note_twin(form, twin)
     if form.twin is not None or form.asks_to_confirm():
         return None
     try:
         batch = engine.generate(
-            request=form.to_request(), user=user, key=form.key(), ask_if_repeated=ask
+            request=form.to_request(),
+            user=user,
+            key=form.key(),
+            ask_if_repeated=ask,
+            asking_again=asking_again,
         )
     except engine.RepeatedBatch as exc:
         # Another tab's form of the same batch planned it since this one was looked at.
