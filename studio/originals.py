@@ -12,6 +12,7 @@ import contextlib
 import errno
 import hashlib
 import io
+import logging
 import os
 import stat
 import threading
@@ -26,6 +27,8 @@ from PIL import Image, ImageSequence, UnidentifiedImageError
 from studio import chunks, flocks, jpeg
 from studio.durable import NotDurable as NotDurable  # where callers look
 from studio.durable import fsync, fsync_dir, fsync_file
+
+logger = logging.getLogger(__name__)
 
 # Pillow format -> (mime, extension). Anything else is refused.
 FORMATS = {
@@ -184,7 +187,10 @@ def inspect(data: bytes, *, checked: bool = False) -> ImageInfo:
     except Exception as exc:  # Pillow raises many types on broken files
         if "MAX_TEXT_CHUNK" in str(exc):  # Pillow's own name for its cap, said for people
             raise NotAnImage(METADATA_BOMB) from None
-        raise NotAnImage(f"{DAMAGED} (The decoder said: {exc or type(exc).__name__}.)") from None
+        # The decoder's own words go to the log, not to the family (a review in the studio
+        # read "image file is truncated (24 bytes not processed)").
+        logger.info("An image was refused as damaged; the decoder said: %r", exc)
+        raise NotAnImage(DAMAGED) from None
     mime, extension = FORMATS[fmt]
     return ImageInfo(mime=mime, extension=extension, width=width, height=height, frames=frames)
 

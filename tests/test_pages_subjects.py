@@ -72,6 +72,7 @@ def test_it_shows_why_an_upload_is_refused_and_stores_nothing(
 
     assert response.status_code == 400
     assert error in text(response)
+    assert "decoder said" not in text(response), "the image library's words, for a family"
     assert not Asset.objects.exists()
     assert not any((data_dir / "originals").glob("*"))
 
