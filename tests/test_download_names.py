@@ -28,6 +28,7 @@ def uploaded_and_saved_as(client: Client, subject, file_name: str, fmt: str = "P
         (".png", "photo.png"),  # found by a review: "png.png"
         ("中文.PNG", "photo.png"),
         ("Ömer 中文.png", "Omer.png"),
+        ("Øberg Łódź Straße.png", "Oberg-Lodz-Strasse.png"),  # a review's: "berg"
         ("中文.jpg", "photo.png"),  # the name of another type: the type it is
         ("中文", "photo.png"),
         ("ada.png", "ada.png"),

@@ -24,6 +24,12 @@ IMMUTABLE = "private, max-age=31536000, immutable"
 MAX_NAME = 120  # characters of a download's file name, its extension included
 UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 SEPARATORS = re.compile(r"[-._]{2,}")
+# Latin letters that have no accent to drop and would otherwise go whole ("Øberg" became
+# "berg" in a review's download): spelled as their languages spell them in ASCII.
+SPELLED = str.maketrans(
+    {"Ø": "O", "ø": "o", "Æ": "AE", "æ": "ae", "Œ": "OE", "œ": "oe", "ß": "ss", "Ł": "L"}
+    | {"ł": "l", "Đ": "D", "đ": "d", "Þ": "Th", "þ": "th", "Ð": "D", "ð": "d", "\u0131": "i"}
+)
 ALL_EXTENSIONS = originals.EXTENSIONS | {".jpeg", ".jpe"}
 
 
@@ -159,7 +165,8 @@ def download_name(asset: Asset) -> str:
 
 def _safe(text: str) -> str:
     """Keep ASCII letters, digits, '-', '_' and '.'; accents dropped, the rest become '-'."""
-    ascii_text = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode()
+    spelled = unicodedata.normalize("NFKD", text.translate(SPELLED))
+    ascii_text = spelled.encode("ascii", "ignore").decode()
     dashed = UNSAFE.sub("-", ascii_text)
     # No "..", no leading dot (a hidden file), no run of separators.
     return SEPARATORS.sub(lambda run: run.group(0)[0], dashed).strip("-._")
