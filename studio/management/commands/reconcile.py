@@ -27,6 +27,7 @@ GONE = "handed back, Ember had said it no longer has"  # counted apart, within H
 LEFT = "left as Ember's history says"
 MOVED = "moved meanwhile"
 UNASKED = "Ember could not be asked about"
+AWAY_IN_A_ROW = 3  # questions Ember could not answer, one after another, before it is let be
 
 
 def _tasks(count: int) -> str:
@@ -103,18 +104,21 @@ class Command(BaseCommand):
         return [found[pk] for pk in named]  # in the order named
 
     def _reconcile_each(self, tasks: list[Task]) -> Counter[str]:
-        """Reconcile each task; once Ember cannot be asked, ask it about none of the rest.
+        """Reconcile each task; once Ember could not be asked AWAY_IN_A_ROW times running
+        (or refused our credentials once), ask it about none of the rest.
 
         Each question to an Ember that hangs waits out its deadline: a review's `--all`
-        took 30 s a task (15 minutes for 30), and runs from cron overlapped.
+        took 30 s a task (15 minutes for 30), and runs from cron overlapped. One 5xx in
+        between answers is not Ember away: a later review's flaky Ember (one in ten)
+        stopped every run at its first one, and the later tasks were never reached.
         """
         counts: Counter[str] = Counter()
-        self.ember_away = False
+        self.away, self.refused = 0, False
         for done, task in enumerate(tasks, start=1):
             counts[self._reconcile(task)] += 1
             # Not for an answer about one task (an unsafe id in its history): a re-review
             # saw such a task, the oldest, stop every run before the others.
-            if self.ember_away and done < len(tasks):
+            if (self.refused or self.away >= AWAY_IN_A_ROW) and done < len(tasks):
                 left = len(tasks) - done
                 self.stdout.write(
                     f"Ember was not asked about the other {_tasks(left)}, left as they are."
@@ -133,9 +137,11 @@ class Command(BaseCommand):
             self.stdout.write(f"{task.pk} moved while reconciling; left as it is")
             return MOVED
         task = outcome.task
+        self.away = 0 if outcome.unasked is None else self.away
         if outcome.unasked is not None:
             exc = outcome.unasked
-            self.ember_away = ember_away(exc) or isinstance(exc, EmberAuthError)
+            self.away = self.away + 1 if ember_away(exc) else 0
+            self.refused = isinstance(exc, EmberAuthError)
             said = history_unread(exc).rstrip(".")  # not ".;" (a review)
             self.stdout.write(f"{task.pk} {before}: {said}; left as it is")
             return UNASKED
