@@ -13,8 +13,10 @@ from django.utils import timezone
 
 from studio import engine
 from studio.ember.client import EmberClient
+from studio.engine.recovery import HELD_PHASE
 from studio.models import Asset, Attempt, TaskState
-from studio.worker import Worker
+from studio.store import update
+from studio.worker import Worker, named_twice
 from tests.factories import (
     a_task,
     drain,
@@ -29,7 +31,7 @@ from tests.task_rows import row_of
 
 pytestmark = pytest.mark.django_db
 
-HELD = "naming a job or an image another task already holds; not taken"
+HELD = "naming a job or an image another task already holds: job {job} (image {image}); not taken"
 
 
 def test_jobs_whose_results_name_one_image_file_it_under_one_task_only(subject, ember, worker):
@@ -71,7 +73,8 @@ def test_reconcile_takes_no_row_naming_a_job_another_task_holds(subject, ember):
 
     after = row_of(lost)
     assert after.state == TaskState.UNCERTAIN and after.ember_job_id == ""
-    assert HELD in after.error, after.error
+    assert HELD.format(job="job_7", image="img_7") in after.error, after.error
+    assert after.phase == HELD_PHASE, "said there was no row, where there was one not taken"
     assert not after.attempts.exclude(ember_job_id="").exists()
 
 
@@ -86,7 +89,8 @@ def test_reconcile_takes_no_row_naming_an_image_another_tasks_original_is(subjec
 
     after = row_of(lost)
     assert after.state == TaskState.UNCERTAIN and after.result in (None, {})
-    assert HELD in after.error, after.error
+    assert HELD.format(job="job_8", image="img_8") in after.error, after.error
+    assert after.phase == HELD_PHASE
 
 
 def test_the_history_search_adopts_no_job_another_task_holds(subject, ember, settings):
@@ -103,4 +107,22 @@ def test_the_history_search_adopts_no_job_another_task_holds(subject, ember, set
 
     after = row_of(lost)
     assert after.state == TaskState.UNCERTAIN and after.ember_job_id == ""
-    assert HELD in after.error, after.error
+    assert HELD.format(job="job_9", image="img_9") in after.error, after.error
+
+
+def test_reconcile_keeps_the_workers_words_naming_the_held_image_and_the_job(subject, ember):
+    """Found by a review with its own Ember double: a reconcile of a task the worker had
+    rested (its result named another task's image, and its job to look up) said "no row for
+    this task yet" and wrote over those words with a note naming neither."""
+    holder = a_task(subject)
+    held = generated_asset(task=holder, ember_image_id="img_3")
+    lost = update(uncertain(a_task(subject)), ember_job_id="job_4")
+    lost = named_twice.rest_image_held(lost, "img_3", held)
+    said = lost.error
+    history_route(ember, lost, [history_row(lost, job_id="job_4", image_id="img_3")])
+
+    engine.reconcile(task=lost)
+
+    after = row_of(lost)
+    assert after.state == TaskState.UNCERTAIN and after.phase == HELD_PHASE
+    assert after.error == said and "look job job_4 up there" in said, after.error

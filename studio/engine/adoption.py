@@ -171,7 +171,7 @@ class Found(NamedTuple):
     """A search's rows, sorted out as reconcile sorts them."""
 
     strays: int  # rows not carrying the task's id (another task's, another app's)
-    held: int  # rows carrying it, naming a job or an image another task holds
+    held: list[dict[str, Any]]  # rows carrying it, naming a job or an image another task holds
     carried: list[dict[str, Any]]  # rows carrying it
     all_usable: bool  # whether every carried row is one reconcile would take
     originals: list[dict[str, Any]]  # the usable carried rows, one per image
@@ -185,7 +185,7 @@ def _sort_out(rows: list[dict[str, Any]], task: Task, number: int) -> Found:
     usable = [row for row in carried if _usable(row)]
     originals = _one_each(usable)
     mine = [row for row in originals if _names(row, task, number)]
-    held = len(every) - len(carried)
+    held = [row for row in every if row not in carried]
     return Found(
         len(rows) - len(every), held, carried, len(usable) == len(carried), originals, mine
     )

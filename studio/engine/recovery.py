@@ -169,12 +169,17 @@ def _record_history(task: Task, rows: list[dict[str, Any]]) -> Task:
         own = _pick_row(task, usable)
         others = [row for row in usable if row is not own]
         strays = _strays_note(len(rows) - len(every))
-        held = held_note(len(every) - len(carried))
-        note = " ".join(filter(None, [_others_note(others), refused, held, strays]))
+        held_rows = [row for row in every if row not in carried]
+        note = " ".join(filter(None, [_others_note(others), refused, held_note(held_rows), strays]))
         if own is not None:
             job_id = own.get("job_id") or ""
             return _back_to_copying(task, _adopted(own), job_id, note=note)
         phase, error = _no_row_phase(task, usable), note or task.error
+        if held_rows and not usable:
+            # Not "no row yet": there is one, not taken. The worker's own words about it
+            # (the other task, the job to look up) stay when they name it (a review).
+            phase = HELD_PHASE
+            error = task.error if _names_any(task.error, held_rows) else error
         if (phase, error) == (task.phase, task.error):
             # Nothing learnt: the task is left as it is, its version too, so that a person's
             # resubmit confirmation stays good however often cron reconciles (a review).
@@ -182,6 +187,12 @@ def _record_history(task: Task, rows: list[dict[str, Any]]) -> Task:
                 raise Conflict()  # it moved while Ember was asked, as a write would find
             return task
         return update(task, expected=task.version, phase=phase, error=error)
+
+
+def _names_any(error: str, rows: list[dict[str, Any]]) -> bool:
+    """Say whether `error` already names the job or the image of one of `rows`."""
+    ids = {str(row.get(key)) for row in rows for key in ("job_id", "image_id") if row.get(key)}
+    return any(f" {found}" in error for found in ids)
 
 
 def _carries(row: dict[str, Any], task: Task) -> bool:
@@ -225,10 +236,17 @@ def not_held(task: Task, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
-def held_note(count: int) -> str:
-    """Say, for people, that rows carrying this task's id named what another task holds."""
+def held_note(rows: list[dict[str, Any]]) -> str:
+    """Say, for people, that `rows` carried this task's id but named what another task
+    holds, naming their jobs and images (a review's note named none to look up)."""
+    named = ", ".join(
+        f"job {row.get('job_id') or '?'} (image {row.get('image_id') or '?'})" for row in rows[:3]
+    )
+    more = f" and {len(rows) - 3} more" if len(rows) > 3 else ""
     return _not_taken(
-        count, "carrying this task's id but naming a job or an image another task already holds"
+        len(rows),
+        f"carrying this task's id but naming a job or an image another task already holds: "
+        f"{named}{more}",
     )
 
 
@@ -405,6 +423,13 @@ def _others_note(others: list[dict[str, Any]]) -> str:
         f"{LEFT_IN_EMBER}{len(others)} other paid originals of this task, still "
         f"protected in Ember: {listed}. Avatars did not copy them and does not release them."
     )
+
+
+# A task whose only rows in Ember's history name what another task holds.
+HELD_PHASE = (
+    "Ember's history has a row for this task, naming a job or an image another task holds; "
+    "not taken: a person looks it up in Ember"
+)
 
 
 def _no_row_phase(task: Task, rows: list[dict[str, Any]]) -> str:
