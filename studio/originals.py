@@ -185,14 +185,18 @@ def inspect(data: bytes, *, checked: bool = False) -> ImageInfo:
     except UnidentifiedImageError:
         raise NotAnImage("The file is not a PNG, JPEG, WebP or GIF image.") from None
     except Exception as exc:  # Pillow raises many types on broken files
-        if "MAX_TEXT_CHUNK" in str(exc):  # Pillow's own name for its cap, said for people
-            raise NotAnImage(METADATA_BOMB) from None
-        # The decoder's own words go to the log, not to the family (a review in the studio
-        # read "image file is truncated (24 bytes not processed)").
-        logger.info("An image was refused as damaged; the decoder said: %r", exc)
-        raise NotAnImage(DAMAGED) from None
+        raise _broken(exc) from None
     mime, extension = FORMATS[fmt]
     return ImageInfo(mime=mime, extension=extension, width=width, height=height, frames=frames)
+
+
+def _broken(exc: Exception) -> NotAnImage:
+    """Say, for people, why the decoder refused an image; its own words go to the log (a
+    review in the studio read "image file is truncated (24 bytes not processed)")."""
+    if "MAX_TEXT_CHUNK" in str(exc):  # Pillow's own name for its cap, said for people
+        return NotAnImage(METADATA_BOMB)
+    logger.info("An image was refused as damaged; the decoder said: %r", exc)
+    return NotAnImage(DAMAGED)
 
 
 def _check_frames(frames: int, width: int, height: int, *, animated: bool) -> None:

@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from studio import engine
 from studio.ember.client import EmberClient
-from studio.engine.recovery import HELD_PHASE
+from studio.engine.history_rows import HELD_PHASE
 from studio.models import Asset, Attempt, TaskState
 from studio.store import update
 from studio.worker import Worker, named_twice

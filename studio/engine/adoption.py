@@ -21,18 +21,15 @@ from django.db.models.functions import Coalesce, Greatest
 from django.utils import timezone
 
 from studio.ember.client import EmberClient, EmberError
-from studio.engine.recovery import (
-    _carries,
-    _one_each,
-    _record_history,
-    _refused_note,
-    _row_image,
-    _strays_note,
-    _usable,
+from studio.engine.history_rows import (
+    carries,
     held_note,
-    latest_send,
+    is_usable,
     not_held,
+    row_image,
+    strays_note,
 )
+from studio.engine.recovery import _one_each, _record_history, _refused_note, latest_send
 from studio.models import POLL_BOUND, Attempt, HistorySearch, Kind, Task, TaskState
 from studio.phrases import NO_ROW_LATE_PHASE, NO_ROW_PHASE
 from studio.store import Conflict, update
@@ -180,9 +177,9 @@ class Found(NamedTuple):
 
 def _sort_out(rows: list[dict[str, Any]], task: Task, number: int) -> Found:
     """Sort out Ember's answer about `task`, whose attempt `number`'s answer was lost."""
-    every = [row for row in rows if _carries(row, task)]
+    every = [row for row in rows if carries(row, task)]
     carried = not_held(task, every)  # a job or an image another task holds is not its own
-    usable = [row for row in carried if _usable(row)]
+    usable = [row for row in carried if is_usable(row)]
     originals = _one_each(usable)
     mine = [row for row in originals if _names(row, task, number)]
     held = [row for row in every if row not in carried]
@@ -198,7 +195,7 @@ def _leave_for_a_person(task: Task, number: int, found: Found, now: datetime) ->
     then would have finished (the poll bound), the phase says a person decides: a review
     saw submits that never reached Ember wait for ever under "the worker looks again".
     """
-    strays = " ".join(filter(None, [held_note(found.held), _strays_note(found.strays)]))
+    strays = " ".join(filter(None, [held_note(found.held), strays_note(found.strays)]))
     if not found.carried:
         sent = latest_send(task)
         late = sent is not None and now - sent.submitted_at >= timedelta(seconds=POLL_BOUND)
@@ -223,7 +220,7 @@ def _listed(originals: list[dict[str, Any]]) -> str:
     if not originals:
         return ""
     named = [
-        f"job {row.get('job_id') or '?'} (image {_row_image(row)}, attempt {_attempt_of(row)})"
+        f"job {row.get('job_id') or '?'} (image {row_image(row)}, attempt {_attempt_of(row)})"
         for row in originals[:LISTED]
     ]
     if len(originals) > LISTED:

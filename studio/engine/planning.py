@@ -216,6 +216,21 @@ def _record_key(*, user: User, key: str, body_sha256: str, batch: Batch) -> None
     )
 
 
+def _check_user(
+    plan: dict[str, Any], user: User, *, key: str, ask: bool, asking_again: Batch | None
+) -> None:
+    """Count the daily cap, and look for a twin (`ask`), after this user's plans are
+    serialised, in the transaction that inserts: two concurrent plans of one user cannot
+    both fit under the cap, nor both miss the other."""
+    # Serialise this user's plans until the transaction ends: on PostgreSQL the row lock
+    # on the user; SQLite's IMMEDIATE transactions already hold the write lock.
+    list(User.objects.select_for_update().filter(pk=user.pk).values_list("pk", flat=True))
+    _check_daily_cap(user, plan["tasks"])
+    twin = recent_twin(plan["request"], user, key=key, asking_again=asking_again) if ask else None
+    if twin is not None:
+        raise RepeatedBatch(twin)
+
+
 def _write_plan(
     plan: dict[str, Any],
     user: User | None,
@@ -224,22 +239,10 @@ def _write_plan(
     ask: bool = False,
     asking_again: Batch | None = None,
 ) -> Batch:
-    """Write the planned batch and its tasks; call inside the transaction that commits them.
-
-    The daily cap is counted, and a twin looked for (`ask`), in the same transaction as
-    the insert and after this user's plans are serialised, so that two concurrent plans
-    of one user cannot both fit under the cap, nor both miss the other.
-    """
+    """Write the planned batch and its tasks; call inside the transaction that commits them
+    (the user's checks first, `_check_user`)."""
     if user is not None:
-        # Serialise this user's plans until the transaction ends: on PostgreSQL the row
-        # lock on the user; SQLite's IMMEDIATE transactions already hold the write lock.
-        list(User.objects.select_for_update().filter(pk=user.pk).values_list("pk", flat=True))
-        _check_daily_cap(user, plan["tasks"])
-        twin = (
-            recent_twin(plan["request"], user, key=key, asking_again=asking_again) if ask else None
-        )
-        if twin is not None:
-            raise RepeatedBatch(twin)
+        _check_user(plan, user, key=key, ask=ask, asking_again=asking_again)
     _check_references_stand(plan["references"])
     now = timezone.now()
     batch = Batch.objects.create(title=plan["title"], request=plan["request"], created_by=user)

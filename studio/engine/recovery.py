@@ -14,18 +14,25 @@ from django.db import transaction
 from studio import originals
 from studio.ember.answers import kept_result
 from studio.ember.client import (
-    SOURCE_APP,
     EmberBadAnswer,
     EmberClient,
     EmberError,
     EmberUnknownOutcome,
     Job,
-    check_result,
-    is_safe_id,
-    shown_id,
 )
 from studio.engine import earlier_jobs
 from studio.engine.errors import RESUBMIT_STALE, RESUBMIT_TOO_EARLY, ResubmitRefused
+from studio.engine.history_rows import (
+    HELD_PHASE,
+    carries,
+    held_note,
+    is_usable,
+    names_any,
+    not_held,
+    row_image,
+    strays_note,
+    unsafe_ids,
+)
 from studio.engine.lost_sends import reconcilable
 from studio.models import Asset, Attempt, Kind, Task, TaskState
 from studio.phrases import (
@@ -136,8 +143,8 @@ def _name_lost_sends(task: Task, rows: list[dict[str, Any]], jobs: list[Job]) ->
     """Name on a done task the other paid originals Ember shows (lost_sends.py): in its
     history, each job on the attempt that sent it; of the earlier jobs asked about
     (`jobs`), those that succeeded; the originals on its error. It stays done."""
-    carried = not_held(task, [row for row in rows if _carries(row, task)])
-    usable = _one_each([row for row in carried if _usable(row)])
+    carried = not_held(task, [row for row in rows if carries(row, task)])
+    usable = _one_each([row for row in carried if is_usable(row)])
     with transaction.atomic():
         _learn_attempts(task, usable)
         own = _pick_row(task, usable)
@@ -160,15 +167,15 @@ def _record_history(task: Task, rows: list[dict[str, Any]]) -> Task:
     was lost, or an earlier attempt): it is shown on the task and recorded on the
     attempt that sent it, but never copied, released or taken as this task's.
     """
-    every = [row for row in rows if _carries(row, task)]
+    every = [row for row in rows if carries(row, task)]
     carried = not_held(task, every)
-    usable = _one_each([row for row in carried if _usable(row)])
+    usable = _one_each([row for row in carried if is_usable(row)])
     refused = _refused_note(carried)
     with transaction.atomic():
         _learn_attempts(task, usable)
         own = _pick_row(task, usable)
         others = [row for row in usable if row is not own]
-        strays = _strays_note(len(rows) - len(every))
+        strays = strays_note(len(rows) - len(every))
         held_rows = [row for row in every if row not in carried]
         note = " ".join(filter(None, [_others_note(others), refused, held_note(held_rows), strays]))
         if own is not None:
@@ -179,7 +186,7 @@ def _record_history(task: Task, rows: list[dict[str, Any]]) -> Task:
             # Not "no row yet": there is one, not taken. The worker's own words about it
             # (the other task, the job to look up) stay when they name it (a review).
             phase = HELD_PHASE
-            error = task.error if _names_any(task.error, held_rows) else error
+            error = task.error if names_any(task.error, held_rows) else error
         if (phase, error) == (task.phase, task.error):
             # Nothing learnt: the task is left as it is, its version too, so that a person's
             # resubmit confirmation stays good however often cron reconciles (a review).
@@ -189,110 +196,9 @@ def _record_history(task: Task, rows: list[dict[str, Any]]) -> Task:
         return update(task, expected=task.version, phase=phase, error=error)
 
 
-def _names_any(error: str, rows: list[dict[str, Any]]) -> bool:
-    """Say whether `error` already names the job or the image of one of `rows`."""
-    ids = {str(row.get(key)) for row in rows for key in ("job_id", "image_id") if row.get(key)}
-    return any(f" {found}" in error for found in ids)
-
-
-def _carries(row: dict[str, Any], task: Task) -> bool:
-    """Say whether a history row carries this task's id, from this app (§8).
-
-    Ember answers the query by its own rules; a row of another task (or app) is another
-    paid original, which Avatars must never copy as this task's or release.
-    """
-    meta = row.get("source_metadata")
-    return (
-        isinstance(meta, dict)
-        and meta.get("source_app") == SOURCE_APP
-        and meta.get("task_id") == str(task.pk)
-    )
-
-
-def not_held(task: Task, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Return `rows` but those naming a job or an image another task already holds.
-
-    Such a row carries this task's id, yet its job is another send's (an attempt of
-    another task recorded it) or its image another task's original: taking it would file
-    one paid original under two tasks and leave this task's own unlooked-for.
-    """
-    jobs = {str(row.get("job_id")) for row in rows if row.get("job_id")}
-    images = {_row_image(row) for row in rows if _usable(row)}
-    held_jobs = set(
-        Attempt.objects.filter(ember_job_id__in=jobs)
-        .exclude(task=task)
-        .values_list("ember_job_id", flat=True)
-    )
-    held_images = set(
-        Asset.objects.filter(ember_image_id__in=images, task__isnull=False)
-        .exclude(task=task)
-        .values_list("ember_image_id", flat=True)
-    )
-    return [
-        row
-        for row in rows
-        if str(row.get("job_id")) not in held_jobs
-        and not (_usable(row) and _row_image(row) in held_images)
-    ]
-
-
-def held_note(rows: list[dict[str, Any]]) -> str:
-    """Say, for people, that `rows` carried this task's id but named what another task
-    holds, naming their jobs and images (a review's note named none to look up)."""
-    named = ", ".join(
-        f"job {row.get('job_id') or '?'} (image {row.get('image_id') or '?'})" for row in rows[:3]
-    )
-    more = f" and {len(rows) - 3} more" if len(rows) > 3 else ""
-    return _not_taken(
-        len(rows),
-        f"carrying this task's id but naming a job or an image another task already holds: "
-        f"{named}{more}",
-    )
-
-
-def _strays_note(count: int) -> str:
-    """Say, for people, that Ember's answer held rows that do not carry this task's id."""
-    return _not_taken(count, "that did not carry this task's id")
-
-
-def _not_taken(count: int, which: str) -> str:
-    if not count:
-        return ""
-    rows = "a row" if count == 1 else f"{count} rows"
-    return (
-        f"Ember's history answered {rows} {which}; not taken, and nothing was fetched or "
-        "released for them."
-    )
-
-
-def _usable(row: dict[str, Any]) -> bool:
-    """Say whether a history row has a succeeded job's answer about one image."""
-    try:
-        check_result(row.get("result"))
-    except EmberError:
-        return False
-    job_id, image_id = row.get("job_id"), row.get("image_id")
-    if not isinstance(job_id, str | None) or not isinstance(image_id, str | None):
-        return False
-    if _unsafe_ids(row):
-        return False  # its job or image could not be asked about without leaving its route
-    # A row naming two images cannot say which one it is about.
-    return not image_id or image_id == row["result"]["image"]["id"]
-
-
-def _unsafe_ids(row: dict[str, Any]) -> list[str]:
-    """Return the ids a history row names that Avatars will not put in a URL, shown escaped."""
-    result = row.get("result")
-    image = result.get("image") if isinstance(result, dict) else None
-    named = [row.get("job_id"), row.get("image_id")]
-    named.append(image.get("id") if isinstance(image, dict) else None)
-    unsafe = [shown_id(v) for v in named if isinstance(v, str) and v and not is_safe_id(v)]
-    return list(dict.fromkeys(unsafe))
-
-
 def _refused_note(rows: list[dict[str, Any]]) -> str:
     """Say, for people, which history rows were not taken because of the ids they name."""
-    unsafe = list(dict.fromkeys(shown for row in rows for shown in _unsafe_ids(row)))
+    unsafe = list(dict.fromkeys(shown for row in rows for shown in unsafe_ids(row)))
     if not unsafe:
         return ""
     named = ", ".join(unsafe[:REFUSED_SHOWN])
@@ -302,11 +208,6 @@ def _refused_note(rows: list[dict[str, Any]]) -> str:
         f"Ember's history names {named}: ids Avatars will not put in a URL. "
         "Those rows were not taken; nothing was fetched or released for them."
     )
-
-
-def _row_image(row: dict[str, Any]) -> str:
-    """Return the Ember image id a usable history row is about."""
-    return str(row.get("image_id") or row["result"]["image"]["id"])
 
 
 def _pick_row(task: Task, rows: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -323,7 +224,7 @@ def _pick_row(task: Task, rows: list[dict[str, Any]]) -> dict[str, Any] | None:
     if task.asset_id is not None:
         image_id = Asset.objects.filter(pk=task.asset_id).values_list("ember_image_id", flat=True)
         own_image = image_id.first()
-        return next((r for r in rows if own_image and _row_image(r) == own_image), None)
+        return next((r for r in rows if own_image and row_image(r) == own_image), None)
     job = task.ember_job_id or _latest_job(task)
     if job:
         return next((r for r in rows if r.get("job_id") == job), None)
@@ -369,7 +270,7 @@ def _learn_attempts(task: Task, rows: list[dict[str, Any]]) -> None:
         attempt = lost.get(number) if type(number) is int else None
         if attempt is None or not job_id or job_id in known:
             continue
-        seen = f"Ember's history shows it arrived: job {job_id}, image {_row_image(row)}."
+        seen = f"Ember's history shows it arrived: job {job_id}, image {row_image(row)}."
         # Accepted, as a 202 would have said: "unknown" beside a known job read as a
         # contradiction in the admin (a kill review).
         accepted = Attempt.Outcome.ACCEPTED
@@ -403,7 +304,7 @@ def _one_each(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """
     first: dict[str, dict[str, Any]] = {}
     for row in rows:
-        first.setdefault(_row_image(row), row)
+        first.setdefault(row_image(row), row)
     return list(first.values())
 
 
@@ -415,21 +316,14 @@ def _others_note(others: list[dict[str, Any]]) -> str:
         row = others[0]
         return (
             f"{LEFT_IN_EMBER}another paid original of this task, still protected "
-            f"in Ember: job {row.get('job_id') or '?'}, image {_row_image(row)}. "
+            f"in Ember: job {row.get('job_id') or '?'}, image {row_image(row)}. "
             "Avatars did not copy it and does not release it."
         )
-    listed = ", ".join(f"job {r.get('job_id') or '?'} (image {_row_image(r)})" for r in others)
+    listed = ", ".join(f"job {r.get('job_id') or '?'} (image {row_image(r)})" for r in others)
     return (
         f"{LEFT_IN_EMBER}{len(others)} other paid originals of this task, still "
         f"protected in Ember: {listed}. Avatars did not copy them and does not release them."
     )
-
-
-# A task whose only rows in Ember's history name what another task holds.
-HELD_PHASE = (
-    "Ember's history has a row for this task, naming a job or an image another task holds; "
-    "not taken: a person looks it up in Ember"
-)
 
 
 def _no_row_phase(task: Task, rows: list[dict[str, Any]]) -> str:
