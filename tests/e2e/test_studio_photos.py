@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 
 from PIL import Image
-from playwright.sync_api import Page, expect
+from playwright.sync_api import Page, Route, expect
 
 from tests.e2e.studio import (
     PASSWORD,
@@ -88,3 +88,31 @@ def test_photos_sent_after_the_sign_in_ran_out_are_said_not_uploaded(page: Page,
     expect(refused).to_contain_text("1.png: It was not uploaded: you are no longer signed in.")
     expect(refused).to_contain_text("2.png: Not sent: you are no longer signed in.")
     expect(page.locator("ul.grid > li")).to_have_count(0)
+
+
+def test_leaving_while_photos_are_on_their_way_asks_first(page: Page, tmp_path: Path):
+    """Found by a review: leaving the page while several photos went one by one gave no
+    word, and the photos not yet sent were lost unsaid."""
+    sign_in(page)
+    add_subject(page, "Hal")
+    chosen = [photo(tmp_path / f"{n}.png", (90, 30 * n, 10)) for n in (1, 2)]
+    held: list[str] = []  # the first photo's request, held on its way as on a slow line
+
+    def hold(route: Route) -> None:
+        if route.request.method == "POST":
+            held.append(route.request.url)  # never answered while the test looks
+        else:
+            route.continue_()
+
+    page.route(re.compile(r"/subjects/\d+/$"), hold)
+    page.get_by_label("Add a reference photo").set_input_files(chosen)
+    page.get_by_role("button", name="Upload").click()
+    expect(page.get_by_text("Uploading 1 of 2: 1.png…")).to_be_visible()
+    asked: list[str] = []
+    page.on("dialog", lambda dialog: (asked.append(dialog.type), dialog.dismiss()))
+
+    page.close(run_before_unload=True)
+    page.wait_for_timeout(500)
+
+    assert asked == ["beforeunload"], f"leaving mid-upload asked {asked}"
+    assert held, "the photo was not on its way"

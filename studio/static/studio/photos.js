@@ -24,11 +24,20 @@
     if (files.length < 2) return; // one photo: the form's own post
     event.preventDefault();
     form.querySelector("button[type=submit]").disabled = true;
+    // Leaving while photos are still on their way stops the rest unsaid: the browser asks
+    // first (a review left mid-way with no word).
+    window.addEventListener("beforeunload", stillSending);
     sendAll(files).then(function (refused) {
+      window.removeEventListener("beforeunload", stillSending);
       if (refused.length) sessionStorage.setItem(KEY, JSON.stringify(refused));
       window.location.assign(window.location.pathname); // the page, with what was added
     });
   });
+
+  function stillSending(event) {
+    event.preventDefault();
+    event.returnValue = ""; // older browsers ask only when this is set
+  }
 
   function sendAll(files) {
     var refused = [];
