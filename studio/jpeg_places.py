@@ -9,13 +9,14 @@ application segment `JPEG_KEPT` does not name goes whole. What follows the pictu
 phone's trailer, a motion photo's video, which may say where it was filmed) goes too.
 
 A multi-picture file (an MPO, a phone's depth map or HDR gain map beside the photo) is one
-whose first picture's header holds an index (`studio/mpf.py`; Pillow reads the last) of
-further pictures by offset: nothing before the last of them may move. There what would go
-is overwritten with spaces instead (XMP's own padding), so the gain map's XMP is lost with
-the rest, and each picture the index names is walked as the first, overlapping ones too;
-what no walk saw before the last picture's end is searched for EXIF and XMP (`LATER_APP1`),
-and only what follows the last picture goes. An index that cannot be read keeps no offset:
-the file is stripped as if it had none.
+whose first picture's header holds an index (`studio/mpf.py`; Pillow reads the last,
+exiftool every one, and each is followed here) of further pictures by offset: nothing
+before the last of them may move. There what would go is overwritten with spaces instead
+(XMP's own padding), so the gain map's XMP is lost with the rest, and each picture an
+index names is walked as the first, overlapping ones too; what no walk saw before the
+last picture's end is searched for EXIF and XMP (`LATER_APP1`), and only what follows the
+last picture goes. An index that cannot be read keeps no offset: the file is stripped as
+if it had none.
 """
 
 import re
@@ -38,7 +39,7 @@ JPEG_LOOKED_AT = {*range(0xE0, 0xF0), JPEG_COM}
 # multi-picture index. Any other (XMP under APP2, text in APP12, IPTC in APP13, C2PA's
 # APP11, a maker's own) goes, as every comment does.
 JPEG_KEPT = {
-    0xE0: (b"JFIF", b"JFXX"),
+    0xE0: (b"JFIF",),  # not JFXX: a thumbnail, a JPEG of its own whose EXIF can hold a place
     JPEG_APP2: (b"ICC_PROFILE\x00", mpf.MPF_ID),
     0xEE: (b"Adobe",),
 }
@@ -62,9 +63,10 @@ def strip_jpeg(data: bytes) -> bytes:
     picture of a multi-picture file has a header or scans no decoder should be made to walk.
     """
     header, scan = _header(data, len(SOI), first=True)
-    # Pillow reads the last index a header holds; one that cannot be read keeps no offset.
+    # Every index a header holds: Pillow reads the last, exiftool every one (a re-review hid
+    # a picture with a place behind a first index); one that cannot be read keeps no offset.
     indexes = [start for marker, start, _end in header if _is_index(data, marker, start)]
-    further = mpf.pictures(data, indexes[-1]) if indexes else None
+    further = mpf.merged([mpf.pictures(data, index) for index in indexes])
     if further is None:
         return _dropped(data, header, scan)
     return _blanked(data, header, scan, further)

@@ -28,13 +28,22 @@ def pictures(data: bytes, segment: int) -> list[tuple[int, int]] | None:
             return None
         (ifd,) = struct.unpack_from(order + "I", data, base + 4)
         (count,) = struct.unpack_from(order + "H", data, base + ifd)
+        lists = []
         for entry in range(base + ifd + 2, base + ifd + 2 + 12 * min(count, 32), 12):
             tag, _kind, size, offset = struct.unpack_from(order + "HHII", data, entry)
-            if tag == MP_ENTRY:
-                return _listed(data, order, base, base + offset, size // ENTRY_SIZE, end)
+            if tag == MP_ENTRY:  # every list the index holds: readers differ in which they take
+                lists.append(_listed(data, order, base, base + offset, size // ENTRY_SIZE, end))
     except (IndexError, struct.error):
         return None
-    return None
+    return merged(lists)
+
+
+def merged(lists: "list[list[tuple[int, int]] | None]") -> list[tuple[int, int]] | None:
+    """Return every picture the readable `lists` name, by start; None when none is readable."""
+    readable = [found for found in lists if found is not None]
+    if not readable:
+        return None
+    return sorted({picture for found in readable for picture in found})
 
 
 def _listed(

@@ -16,7 +16,7 @@ valid. Used by the location stripping (studio/metadata.py) for JPEG, PNG and Web
 import struct
 
 ORIENTATION_TAG = 0x0112
-SHORT = 3  # the TIFF field type of a 2-byte value
+SHORT, LONG = 3, 4  # the TIFF field types of a 2-byte and a 4-byte value
 TIFF_HEADER_SIZE = 8  # byte order, 42, where the first directory is
 ENTRY = 12  # bytes in a directory entry: tag, type, count, value or offset
 EMPTY_BLOCK = TIFF_HEADER_SIZE + 2 + 4  # a header and an IFD0 of no entries
@@ -51,7 +51,8 @@ def keep_orientation(tiff: bytearray, start: int = 0, end: int | None = None) ->
 
 
 def orientation(tiff: bytearray, start: int, order: str) -> int | None:
-    """Return IFD0's orientation (1-8, the last entry of it, as Pillow reads), or None.
+    """Return IFD0's orientation (1-8, the first entry of it, as Pillow and exiftool read,
+    a SHORT or a LONG), or None.
 
     At most as many entries are read as the block holds side by side: a review's block
     claimed 65,535 of them.
@@ -65,10 +66,13 @@ def orientation(tiff: bytearray, start: int, order: str) -> int | None:
     except struct.error:
         return None
     entries = min(count, (len(tiff) - first) // ENTRY)
-    found = None
-    for tag, kind, n, value in struct.iter_unpack(
-        order + "HHIH2x", tiff[first : first + ENTRY * entries]
-    ):
-        if tag == ORIENTATION_TAG and kind == SHORT and n == 1 and 1 <= value <= 8:
-            found = value
-    return found
+    for at in range(first, first + ENTRY * entries, ENTRY):
+        tag, kind, n = struct.unpack_from(order + "HHI", tiff, at)
+        if tag != ORIENTATION_TAG:
+            continue
+        if kind not in (SHORT, LONG) or n != 1:
+            return None
+        # A value of up to 4 bytes sits in the entry itself, from its first byte.
+        (value,) = struct.unpack_from(order + ("H" if kind == SHORT else "I"), tiff, at + 8)
+        return value if 1 <= value <= 8 else None
+    return None

@@ -27,8 +27,8 @@ SENT_WITHOUT_A_FILE = 4096  # bytes: the most a form without a file (token, empt
 # a long file name is what fills them.
 LONG_HEADERS = "header size exceeded"
 LONG_FILE_NAME = (
-    "The photo's file name is too long to read (about 1,000 characters at most): rename the "
-    "file to something shorter and upload it again."
+    "The photo's file name is too long to read: rename the file to something shorter and "
+    "upload it again."
 )
 MB = 1024 * 1024  # bytes: the sentences' "MB", as in the other limits' sentences
 BODY_TOO_LARGE = "The request body is too large (the limit is {limit:g} MB)."

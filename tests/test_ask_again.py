@@ -146,3 +146,20 @@ def test_the_form_asking_again_is_titled_after_its_batch(signed_in: Client, subj
 
     assert 'value="Garden (again)"' in field(page, "title")
     assert f'value="{batch.pk}"' in field(page, "again_of")
+
+
+def test_asking_again_once_more_is_asked_first_after_fifty_other_batches(
+    signed_in: Client, subject, person
+):
+    """Found by a re-review: the twin was looked for among the 50 newest batches only, and
+    after 50 others the same failed images were paid for again without a question."""
+    batch = a_batch(subject, candidates=2, providers=("flux",), user=person)
+    failed(batch, "flux", "image", 2)
+    assert signed_in.post("/batches/new/", asking_again_form(batch)).status_code == 302
+    for n in range(60):
+        a_batch(subject, candidates=1, providers=("flux",), user=person, prompt=f"other {n}")
+
+    again = signed_in.post("/batches/new/", asking_again_form(batch))
+
+    assert again.status_code == 200, "paid for them again"
+    assert "You started the same batch" in text(again), text(again)

@@ -88,7 +88,10 @@ def recent_twin(
         recent = recent.filter(created_by=user)
     else:  # whoever asked again first: one family's images
         since = min(since, asking_again.created_at)
-        recent = recent.exclude(pk=asking_again.pk)
+        # Of its prompt only, so that the 50 looked at are never others' (a re-review
+        # planned 50 batches in between, and the same images were paid for again).
+        prompt = str(request.get("prompt") or "").strip()
+        recent = recent.exclude(pk=asking_again.pk).filter(request__prompt=prompt)
     recent = recent.filter(created_at__gte=since)
     return next((b for b in recent[:50] if repeats(request, b.request)), None)
 

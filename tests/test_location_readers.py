@@ -1,0 +1,117 @@
+"""What a reader other than Pillow reads, stripped as that reader reads it (found by a
+re-review with exiftool): a picture only a multi-picture file's first index names, a JFXX
+thumbnail's own EXIF, and an orientation written as a LONG or written twice."""
+
+import io
+import struct
+
+import pytest
+from PIL import Image
+
+from studio import metadata
+from tests.location_parts import insert_after_soi, picture, pixels_of, saved
+
+LATITUDE = struct.pack(">6I", 51, 1, 30, 1, 1234, 100)
+IPTC_CITY = b"\x1c\x02\x5a\x00\x09Reykjavik"
+
+
+def gps_block() -> bytes:
+    """A big-endian TIFF block: IFD0 pointing at a GPS directory holding a latitude."""
+    ifd0 = struct.pack(">H", 1) + struct.pack(">HHII", 0x8825, 4, 1, 26) + bytes(4)
+    gps = struct.pack(">H", 1) + struct.pack(">HHII", 2, 5, 3, 44) + bytes(4)
+    return b"MM\x00*" + struct.pack(">I", 8) + ifd0 + gps + LATITUDE
+
+
+def segment(marker: int, body: bytes) -> bytes:
+    return bytes([0xFF, marker]) + struct.pack(">H", len(body) + 2) + body
+
+
+def index(pictures: list[tuple[int, int]]) -> bytes:
+    """An MPF index (APP2) naming the first picture and then `pictures` (size, offset)."""
+    entries = [(0x20030000, 0, 0), *((0, size, offset) for size, offset in pictures)]
+    body = b"MM\x00*" + struct.pack(">I", 8) + struct.pack(">H", 2)
+    body += struct.pack(">HHI", 0xB000, 7, 4) + b"0100"
+    body += struct.pack(">HHII", 0xB002, 7, 16 * len(entries), 8 + 2 + 24 + 4) + bytes(4)
+    body += b"".join(struct.pack(">IIIHH", a, s, o, 0, 0) for a, s, o in entries)
+    return segment(0xE2, b"MPF\x00" + body)
+
+
+def two_indexes(hidden: bytes, last: bytes) -> bytes:
+    """A first picture whose header holds two indexes: the first names `hidden`, the second
+    (the one Pillow reads) `last`; the three pictures one after another."""
+    first = saved(picture(), "JPEG")
+
+    def built(hidden_at: int, last_at: int) -> bytes:
+        return (
+            first[:2]
+            + index([(len(hidden), hidden_at)])
+            + index([(len(last), last_at)])
+            + first[2:]
+        )
+
+    draft = built(0, 0)
+    bases = [at + 4 for at in range(len(draft)) if draft.startswith(b"MPF\x00", at)]
+    start = len(draft)
+    data = built(start - bases[0], start + len(hidden) - bases[1])
+    return data + hidden + last
+
+
+@pytest.mark.parametrize(
+    "held",
+    [
+        segment(0xED, b"Photoshop 3.0\x00" + IPTC_CITY),
+        segment(0xE1, b"\x00\x00\x00\x00Exif\x00\x00" + gps_block()),
+        segment(0xFE, b"Taken at Hallgrimskirkja, Reykjavik"),
+    ],
+    ids=["IPTC", "EXIF after junk", "comment"],
+)
+def test_a_picture_only_a_first_index_names_is_stripped_too(held):
+    """Pillow reads a header's last index; exiftool reads every one, and read a place in a
+    picture only the first named."""
+    hidden = saved(picture().rotate(90), "JPEG")
+    hidden = hidden[:2] + held + hidden[2:]
+    photo = two_indexes(hidden, saved(picture().rotate(180), "JPEG"))
+    body = held[4:]
+    assert body in photo
+
+    clean = metadata.strip_location(photo)
+
+    assert body not in clean and len(clean) == len(photo), "not stripped in place"
+    assert pixels_of(clean) == pixels_of(photo)
+
+
+def test_a_jfxx_thumbnail_goes_with_its_exif():
+    thumbnail = insert_after_soi(
+        saved(picture().resize((16, 12)), "JPEG"), 0xE1, b"Exif\x00\x00" + gps_block()
+    )
+    photo = insert_after_soi(saved(picture(), "JPEG"), 0xE0, b"JFXX\x00\x10" + thumbnail)
+
+    clean = metadata.strip_location(photo)
+
+    assert LATITUDE not in clean and b"JFXX" not in clean
+    assert pixels_of(clean) == pixels_of(photo)
+
+
+@pytest.mark.parametrize(
+    ("entries", "read"),
+    [
+        ([(0x0112, 4, struct.pack("<I", 6))], 6),  # a LONG, not a SHORT
+        ([(0x0112, 3, struct.pack("<HH", 6, 0)), (0x0112, 3, struct.pack("<HH", 3, 0))], 6),
+    ],
+    ids=["LONG", "twice"],
+)
+def test_the_orientation_readers_see_is_the_one_kept(entries, read):
+    """As Pillow 13 and exiftool read it: a LONG too, and the first of two."""
+    ifd0 = struct.pack("<H", len(entries) + 1)
+    ifd0 += b"".join(struct.pack("<HHI", tag, kind, 1) + value for tag, kind, value in entries)
+    ifd0 += struct.pack("<HHII", 0x8825, 4, 1, 0) + bytes(4)
+    photo = insert_after_soi(
+        saved(picture(), "JPEG"), 0xE1, b"Exif\x00\x00II*\x00" + struct.pack("<I", 8) + ifd0
+    )
+    with Image.open(io.BytesIO(photo)) as img:
+        assert img.getexif()[0x0112] == read, "the fixture reads otherwise than assumed"
+
+    clean = metadata.strip_location(photo)
+
+    with Image.open(io.BytesIO(clean)) as img:
+        assert dict(img.getexif()) == {0x0112: read}
