@@ -21,9 +21,11 @@ orientation (studio/tiff_places.py), so a phone's photo still shows upright:
   packets, ImageMagick's "Raw profile type" copies of EXIF, XMP, IPTC or Photoshop
   resources and its `exif:GPS…` properties, or any words at all, which a reader may show;
 - WebP: the chunks `WEBP_KEPT` names stay and `EXIF` is cut down; any other goes (`XMP `,
-  C2PA), and the VP8X flag that announced XMP is cleared;
+  C2PA), and the VP8X flag that announced XMP is cleared; an animation frame keeps only its
+  image's chunks;
 - GIF: a frame's graphic control and the application extensions `GIF_KEPT` names stay
-  (looping, a colour profile); every other extension (XMP, C2PA, comments) goes.
+  (looping, a colour profile), each no longer than what it has to say; every other
+  extension (XMP, C2PA, comments) and bytes between blocks go.
 
 Whatever follows the picture's end (a PNG's IEND, the WebP's RIFF container, a GIF's
 trailer) goes too, as it does after a JPEG's: no decoder reads it, and readers of metadata
@@ -69,6 +71,9 @@ PNG_EXIF = b"exif"  # the chunk's type, whatever its letters' case: `exIf` was I
 # The WebP chunks kept, likewise: XMP, C2PA and any other go, EXIF is cut down.
 WEBP_KEPT = {b"VP8 ", b"VP8L", b"VP8X", b"ALPH", b"ANIM", b"ANMF", b"ICCP"}
 WEBP_EXIF = b"EXIF"
+WEBP_FRAME = b"ANMF"  # an animation's frame: a head, then the frame's own chunks
+WEBP_FRAME_HEAD = 16  # bytes: where it goes, its size, how long it shows, how it is drawn
+WEBP_FRAME_KEPT = {b"ALPH", b"VP8 ", b"VP8L"}
 VP8X_XMP = 0x04  # the VP8X flag that says an XMP chunk follows
 
 GIF_TRAILER = 0x3B
@@ -76,7 +81,8 @@ GIF_GRAPHIC_CONTROL = 0xF9  # a frame's delay and transparency
 # The GIF application extensions kept, by label, block size and identifier: looping, and
 # a colour profile (Pillow reads it). Any other (XMP, C2PA, a maker's own), every comment
 # and any plain text go.
-GIF_KEPT = tuple(b"\xff\x0b" + name for name in (b"NETSCAPE2.0", b"ANIMEXTS1.0", b"ICCRGBG1012"))
+GIF_LOOPING = tuple(b"\xff\x0b" + name for name in (b"NETSCAPE2.0", b"ANIMEXTS1.0"))
+GIF_KEPT = (*GIF_LOOPING, b"\xff\x0bICCRGBG1012")
 GIF_BLOCK = re.compile(rb"[\x21\x2c\x3b]")
 
 
@@ -161,6 +167,10 @@ def _webp(data: bytes) -> bytes:
             skip = 8 + (len(EXIF_HEADER) if chunk.startswith(EXIF_HEADER, 8) else 0)
             if keep_orientation(chunk, skip, 8 + length):  # not its padding byte
                 kept.replace(pos, end, chunk)
+        elif kind == WEBP_FRAME:
+            frame = _webp_frame(data, pos, min(size, pos + 8 + length))
+            if frame is not None:
+                kept.replace(pos, end, frame)
         elif kind not in WEBP_KEPT:
             kept.replace(pos, end)
         pos = end
@@ -171,6 +181,26 @@ def _webp(data: bytes) -> bytes:
         chunks[8] &= ~VP8X_XMP & 0xFF
     riff = b"RIFF" + struct.pack("<I", 4 + len(chunks)) + b"WEBP"
     return riff + bytes(chunks)
+
+
+def _webp_frame(data: bytes, pos: int, end: int) -> bytes | None:
+    """Return the animation frame at `data[pos:end]` with only its image's chunks (`ALPH`,
+    `VP8 `, `VP8L`), or None when it has no other: a frame may carry unknown chunks, and a
+    re-review's held XMP."""
+    parts, dropped = [data[pos + 8 : pos + 8 + WEBP_FRAME_HEAD]], False
+    at = pos + 8 + WEBP_FRAME_HEAD
+    while at + 8 <= end:
+        (length,) = struct.unpack_from("<I", data, at + 4)
+        stop = min(end, at + 8 + length + (length & 1))
+        if data[at : at + 4] in WEBP_FRAME_KEPT:
+            parts.append(data[at:stop])
+        else:
+            dropped = True
+        at = stop
+    if not dropped:
+        return None
+    body = b"".join(parts)
+    return WEBP_FRAME + struct.pack("<I", len(body)) + body + b"\x00" * (len(body) & 1)
 
 
 # --- GIF ---------------------------------------------------------------------------------
@@ -195,8 +225,11 @@ def _gif(data: bytes) -> bytes:
         kind = data[pos]
         if kind == GIF_EXTENSION:
             end = _gif_sub_blocks_end(data, pos + 2)  # past the introducer and the label
+            said = _gif_said_end(data, pos)
             if not _gif_kept(data, pos + 1):
                 kept.replace(pos, end)
+            elif said is not None and said < end - 1:  # sub-blocks after all it has to say
+                kept.replace(said, end, b"\x00")  # its terminator
             pos = end
         elif kind == GIF_IMAGE_SEPARATOR:
             pos = _gif_image_end(data, pos)
@@ -206,6 +239,7 @@ def _gif(data: bytes) -> bytes:
             break
         else:
             found = GIF_BLOCK.search(data, pos)  # on to the next block, as Pillow does
+            kept.replace(pos, found.start() if found else size)  # bytes Pillow skips go
             pos = found.start() if found else size
     if not kept.replaced:
         return data  # nothing to drop: no copy
@@ -214,6 +248,22 @@ def _gif(data: bytes) -> bytes:
     if swallowed:  # a dropped block ran to the end, trailer and all
         out.append(GIF_TRAILER)
     return bytes(out)
+
+
+def _gif_said_end(data: bytes, pos: int) -> int | None:
+    """Return where the extension at `pos` has said all it has to, for one whose first data
+    sub-block says it all (a graphic control, looping); None for any other.
+
+    A re-review's XMP rode in further sub-blocks of both, which exiftool does not show and
+    a search of the bytes finds.
+    """
+    if data[pos + 1] == GIF_GRAPHIC_CONTROL:
+        at = pos + 2
+    elif data.startswith(GIF_LOOPING, pos + 1):
+        at = pos + 2 + 1 + 11  # past the application's block: its size and 11 bytes
+    else:
+        return None
+    return min(len(data), at + 1 + data[at]) if at < len(data) else None
 
 
 def _gif_kept(data: bytes, label: int) -> bool:

@@ -115,3 +115,60 @@ def test_the_orientation_readers_see_is_the_one_kept(entries, read):
 
     with Image.open(io.BytesIO(clean)) as img:
         assert dict(img.getexif()) == {0x0112: read}
+
+
+PLACE = b"<x:xmpmeta>GPSLatitude 64.1417N Reykjavik</x:xmpmeta>"
+
+
+def animated_gif() -> bytes:
+    frames = [picture("P"), picture("P").rotate(180)]
+    return saved(frames[0], "GIF", save_all=True, append_images=frames[1:], loop=0, duration=70)
+
+
+def after_first(data: bytes, start: bytes, skip: int, extra: bytes) -> bytes:
+    """`data` with `extra` inserted `skip` bytes after the first `start` in it."""
+    at = data.index(start) + skip
+    return data[:at] + extra + data[at:]
+
+
+@pytest.mark.parametrize(
+    "where",
+    ["graphic control", "looping", "between blocks"],
+)
+def test_nothing_rides_along_in_a_gif_beside_what_it_keeps(where):
+    """Found by a re-review: XMP in further sub-blocks of a graphic control or a looping
+    extension, or in bytes between blocks that Pillow skips, was kept byte for byte."""
+    plain = animated_gif()
+    more = bytes([len(PLACE)]) + PLACE  # one more sub-block, before the terminator
+    if where == "graphic control":
+        photo = after_first(plain, b"\x21\xf9\x04", 3 + 4, more)
+    elif where == "looping":
+        photo = after_first(plain, b"\x21\xff\x0bNETSCAPE2.0", 14 + 4, more)
+    else:
+        photo = after_first(plain, b"\x21\xf9\x04", 0, PLACE.replace(b"!", b""))
+    assert PLACE[:20] in photo
+
+    clean = metadata.strip_location(photo)
+
+    assert PLACE[:20] not in clean
+    assert clean == plain, "what the GIF keeps changed"
+    assert pixels_of(clean) == pixels_of(photo)
+
+
+def test_a_webp_frame_keeps_only_its_image():
+    """Found by a re-review: an animation frame's own unknown chunks were kept whole."""
+    frames = [picture(), picture().rotate(180)]
+    plain = saved(frames[0], "WEBP", save_all=True, append_images=frames[1:], lossless=True)
+    frame = plain.index(b"ANMF")
+    (size,) = struct.unpack_from("<I", plain, frame + 4)
+    extra = b"XMP " + struct.pack("<I", len(PLACE)) + PLACE + b"\x00" * (len(PLACE) & 1)
+    grown = plain[: frame + 4] + struct.pack("<I", size + len(extra)) + plain[frame + 8 :]
+    at = frame + 8 + size
+    photo = grown[:at] + extra + grown[at:]
+    photo = photo[:4] + struct.pack("<I", len(photo) - 8) + photo[8:]
+    assert pixels_of(photo) == pixels_of(plain), "the fixture is not the same animation"
+
+    clean = metadata.strip_location(photo)
+
+    assert PLACE not in clean and clean[12:] == plain[12:] and clean[4:8] == plain[4:8]
+    assert pixels_of(clean) == pixels_of(plain)
