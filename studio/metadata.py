@@ -67,6 +67,7 @@ PNG_KEPT = {
     *(b"sRGB", b"cICP", b"mDCv", b"cLLi", b"bKGD", b"hIST", b"pHYs"),
     *(b"acTL", b"fcTL", b"fdAT"),
 }
+PNG_PROFILE, PNG_PROFILE_NAME = b"iCCP", b"ICC Profile"  # the profile kept, under this name
 PNG_EXIF = b"exif"  # the chunk's type, whatever its letters' case: `exIf` was ImageMagick's
 # The WebP chunks kept, likewise: XMP, C2PA and any other go, EXIF is cut down.
 WEBP_KEPT = {b"VP8 ", b"VP8L", b"VP8X", b"ALPH", b"ANIM", b"ANMF", b"ICCP"}
@@ -130,6 +131,8 @@ def _png(data: bytes) -> bytes:
 
 def _png_chunk(data: bytes, pos: int, end: int, kind: bytes) -> bytes | None:
     """Return what replaces the chunk at `data[pos:end]`: b"" drops it, None keeps it."""
+    if kind == PNG_PROFILE:
+        return _png_profile(data, pos, end)
     if kind in PNG_KEPT:
         return None
     if kind.lower() == PNG_EXIF:
@@ -143,6 +146,17 @@ def _png_chunk(data: bytes, pos: int, end: int, kind: bytes) -> bytes | None:
             struct.pack_into(">I", chunk, len(chunk) - 4, zlib.crc32(chunk[4:-4]))
         return bytes(chunk)
     return b""
+
+
+def _png_profile(data: bytes, pos: int, end: int) -> bytes | None:
+    """Return the colour profile chunk at `data[pos:end]` under Pillow's name for it, or
+    None when it has that name (or is cut short): the name is any words (a re-review's was
+    a place, which exiftool shows)."""
+    named = data.find(b"\x00", pos + 8, min(end - 4, pos + 8 + 80))
+    if named < 0 or data[pos + 8 : named] == PNG_PROFILE_NAME or end > len(data):
+        return None
+    body = PNG_PROFILE + PNG_PROFILE_NAME + data[named : end - 4]
+    return struct.pack(">I", len(body) - 4) + body + struct.pack(">I", zlib.crc32(body))
 
 
 # --- WebP --------------------------------------------------------------------------------

@@ -4,6 +4,7 @@ thumbnail's own EXIF, and an orientation written as a LONG or written twice."""
 
 import io
 import struct
+import zlib
 
 import pytest
 from PIL import Image
@@ -172,3 +173,22 @@ def test_a_webp_frame_keeps_only_its_image():
 
     assert PLACE not in clean and clean[12:] == plain[12:] and clean[4:8] == plain[4:8]
     assert pixels_of(clean) == pixels_of(plain)
+
+
+def test_a_png_colour_profile_keeps_its_profile_under_a_name_of_no_words():
+    """Found by a re-review: the profile's name is any words, and exiftool showed a place."""
+    plain = saved(picture(), "PNG", icc_profile=b"\x00" * 128)
+    at = plain.index(b"iCCP")
+    (size,) = struct.unpack_from(">I", plain, at - 4)
+    named_at = plain.index(b"\x00", at + 4)
+    body = b"iCCP" + b"Reykjavik 64.14N" + plain[named_at : at + 4 + size]
+    chunk = struct.pack(">I", len(body) - 4) + body + struct.pack(">I", zlib.crc32(body))
+    photo = plain[: at - 4] + chunk + plain[at + 4 + size + 4 :]
+    with Image.open(io.BytesIO(photo)) as img:
+        profile = img.info["icc_profile"]
+
+    clean = metadata.strip_location(photo)
+
+    assert b"Reykjavik" not in clean and clean == plain
+    with Image.open(io.BytesIO(clean)) as img:
+        assert img.info["icc_profile"] == profile
