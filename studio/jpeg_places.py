@@ -55,6 +55,7 @@ FILL_BLOCK = b"\xff" * 65536  # a run of fill bytes is compared against this, a 
 LATER_APP1 = re.compile(rb"\xff\xe1(..)(Exif|http://ns\.adobe\.com/)", re.DOTALL)
 
 Segment = tuple[int, int, int]  # marker, start, end
+STRAY = -1  # the "marker" of bytes between a header's segments, which decoders skip
 
 
 def strip_jpeg(data: bytes) -> bytes:
@@ -150,8 +151,11 @@ def _header(data: bytes | bytearray, pos: int, *, first: bool) -> tuple[list[Seg
     size, walked = len(data), 0
     while pos + 4 <= size:
         if data[pos] != 0xFF:
-            # Bytes between segments: Pillow and libjpeg skip them to the next 0xFF.
+            # Bytes between segments: Pillow and libjpeg skip them to the next 0xFF. They
+            # go too (a re-review hid words there, which a search of the bytes found).
             found_at = data.find(b"\xff", pos)
+            if any(data[pos : found_at if found_at >= 0 else size]):
+                found.append((STRAY, pos, found_at if found_at >= 0 else size))
             pos = found_at if found_at >= 0 else size
             continue
         marker = data[pos + 1]
@@ -182,6 +186,9 @@ def _replacements(
     Pillow joins a header's further EXIF segments to it."""
     exif = False
     for marker, start, end in segments:
+        if marker == STRAY:  # bytes no reader takes for a segment: zeros, or nothing
+            yield start, end, bytes(end - start) if keep_sizes else b""
+            continue
         replacement = _replacement(data, start, end, keep_sizes, exif_before=exif)
         exif = exif or (marker == JPEG_APP1 and data.startswith(EXIF_HEADER, start + 4, end))
         if replacement is not None:

@@ -192,3 +192,17 @@ def test_a_png_colour_profile_keeps_its_profile_under_a_name_of_no_words():
     assert b"Reykjavik" not in clean and clean == plain
     with Image.open(io.BytesIO(clean)) as img:
         assert img.info["icc_profile"] == profile
+
+
+def test_words_between_a_jpegs_segments_go():
+    """Found by a re-review: bytes between segments, which decoders skip (exiftool only
+    warns), were kept, and a search of the stored file found the place in them."""
+    plain = saved(picture(), "JPEG")
+    at = 2 + 2 + int.from_bytes(plain[4:6], "big")  # after JFIF's APP0
+    photo = plain[:at] + b"Taken at Reykjavik 64.14N" + plain[at:]
+    assert pixels_of(photo) == pixels_of(plain), "decoders do not skip them after all"
+
+    clean = metadata.strip_location(photo)
+
+    assert clean == plain
+    assert metadata.strip_location(clean) is clean, "stripped twice is not stripped once"
