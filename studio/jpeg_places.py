@@ -107,11 +107,13 @@ def _blanked(
     _blank(out, header)
     end = _blank_scans(out, scan)
     last = end
-    for start, stop in further:
+    for start, _stop in further:
         if out.startswith(SOI, start):
             segments, at = _header(out, start + len(SOI), first=False)
             _blank(out, segments)
-            last = max(last, stop, _blank_scans(out, at))
+            # Where the picture ends, not the size the index gives it: a re-review's size
+            # reached past it into a trailer (IPTC, a place in words), kept whole.
+            last = max(last, _blank_scans(out, at))
     last = min(last, len(out))
     out[end:last] = _searched(bytes(out[end:last]))  # bytes between the pictures too
     return data if last == len(data) and out == data else bytes(out[:last])

@@ -39,11 +39,19 @@ def pictures(data: bytes, segment: int) -> list[tuple[int, int]] | None:
 
 
 def merged(lists: "list[list[tuple[int, int]] | None]") -> list[tuple[int, int]] | None:
-    """Return every picture the readable `lists` name, by start; None when none is readable."""
+    """Return every picture the readable `lists` name, one per start (the longest), by
+    start; None when none is readable, or when they name more than MAX_PICTURES in all.
+
+    Each picture is walked to its end: a re-review's one index of 32 lists of 64 entries,
+    one start under many sizes, had a 22 MB scan walked 2,016 times (14 s an index).
+    """
     readable = [found for found in lists if found is not None]
-    if not readable:
+    ends: dict[int, int] = {}
+    for start, end in (picture for found in readable for picture in found):
+        ends[start] = max(end, ends.get(start, end))
+    if not readable or len(ends) > MAX_PICTURES:
         return None
-    return sorted({picture for found in readable for picture in found})
+    return sorted(ends.items())
 
 
 def _listed(
