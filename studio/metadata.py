@@ -239,11 +239,10 @@ def _gif(data: bytes) -> bytes:
         kind = data[pos]
         if kind == GIF_EXTENSION:
             end = _gif_sub_blocks_end(data, pos + 2)  # past the introducer and the label
-            said = _gif_said_end(data, pos)
             if not _gif_kept(data, pos + 1):
                 kept.replace(pos, end)
-            elif said is not None and said < end - 1:  # sub-blocks after all it has to say
-                kept.replace(said, end, b"\x00")  # its terminator
+            elif (said := _gif_said(data, pos, end)) is not None:
+                kept.replace(pos, end, said)
             pos = end
         elif kind == GIF_IMAGE_SEPARATOR:
             pos = _gif_image_end(data, pos)
@@ -264,20 +263,24 @@ def _gif(data: bytes) -> bytes:
     return bytes(out)
 
 
-def _gif_said_end(data: bytes, pos: int) -> int | None:
-    """Return where the extension at `pos` has said all it has to, for one whose first data
-    sub-block says it all (a graphic control, looping); None for any other.
+def _gif_said(data: bytes, pos: int, end: int) -> bytes | None:
+    """Return the extension at `data[pos:end]` cut to what it has to say, for one whose
+    first data sub-block says it all (a graphic control: 4 bytes; looping: 3), or None
+    when it says no more (or too little, left for the decoder).
 
-    A re-review's XMP rode in further sub-blocks of both, which exiftool does not show and
-    a search of the bytes finds.
+    A re-review's XMP rode in further sub-blocks of both, and in a graphic control's one
+    sub-block of 255 bytes: exiftool shows none of it, a search of the bytes finds it.
     """
     if data[pos + 1] == GIF_GRAPHIC_CONTROL:
-        at = pos + 2
+        at, says = pos + 2, 4
     elif data.startswith(GIF_LOOPING, pos + 1):
-        at = pos + 2 + 1 + 11  # past the application's block: its size and 11 bytes
+        at, says = pos + 2 + 1 + 11, 3  # past the application's block: its size, 11 bytes
     else:
         return None
-    return min(len(data), at + 1 + data[at]) if at < len(data) else None
+    if at >= len(data) or data[at] < says or at + 1 + says > len(data):
+        return None
+    said = data[pos:at] + bytes([says]) + data[at + 1 : at + 1 + says] + b"\x00"
+    return None if data[pos:end] == said else said
 
 
 def _gif_kept(data: bytes, label: int) -> bool:

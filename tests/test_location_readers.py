@@ -259,3 +259,17 @@ def test_one_picture_named_many_times_is_walked_once(monkeypatch):
     assert mpf.merged([[(n, n + 1)] for n in range(65)]) is None, "past 64 pictures in all"
     metadata.strip_location(bytes(photo))
     assert len(walked) == 2, f"{len(walked)} walks of a two-picture file"
+
+
+def test_a_graphic_control_says_no_more_than_its_four_bytes():
+    """Found by a re-review: one sub-block of 255 bytes where a graphic control has 4, the
+    rest an XMP packet, was kept."""
+    plain = animated_gif()
+    at = plain.index(b"\x21\xf9\x04")
+    padded = plain[at + 3 : at + 7] + PLACE.ljust(251, b" ")
+    photo = plain[:at] + b"\x21\xf9\xff" + padded + plain[at + 7 :]
+    assert pixels_of(photo) == pixels_of(plain), "the fixture is not the same animation"
+
+    clean = metadata.strip_location(photo)
+
+    assert PLACE[:20] not in clean and clean == plain
