@@ -2,14 +2,12 @@
 
 from datetime import datetime
 from typing import Any
-from uuid import UUID
 
-from django.db.models import Count
 from django.urls import reverse
 from django.utils import timezone
 
 from studio import engine
-from studio.models import Asset, Attempt, AvatarSet, Batch, Subject, Task
+from studio.models import Asset, AvatarSet, Batch, Subject, Task
 
 
 def subject_json(subject: Subject) -> dict[str, Any]:
@@ -41,20 +39,16 @@ def task_json(task: Task, *, attempts: int | None = None) -> dict[str, Any]:
 
 
 def batch_json(batch: Batch) -> dict[str, Any]:
-    """Describe `batch` with all its tasks and its progress, in a fixed number of queries."""
-    counts: dict[UUID, int] = dict(
-        Attempt.objects.filter(task__batch=batch)
-        .values("task_id")
-        .annotate(n=Count("pk"))
-        .values_list("task_id", "n")
-    )
+    """Describe `batch` with all its tasks and its progress, as of one moment: every figure
+    comes from one read of its tasks (`engine.counted_tasks`)."""
+    tasks = engine.counted_tasks(batch)
     return {
         "id": str(batch.pk),
         "title": batch.title,
         "created_at": _time(batch.created_at),
         "request": _request_json(batch.request),
-        "tasks": [task_json(t, attempts=counts.get(t.pk, 0)) for t in batch.tasks.all()],
-        "progress": engine.progress(batch=batch),
+        "tasks": [task_json(c.task, attempts=c.attempts) for c in tasks],
+        "progress": engine.progress_of(tasks),
     }
 
 

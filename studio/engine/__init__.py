@@ -54,10 +54,12 @@ from studio.engine.library import add_reference, create_subject
 from studio.engine.lost_sends import lost_sends
 from studio.engine.planning import (
     canonical_sha256,
+    counted_tasks,
     generate,
     jobs_left_today,
     planned_by,
     progress,
+    progress_of,
     recent_twin,
     retry_at,
     same_intent,
@@ -126,6 +128,7 @@ __all__ = [
     "canonical_sha256",
     "change_choice",
     "choose_assets",
+    "counted_tasks",
     "create_set",
     "create_subject",
     "delete_set",
@@ -136,6 +139,7 @@ __all__ = [
     "lost_sends",
     "planned_by",
     "progress",
+    "progress_of",
     "publish",
     "recent_twin",
     "reconcile",

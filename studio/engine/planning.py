@@ -14,7 +14,17 @@ from typing import Any, NamedTuple
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
-from django.db.models import Count, Exists, OuterRef, Q, QuerySet
+from django.db.models import (
+    BooleanField,
+    Count,
+    Exists,
+    ExpressionWrapper,
+    OuterRef,
+    Q,
+    QuerySet,
+    Subquery,
+)
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from studio import phrases
@@ -382,6 +392,47 @@ def progress(*, batch: Batch) -> dict[str, int]:
     counts["finished"] = sum(counts[s.value] for s in FINAL)
     attempts = Attempt.objects.filter(task__batch=batch).count()
     counts["paid_requests"] = attempts + counts["sending"]
+    return counts
+
+
+class Counted(NamedTuple):
+    """A task as `counted_tasks` reads it, with its attempts and whether it is a new send."""
+
+    task: Task
+    attempts: int
+    new_send: bool  # `submitting`, not sent before under its key (see `progress`)
+
+
+def counted_tasks(batch: Batch) -> list[Counted]:
+    """Return the batch's tasks, each with its attempts and whether it is a new send, read
+    in one statement: one moment, however the worker moves them meanwhile.
+
+    A review's answer, read in three statements, showed a task `running` with 0 attempts
+    (written together) and progress that disagreed with its own task list.
+    """
+    attempts = (
+        Attempt.objects.filter(task=OuterRef("pk"))
+        .values("task")
+        .annotate(n=Count("pk"))
+        .values("n")
+    )
+    under_key = Attempt.objects.filter(
+        task=OuterRef("pk"), idempotency_key=OuterRef("idempotency_key")
+    ).exclude(idempotency_key="")
+    new = ExpressionWrapper(Q(state=TaskState.SUBMITTING) & ~Exists(under_key), BooleanField())
+    counted = batch.tasks.annotate(attempt_count=Coalesce(Subquery(attempts), 0), new_send=new)
+    return [Counted(t, t.attempt_count, bool(t.new_send)) for t in counted]  # type: ignore[attr-defined]
+
+
+def progress_of(tasks: list[Counted]) -> dict[str, int]:
+    """Count `counted_tasks` as `progress` counts a batch's, from the same rows."""
+    counts = {state.value: 0 for state in TaskState}
+    for counted in tasks:
+        counts[counted.task.state] += 1
+    counts["total"] = len(tasks)
+    counts["finished"] = sum(counts[s.value] for s in FINAL)
+    counts["sending"] = len([counted for counted in tasks if counted.new_send])
+    counts["paid_requests"] = sum(counted.attempts for counted in tasks) + counts["sending"]
     return counts
 
 

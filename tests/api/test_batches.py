@@ -4,6 +4,8 @@ import json
 
 import pytest
 from django.contrib.auth.models import User
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from studio import curation, engine
@@ -453,3 +455,21 @@ def test_it_reads_json_said_with_a_charset_or_as_a_json_type(api, content_type):
     response = api.post(f"{API}/subjects", b'{"name": "Ada"}', content_type=content_type)
 
     assert response.status_code == 201, response.content
+
+
+def test_its_tasks_attempts_and_progress_are_read_as_of_one_moment(api, subject):
+    """Found by a review polling every 50 ms: read in three statements, an answer showed a
+    task `running` with 0 attempts (they are written together), and progress that
+    disagreed with its own task list. One statement reads them all."""
+    batch = a_batch(subject, candidates=3)
+    first = batch.tasks.first()
+    move(first, TaskState.SUBMITTING, submitted_at=timezone.now(), phase="Sending to Ember")
+    api.get(f"{API}/batches/{batch.pk}")  # the token's last use is recorded once
+
+    with CaptureQueriesContext(connection) as queries:
+        body = api.get(f"{API}/batches/{batch.pk}").json()
+
+    reads = [q["sql"] for q in queries if '"studio_task"' in q["sql"]]
+    assert len(reads) == 1, f"{len(reads)} statements read the batch's tasks: {reads}"
+    assert body["progress"] == {**engine.progress(batch=batch)}
+    assert sum(body["progress"][t["state"]] == 0 for t in body["tasks"]) == 0
