@@ -139,6 +139,7 @@ class BatchOut(Schema):
 class CancelReport(Schema):
     cancelled: list[str]
     kept: list[str]
+    ended: list[str]
 
 
 class AssetOut(Schema):

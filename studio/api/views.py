@@ -180,11 +180,13 @@ def batch(request: HttpRequest, batch_id: str) -> dict[str, Any]:
     "/batches/{batch_id}/cancel", response={200: CancelReport, **WRITE}, url_name="batch-cancel"
 )
 def batch_cancel(request: HttpRequest, batch_id: str) -> dict[str, Any]:
-    """Cancel what can still be cancelled in a batch; say which tasks were kept."""
+    """Cancel what can still be cancelled in a batch, and report the rest: the tasks kept
+    going with Ember, and those that had ended before (every task is in one of the three)."""
     report = engine.cancel_batch(batch=find(Batch.objects.all(), batch_id))
     return {
         "cancelled": [str(task.pk) for task in report.cancelled],
         "kept": [str(task.pk) for task in report.kept],
+        "ended": [str(task.pk) for task in report.ended],
     }
 
 

@@ -150,11 +150,14 @@ def test_it_reads_a_large_batch_in_as_many_queries_as_a_small_one(
     assert [t["attempts"] for t in response.json()["tasks"]] == [1] * 8
 
 
-def test_it_cancels_a_batch_and_reports_the_cancelled_and_the_kept(api, subject):
-    batch = a_batch(subject, candidates=3)
-    queued, preparing, running = batch.tasks.order_by("ordinal")
+def test_it_cancels_a_batch_and_reports_the_cancelled_the_kept_and_the_ended(api, subject):
+    """The rest is reported whole (a review read a batch whose tasks had all ended answer
+    `{"cancelled": [], "kept": []}`): every task is in one of the three lists."""
+    batch = a_batch(subject, candidates=4)
+    queued, preparing, running, failed = batch.tasks.order_by("ordinal")
     move(preparing, TaskState.PREPARING, phase="Checking reference photos")
     move(running, TaskState.RUNNING, ember_job_id="job_1", submitted_at=timezone.now())
+    move(failed, TaskState.FAILED, phase="Ember says the job failed")
 
     response = api.post(f"{API}/batches/{batch.pk}/cancel")
 
@@ -162,10 +165,12 @@ def test_it_cancels_a_batch_and_reports_the_cancelled_and_the_kept(api, subject)
     body = response.json()
     assert sorted(body["cancelled"]) == sorted([str(queued.pk), str(preparing.pk)])
     assert body["kept"] == [str(running.pk)]
+    assert body["ended"] == [str(failed.pk)]
     assert dict(batch.tasks.values_list("pk", "state")) == {
         queued.pk: TaskState.CANCELLED,
         preparing.pk: TaskState.CANCELLED,
         running.pk: TaskState.RUNNING,
+        failed.pk: TaskState.FAILED,
     }
 
 
