@@ -20,6 +20,19 @@ pytestmark = pytest.mark.django_db
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
+        # Found by a review: a field no batch takes was planned without, in silence; a
+        # misspelt one would be paid for as planned.
+        pytest.param(
+            {"extra": 1},
+            'Unknown field: "extra". A batch takes title, prompt, subjects, references, '
+            "providers, frames.",
+            id="unknown-field",
+        ),
+        pytest.param(
+            {"providers": [{"provider": "openai", "candidate": 4}]},
+            'Unknown field: "candidate". A provider takes provider, candidates, model.',
+            id="misspelt-candidates",
+        ),
         pytest.param({"prompt": ""}, "The prompt must not be empty.", id="empty-prompt"),
         pytest.param({"prompt": "   \n "}, "The prompt must not be empty.", id="blank-prompt"),
         pytest.param({"prompt": None}, "The prompt must not be empty.", id="no-prompt"),

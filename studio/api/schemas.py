@@ -29,9 +29,13 @@ class Body(Schema):
         return self.model_dump(exclude_unset=True)
 
 
-def required(*names: str) -> ConfigDict:
-    """Document `names` as required; the engine, not the schema, refuses a body without one."""
-    return ConfigDict(extra="allow", json_schema_extra={"required": list(names)})
+def required(*names: str, closed: bool = False) -> ConfigDict:
+    """Document `names` as required, and with `closed` no other field than those named; the
+    engine, not the schema, refuses a body without one (or with another)."""
+    extra: dict[str, Any] = {"required": list(names)}
+    if closed:
+        extra["additionalProperties"] = False
+    return ConfigDict(extra="allow", json_schema_extra=extra)
 
 
 class SubjectIn(Body):
@@ -47,6 +51,8 @@ def or_null(schema: dict[str, Any], description: str) -> dict[str, Any]:
 
 
 class ProviderIn(Schema):
+    model_config = ConfigDict(json_schema_extra={"additionalProperties": False})
+
     provider: str
     model: Annotated[
         str | None,
@@ -58,7 +64,8 @@ class ProviderIn(Schema):
 
 
 class BatchIn(Body):
-    model_config = required("prompt", "subjects", "providers")
+    # A field no batch takes is refused: a misspelt one would be planned without.
+    model_config = required("prompt", "subjects", "providers", closed=True)
 
     title: Annotated[
         Any, WithJsonSchema(or_null({"type": "string", "maxLength": 200}, "Made up if absent."))

@@ -22,6 +22,8 @@ MAX_TITLE = 200
 MAX_SUBJECTS = 100  # subjects one batch names: a family's, with room to spare
 MAX_LISTED = 1000  # items of a list of reference photos read at all
 UNSHOWN = ("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp")  # said back as escapes, as JSON may
+REQUEST_FIELDS = ("title", "prompt", "subjects", "references", "providers", "frames")
+PROVIDER_FIELDS = ("provider", "candidates", "model")
 TITLE_CUT = 80  # characters of the prompt a batch without a title is named by
 ECHOED = 100  # characters of a caller's own value said back in a refusal, the ellipsis included
 NO_PHOTOS_OF_SUBJECTS = (
@@ -76,6 +78,7 @@ def validate(request: object) -> dict[str, Any]:
     """Return the plan for `request` (its tasks, and the request to store), or InvalidRequest."""
     if not isinstance(request, dict):
         raise InvalidRequest("The request must be a JSON object.")
+    _known(request, REQUEST_FIELDS, "A batch")
     prompt = _prompt(request.get("prompt"))
     title = text_or_none(request.get("title"), "The title must be text.")
     title = names.cleaned(title) or _title_from(prompt)  # none, or none that shows
@@ -266,11 +269,22 @@ def _providers(value: object) -> list[dict[str, Any]]:
     return providers
 
 
+def _known(given: dict[Any, Any], fields: tuple[str, ...], what: str) -> None:
+    """Refuse a field `fields` does not name: a misspelt one would be planned without, and
+    paid for as planned (a review's `"extra": 1` was taken in silence)."""
+    unknown = [key for key in given if key not in fields]
+    if unknown:
+        raise InvalidRequest(
+            f"Unknown field: {echo(unknown[0])}. {what} takes {', '.join(fields)}."
+        )
+
+
 def _provider(entry: object) -> dict[str, Any]:
     """Read one row of `providers`: a provider of the catalogue, one of its models, candidates."""
     catalogue = settings.AVATARS_PROVIDERS
     if not isinstance(entry, dict):
         raise InvalidRequest("Each provider must be an object with a provider name.")
+    _known(entry, PROVIDER_FIELDS, "A provider")
     name = entry.get("provider")
     if not isinstance(name, str) or name not in catalogue:
         raise InvalidRequest(f"Unknown provider: {echo(name)}.")
