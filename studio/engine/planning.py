@@ -24,6 +24,7 @@ from django.db.models import (
     QuerySet,
     Subquery,
 )
+from django.db.models.expressions import Combinable
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
@@ -370,6 +371,15 @@ def _paid_since(user: User, since: datetime) -> QuerySet[Task]:
     return planned.exclude(Q(state=TaskState.CANCELLED) & ~Exists(sent))
 
 
+def _new_send() -> Combinable:
+    """Match a task `submitting` that was not sent before under its key: a send in flight
+    that is no attempt yet (a clip re-sent under its key is the attempt it was sent as)."""
+    under_key = Attempt.objects.filter(
+        task=OuterRef("pk"), idempotency_key=OuterRef("idempotency_key")
+    ).exclude(idempotency_key="")
+    return Q(state=TaskState.SUBMITTING) & ~Exists(under_key)
+
+
 def progress(*, batch: Batch) -> dict[str, int]:
     """Count the batch's tasks by state, plus `total`, `finished`, `sending` and `paid_requests`.
 
@@ -378,11 +388,7 @@ def progress(*, batch: Batch) -> dict[str, int]:
     beside the attempts: a review's Ember had charged while the page said 0.
     """
     counts = {state.value: 0 for state in TaskState}
-    # A clip re-sent under its key is the attempt it was sent as before.
-    under_key = Attempt.objects.filter(
-        task=OuterRef("pk"), idempotency_key=OuterRef("idempotency_key")
-    ).exclude(idempotency_key="")
-    new = Q(state=TaskState.SUBMITTING) & ~Exists(under_key)
+    new = _new_send()
     rows = batch.tasks.values("state").annotate(n=Count("pk"), new=Count("pk", filter=new))
     counts["sending"] = 0
     for row in rows:
@@ -416,10 +422,7 @@ def counted_tasks(batch: Batch) -> list[Counted]:
         .annotate(n=Count("pk"))
         .values("n")
     )
-    under_key = Attempt.objects.filter(
-        task=OuterRef("pk"), idempotency_key=OuterRef("idempotency_key")
-    ).exclude(idempotency_key="")
-    new = ExpressionWrapper(Q(state=TaskState.SUBMITTING) & ~Exists(under_key), BooleanField())
+    new = ExpressionWrapper(_new_send(), BooleanField())
     counted = batch.tasks.annotate(attempt_count=Coalesce(Subquery(attempts), 0), new_send=new)
     return [Counted(t, t.attempt_count, bool(t.new_send)) for t in counted]  # type: ignore[attr-defined]
 
