@@ -117,7 +117,7 @@ def test_asking_again_for_the_same_failed_images_twice_asks_first_however_long_s
     again = signed_in.post("/batches/new/", asking_again_form(batch))
 
     assert again.status_code == 200 and Batch.objects.count() == 2, "paid for them again"
-    assert "You started the same batch 180 minutes ago" in text(again), text(again)
+    assert "You started the same batch 3 hours ago" in text(again), text(again)
     assert "Start it again on purpose" in text(again)
     on_purpose = signed_in.post("/batches/new/", asking_again_form(batch, again="on"))
     assert on_purpose.status_code == 302 and Batch.objects.count() == 3

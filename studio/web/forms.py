@@ -159,7 +159,7 @@ class BatchForm(forms.Form):
             )
         self.fields["frames"].widget.attrs["class"] = "frame"
         self.twin: Batch | None = None  # a batch this person planned just now that this repeats
-        self.twin_minutes = 0
+        self.twin_ago = ""  # when it was planned, in words
         self.twin_same = True  # the same batch, not one repeating only some of its images
 
     def provider_fields(self) -> list[forms.BoundField]:

@@ -1,5 +1,6 @@
 """The batch pages: the recent ones, a new one, live progress, and cancelling what still can be."""
 
+from datetime import timedelta
 from typing import Any
 from urllib.parse import urlencode
 from uuid import UUID
@@ -10,6 +11,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.timesince import timesince
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from studio import engine
@@ -175,7 +177,10 @@ def _note_twin(form: BatchForm, twin: Batch | None) -> None:
     """Note on `form` the batch it repeats, planned minutes ago, if any: when, and if whole."""
     form.twin = twin
     if twin is not None:
-        form.twin_minutes = int((timezone.now() - twin.created_at).total_seconds() // 60)
+        # "3 hours", not "180 minutes": an asked-again batch's twin may be days old.
+        age = timezone.now() - twin.created_at
+        ago = timesince(twin.created_at, depth=1).replace("\xa0", " ")
+        form.twin_ago = "less than a minute ago" if age < timedelta(minutes=1) else f"{ago} ago"
         form.twin_same = engine.same_intent(form.to_request(), twin.request)
 
 
