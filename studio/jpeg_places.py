@@ -23,6 +23,7 @@ import re
 from collections.abc import Iterator
 
 from studio import jpeg, mpf
+from studio.icc_places import blank_text
 from studio.splice import Splice
 from studio.tiff_places import keep_orientation
 
@@ -38,6 +39,8 @@ JPEG_LOOKED_AT = {*range(0xE0, 0xF0), JPEG_COM}
 # show the pixels (JFIF's density, a colour profile, Adobe's colour transform) and a
 # multi-picture index. Any other (XMP under APP2, text in APP12, IPTC in APP13, C2PA's
 # APP11, a maker's own) goes, as every comment does.
+# A colour profile in one segment (part 1 of 1): one split over several is kept as it is.
+ICC_WHOLE = b"ICC_PROFILE\x00\x01\x01"
 JPEG_KEPT = {
     0xE0: (b"JFIF",),  # not JFXX: a thumbnail, a JPEG of its own whose EXIF can hold a place
     JPEG_APP2: (b"ICC_PROFILE\x00", mpf.MPF_ID),
@@ -209,6 +212,9 @@ def _replacement(
     if marker == JPEG_APP1 and data.startswith(EXIF_HEADER, pos + 4, end) and not exif_before:
         segment = bytearray(data[pos:end])
         return bytes(segment) if keep_orientation(segment, 4 + len(EXIF_HEADER)) else None
+    if marker == JPEG_APP2 and data.startswith(ICC_WHOLE, pos + 4, end):
+        segment = bytearray(data[pos:end])  # a whole profile: its words emptied in place
+        return bytes(segment) if blank_text(segment, 4 + len(ICC_WHOLE)) else None
     if any(data.startswith(kept, pos + 4, end) for kept in JPEG_KEPT.get(marker, ())):
         return None
     return bytes(data[pos : pos + 4]) + b" " * (end - pos - 4) if keep_sizes else b""

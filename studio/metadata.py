@@ -23,9 +23,12 @@ orientation (studio/tiff_places.py), so a phone's photo still shows upright:
 - WebP: the chunks `WEBP_KEPT` names stay and `EXIF` is cut down; any other goes (`XMP `,
   C2PA), and the VP8X flag that announced XMP is cleared; an animation frame keeps only its
   image's chunks;
-- GIF: a frame's graphic control and the application extensions `GIF_KEPT` names stay
-  (looping, a colour profile), each no longer than what it has to say; every other
-  extension (XMP, C2PA, comments) and bytes between blocks go.
+- GIF: a frame's graphic control and the looping extension stay, each no longer than what
+  it has to say; every other extension (XMP, C2PA, a colour profile, comments) and bytes
+  between blocks go.
+
+A colour profile's words (description, copyright, device names) are emptied in place
+wherever it is kept (studio/icc_places.py).
 
 Whatever follows the picture's end (a PNG's IEND, the WebP's RIFF container, a GIF's
 trailer) goes too, as it does after a JPEG's: no decoder reads it, and readers of metadata
@@ -52,6 +55,7 @@ from studio.chunks import (
     PNG_SIGNATURE,
     gif_colour_table_size,
 )
+from studio.icc_places import blank_text
 from studio.jpeg_places import strip_jpeg
 from studio.splice import Splice
 from studio.tiff_places import keep_orientation
@@ -67,11 +71,13 @@ PNG_KEPT = {
     *(b"sRGB", b"cICP", b"mDCv", b"cLLi", b"bKGD", b"hIST", b"pHYs"),
     *(b"acTL", b"fcTL", b"fdAT"),
 }
+PROFILE_LIMIT = 4 << 20  # bytes of a PNG's profile inflated to empty its words; past it, kept
 PNG_PROFILE, PNG_PROFILE_NAME = b"iCCP", b"ICC Profile"  # the profile kept, under this name
 PNG_EXIF = b"exif"  # the chunk's type, whatever its letters' case: `exIf` was ImageMagick's
 # The WebP chunks kept, likewise: XMP, C2PA and any other go, EXIF is cut down.
 WEBP_KEPT = {b"VP8 ", b"VP8L", b"VP8X", b"ALPH", b"ANIM", b"ANMF", b"ICCP"}
 WEBP_EXIF = b"EXIF"
+WEBP_PROFILE = b"ICCP"
 WEBP_FRAME = b"ANMF"  # an animation's frame: a head, then the frame's own chunks
 WEBP_FRAME_HEAD = 16  # bytes: where it goes, its size, how long it shows, how it is drawn
 WEBP_FRAME_KEPT = {b"ALPH", b"VP8 ", b"VP8L"}
@@ -79,11 +85,11 @@ VP8X_XMP = 0x04  # the VP8X flag that says an XMP chunk follows
 
 GIF_TRAILER = 0x3B
 GIF_GRAPHIC_CONTROL = 0xF9  # a frame's delay and transparency
-# The GIF application extensions kept, by label, block size and identifier: looping, and
-# a colour profile (Pillow reads it). Any other (XMP, C2PA, a maker's own), every comment
-# and any plain text go.
+# The GIF application extensions kept, by label, block size and identifier: looping. Any
+# other goes (XMP, C2PA, a maker's own, a colour profile, whose words a review filled and
+# which browsers do not read), as do every comment and any plain text.
 GIF_LOOPING = tuple(b"\xff\x0b" + name for name in (b"NETSCAPE2.0", b"ANIMEXTS1.0"))
-GIF_KEPT = (*GIF_LOOPING, b"\xff\x0bICCRGBG1012")
+GIF_KEPT = GIF_LOOPING
 GIF_BLOCK = re.compile(rb"[\x21\x2c\x3b]")
 
 
@@ -153,10 +159,27 @@ def _png_profile(data: bytes, pos: int, end: int) -> bytes | None:
     None when it has that name (or is cut short): the name is any words (a re-review's was
     a place, which exiftool shows)."""
     named = data.find(b"\x00", pos + 8, min(end - 4, pos + 8 + 80))
-    if named < 0 or data[pos + 8 : named] == PNG_PROFILE_NAME or end > len(data):
+    if named < 0 or end > len(data) or data[named + 1 : named + 2] != b"\x00":
+        return None  # cut short, or compressed otherwise than PNG allows: for the decoder
+    profile = _inflated(data[named + 2 : end - 4])
+    packed = data[named + 2 : end - 4]
+    if profile is not None and blank_text(profile):
+        packed = zlib.compress(profile)
+    elif data[pos + 8 : named] == PNG_PROFILE_NAME:
         return None
-    body = PNG_PROFILE + PNG_PROFILE_NAME + data[named : end - 4]
+    body = PNG_PROFILE + PNG_PROFILE_NAME + b"\x00\x00" + packed
     return struct.pack(">I", len(body) - 4) + body + struct.pack(">I", zlib.crc32(body))
+
+
+def _inflated(packed: bytes) -> bytearray | None:
+    """Return a PNG profile inflated, at most PROFILE_LIMIT bytes of it; None if it is more
+    or does not inflate (left for the decoder, which reads it with its own bound)."""
+    inflater = zlib.decompressobj()
+    try:
+        profile = inflater.decompress(packed, PROFILE_LIMIT + 1)
+    except zlib.error:
+        return None
+    return bytearray(profile) if len(profile) <= PROFILE_LIMIT else None
 
 
 # --- WebP --------------------------------------------------------------------------------
@@ -176,7 +199,11 @@ def _webp(data: bytes) -> bytes:
         kind = data[pos : pos + 4]
         (length,) = struct.unpack_from("<I", data, pos + 4)
         end = min(size, pos + 8 + length + (length & 1))  # padded to an even size
-        if kind == WEBP_EXIF:
+        if kind == WEBP_PROFILE:
+            chunk = bytearray(data[pos:end])
+            if blank_text(chunk, 8, 8 + length):
+                kept.replace(pos, end, chunk)
+        elif kind == WEBP_EXIF:
             chunk = bytearray(data[pos:end])
             skip = 8 + (len(EXIF_HEADER) if chunk.startswith(EXIF_HEADER, 8) else 0)
             if keep_orientation(chunk, skip, 8 + length):  # not its padding byte

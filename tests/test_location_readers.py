@@ -7,7 +7,7 @@ import struct
 import zlib
 
 import pytest
-from PIL import Image
+from PIL import Image, ImageCms
 
 from studio import jpeg_places, metadata, mpf
 from tests.location_parts import insert_after_soi, picture, pixels_of, saved
@@ -273,3 +273,47 @@ def test_a_graphic_control_says_no_more_than_its_four_bytes():
     clean = metadata.strip_location(photo)
 
     assert PLACE[:20] not in clean and clean == plain
+
+
+def worded_profile() -> bytes:
+    """A real sRGB profile (lcms's) whose description and copyright are words."""
+    return ImageCms.ImageCmsProfile(ImageCms.createProfile("sRGB")).tobytes()
+
+
+@pytest.mark.parametrize("fmt", ["JPEG", "PNG", "WEBP"])
+def test_a_colour_profile_keeps_its_colours_and_loses_its_words(fmt):
+    """Found by a review: a profile's description and copyright are any words (a place, a
+    name), which exiftool shows by default. They are emptied in place; the colours stay."""
+    profile = worded_profile()
+    lossless = {"lossless": True} if fmt == "WEBP" else {}
+    photo = saved(picture(), fmt, icc_profile=profile, **lossless)
+    assert description(photo) == "sRGB built-in", "the fixture says no words"
+
+    clean = metadata.strip_location(photo)
+
+    assert description(clean) == "", "the profile's words were kept"
+    with Image.open(io.BytesIO(clean)) as img:
+        assert len(img.info["icc_profile"]) == len(profile)
+    assert pixels_of(clean) == pixels_of(photo)
+
+
+def description(photo: bytes) -> str:
+    """The description of `photo`'s colour profile, as lcms reads it (it must read it)."""
+    with Image.open(io.BytesIO(photo)) as img:
+        profile = ImageCms.ImageCmsProfile(io.BytesIO(img.info["icc_profile"]))
+    return str(ImageCms.getProfileDescription(profile)).strip()
+
+
+def test_a_gifs_colour_profile_goes():
+    """Browsers do not read a GIF's profile (nor does Pillow), and its words are any words."""
+    plain, profile = b"GIF89a" + saved(picture("P"), "GIF")[6:], worded_profile()
+    pieces = [profile[n : n + 255] for n in range(0, len(profile), 255)]
+    blocks = b"".join(bytes([len(piece)]) + piece for piece in pieces)
+    photo = plain[:-1] + b"\x21\xff\x0bICCRGBG1012" + blocks + b"\x00" + plain[-1:]
+    words = "sRGB built-in".encode("utf-16-be")  # as its `mluc` tag holds them
+    assert pixels_of(photo) == pixels_of(plain) and words in photo
+
+    clean = metadata.strip_location(photo)
+
+    assert b"ICCRGBG1012" not in clean and words not in clean
+    assert clean == plain
