@@ -118,18 +118,23 @@ def _png(data: bytes) -> bytes:
     kept = Splice(data)
     pos = len(PNG_SIGNATURE)
     size = len(data)
+    profiles = 0
     while pos + 12 <= size:
         (length,) = struct.unpack_from(">I", data, pos)
         kind = data[pos + 4 : pos + 8]
         end = pos + 12 + length
-        if kind == b"IEND":
+        profiles += kind == PNG_PROFILE
+        if profiles > 1 and kind == PNG_PROFILE:
+            # A PNG has one profile: each further one goes unread, as each would be
+            # inflated (thousands of small chunks of 4 MB profiles would cost minutes).
+            kept.replace(pos, end)
+        elif kind == b"IEND":
             # Its 12 bytes, whatever length it claims: readers ignore it, and a re-review's
             # IEND claiming 2 GB kept an eXIf after it whole.
             if pos + 12 < size:
                 kept.replace(pos + 12, size)
             break
-        replacement = _png_chunk(data, pos, end, kind)
-        if replacement is not None:
+        elif (replacement := _png_chunk(data, pos, end, kind)) is not None:
             kept.replace(pos, end, replacement)
         pos = end
     return bytes(kept.upto(len(data))) if kept.replaced else data

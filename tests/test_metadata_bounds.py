@@ -4,6 +4,7 @@ container it cannot change; found by a review of hostile files over uvicorn."""
 import io
 import struct
 import time
+import zlib
 
 import pytest
 from PIL import Image
@@ -71,3 +72,21 @@ def test_an_empty_vp8x_before_an_xmp_chunk_is_left_for_the_decoder_to_refuse():
 
     assert b"XMP " not in stripped
     assert stripped.startswith(b"RIFF") and stripped[8:16] == b"WEBPVP8X"
+
+
+def test_a_png_of_many_colour_profiles_costs_one_profile():
+    """A PNG has one profile, each of which is inflated to empty its words: 2,000 chunks of
+    4 MB profiles (4 KB each, packed) would cost seconds each time it is stripped."""
+    packed = zlib.compress(bytes(4 << 20))
+    profile = png_chunk(b"iCCP", b"ICC Profile\x00\x00" + packed)
+    out = io.BytesIO()
+    Image.new("RGB", (64, 64), (20, 90, 160)).save(out, "PNG")
+    plain = out.getvalue()
+    data = plain[:33] + profile * 2000 + plain[33:]
+
+    started = time.perf_counter()
+    stripped = metadata.strip_location(data)
+    seconds = time.perf_counter() - started
+
+    assert seconds < 1.0, f"{len(data):,} bytes stripped in {seconds:.2f} s (bound 1 s)"
+    assert stripped.count(b"iCCP") == 1, "a second profile was kept"
