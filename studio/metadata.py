@@ -63,19 +63,21 @@ from studio.tiff_places import keep_orientation
 EXIF_HEADER = b"Exif\x00\x00"
 
 # The PNG chunks kept: those that make or say how to show the pixels (an animated PNG's
-# too), and EXIF cut down to its orientation. Any other goes: text (XMP, ImageMagick's
-# copies of EXIF and IPTC, any words), the old `tXMP`, compressed EXIF (`zxIf`), C2PA's
-# `caBX`, a maker's own (a review's exiftool read a place from each of those).
+# too), a colour profile without its words, and EXIF cut down to its orientation. Any
+# other goes: text (XMP, ImageMagick's copies of EXIF and IPTC, any words), the old
+# `tXMP`, compressed EXIF (`zxIf`), C2PA's `caBX`, a maker's own (a review's exiftool read
+# a place from each of those).
 PNG_KEPT = {
-    *(b"IHDR", b"PLTE", b"IDAT", b"IEND", b"tRNS", b"cHRM", b"gAMA", b"iCCP", b"sBIT"),
+    *(b"IHDR", b"PLTE", b"IDAT", b"IEND", b"tRNS", b"cHRM", b"gAMA", b"sBIT"),
     *(b"sRGB", b"cICP", b"mDCv", b"cLLi", b"bKGD", b"hIST", b"pHYs"),
     *(b"acTL", b"fcTL", b"fdAT"),
 }
 PROFILE_LIMIT = 4 << 20  # bytes of a PNG's profile inflated to empty its words; past it, kept
 PNG_PROFILE, PNG_PROFILE_NAME = b"iCCP", b"ICC Profile"  # the profile kept, under this name
 PNG_EXIF = b"exif"  # the chunk's type, whatever its letters' case: `exIf` was ImageMagick's
-# The WebP chunks kept, likewise: XMP, C2PA and any other go, EXIF is cut down.
-WEBP_KEPT = {b"VP8 ", b"VP8L", b"VP8X", b"ALPH", b"ANIM", b"ANMF", b"ICCP"}
+# The WebP chunks kept, likewise (a profile without its words): XMP, C2PA and any other
+# go, EXIF is cut down.
+WEBP_KEPT = {b"VP8 ", b"VP8L", b"VP8X", b"ALPH", b"ANIM", b"ANMF"}
 WEBP_EXIF = b"EXIF"
 WEBP_PROFILE = b"ICCP"
 WEBP_FRAME = b"ANMF"  # an animation's frame: a head, then the frame's own chunks
@@ -89,7 +91,6 @@ GIF_GRAPHIC_CONTROL = 0xF9  # a frame's delay and transparency
 # other goes (XMP, C2PA, a maker's own, a colour profile, whose words a review filled and
 # which browsers do not read), as do every comment and any plain text.
 GIF_LOOPING = tuple(b"\xff\x0b" + name for name in (b"NETSCAPE2.0", b"ANIMEXTS1.0"))
-GIF_KEPT = GIF_LOOPING
 GIF_BLOCK = re.compile(rb"[\x21\x2c\x3b]")
 
 
@@ -118,13 +119,12 @@ def _png(data: bytes) -> bytes:
     kept = Splice(data)
     pos = len(PNG_SIGNATURE)
     size = len(data)
-    profiles = 0
+    profiled = False
     while pos + 12 <= size:
         (length,) = struct.unpack_from(">I", data, pos)
         kind = data[pos + 4 : pos + 8]
         end = pos + 12 + length
-        profiles += kind == PNG_PROFILE
-        if profiles > 1 and kind == PNG_PROFILE:
+        if kind == PNG_PROFILE and profiled:
             # A PNG has one profile: each further one goes unread, as each would be
             # inflated (thousands of small chunks of 4 MB profiles would cost minutes).
             kept.replace(pos, end)
@@ -136,6 +136,7 @@ def _png(data: bytes) -> bytes:
             break
         elif (replacement := _png_chunk(data, pos, end, kind)) is not None:
             kept.replace(pos, end, replacement)
+        profiled = profiled or kind == PNG_PROFILE
         pos = end
     return bytes(kept.upto(len(data))) if kept.replaced else data
 
@@ -166,8 +167,8 @@ def _png_profile(data: bytes, pos: int, end: int) -> bytes | None:
     named = data.find(b"\x00", pos + 8, min(end - 4, pos + 8 + 80))
     if named < 0 or end > len(data) or data[named + 1 : named + 2] != b"\x00":
         return None  # cut short, or compressed otherwise than PNG allows: for the decoder
-    profile = _inflated(data[named + 2 : end - 4])
     packed = data[named + 2 : end - 4]
+    profile = _inflated(packed)
     if profile is not None and blank_text(profile):
         packed = zlib.compress(profile)
     elif data[pos + 8 : named] == PNG_PROFILE_NAME:
@@ -254,7 +255,7 @@ def _webp_frame(data: bytes, pos: int, end: int) -> bytes | None:
 
 def _gif(data: bytes) -> bytes:
     """Drop every extension but a frame's graphic control and the kept application
-    extensions (`GIF_KEPT`), and what follows the trailer, walking the blocks as Pillow
+    extension (`GIF_LOOPING`), and what follows the trailer, walking the blocks as Pillow
     reads them.
 
     Pillow skips a byte that starts no block, and a block whose sub-blocks run past the
@@ -319,7 +320,7 @@ def _gif_kept(data: bytes, label: int) -> bool:
     """Say whether the extension whose label is at `data[label]` is kept."""
     if data[label : label + 1] == bytes([GIF_GRAPHIC_CONTROL]):
         return True
-    return data.startswith(GIF_KEPT, label)
+    return data.startswith(GIF_LOOPING, label)
 
 
 def _gif_first_block(data: bytes) -> int | None:
